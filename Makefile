@@ -1,0 +1,17 @@
+EXTENSION    = outbox
+EXTVERSION   = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+MODULE_big   = $(EXTENSION)
+OBJS         = $(patsubst %.c,%.o,$(wildcard src/*.c))
+DATA         = $(wildcard $(EXTENSION)--*.sql)
+PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\"
+SHLIB_LINK   = -lcurl
+
+REGRESS      = setup emit roles inbox purge relay_sql guc
+REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=test/outbox.conf
+TAP_TESTS    = 1
+PROVE_TESTS  = test/t/*.pl
+EXTRA_CLEAN  = tmp_check results log regression.diffs regression.out
+
+PG_CONFIG   ?= pg_config
+PGXS        := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

@@ -1,0 +1,99 @@
+-- One relay pass from SQL, and the plan of the relay's claim query.
+-- Everything runs inside transactions that this session rolls back, so the
+-- background worker never sees these events.
+
+-- the claim query (the text of claim_sql in src/queue.c) uses the partial
+-- index over undelivered events, even with many delivered ones around
+INSERT INTO outbox (event_type, payload, delivered_at, attempts)
+SELECT 'old', '{}', now(), 1 FROM generate_series(1, 5000);
+INSERT INTO outbox (event_type, payload) SELECT 'new', '{}' FROM generate_series(1, 5);
+ANALYZE outbox;
+CREATE FUNCTION regress.claim_plan() RETURNS SETOF text LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN QUERY EXECUTE $q$EXPLAIN (COSTS OFF)
+SELECT o.id, o.event_id::text, o.attempts,
+       jsonb_build_object('id', o.event_id, 'type', o.event_type,
+           'aggregate_type', o.aggregate_type, 'aggregate_id', o.aggregate_id,
+           'created_at', o.created_at, 'attempt', o.attempts + 1,
+           'payload', o.payload)::text,
+       d.name, d.url, d.channel, d.secret, d.timeout_ms,
+       ARRAY(SELECT h.key || ': ' || h.value
+               FROM jsonb_each_text(coalesce(d.headers, '{}') || coalesce(o.headers, '{}')) h
+              WHERE h.value IS NOT NULL)
+  FROM outbox o
+  CROSS JOIN LATERAL (
+       SELECT d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers
+         FROM outbox_destinations d
+        WHERE d.enabled
+          AND o.event_type LIKE replace(replace(replace(replace(d.event_types,
+                  '\', '\\'), '%', '\%'), '_', '\_'), '*', '%')
+        ORDER BY d.name
+        LIMIT 1) d
+ WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
+   AND o.next_attempt_at <= now()
+ ORDER BY o.next_attempt_at, o.id
+ LIMIT 100
+   FOR UPDATE OF o SKIP LOCKED$q$;
+END
+$f$;
+-- plan details differ between PostgreSQL versions; the access path does not
+SELECT bool_or(p LIKE '%Index Scan using outbox_pending_idx on outbox o%') AS uses_pending_index,
+       bool_or(p LIKE '%Seq Scan on outbox o%') AS scans_outbox,
+       bool_or(p LIKE '%Sort Key: o.%') AS sorts_events
+  FROM regress.claim_plan() p;
+DELETE FROM outbox;
+
+-- argument errors
+SELECT regress.try($$SELECT * FROM outbox_relay(0)$$);
+SELECT regress.try($$SELECT * FROM outbox_relay(10001)$$);
+
+-- nothing to do
+SELECT * FROM outbox_relay();
+
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES
+    ('a_notify', 'task.*', 'task_events'),
+    ('b_shadowed', 'task.*', 'never_used'),
+    ('c_disabled', 'order.*', 'order_events');
+UPDATE outbox_destinations SET enabled = false WHERE name = 'c_disabled';
+INSERT INTO outbox_destinations (name, event_types, url, timeout_ms) VALUES
+    ('d_closed_port', 'billing.*', 'http://127.0.0.1:1/hook', 1000);
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES
+    ('e_literal', 'a_b', 'literal_events');
+SELECT outbox_emit('task.created', '{"n": 1}') IS NOT NULL AS e1,
+       outbox_emit('taskXcreated', '{"n": 2}') IS NOT NULL AS e2,
+       outbox_emit('order.paid', '{"n": 3}') IS NOT NULL AS e3,
+       outbox_emit('billing.failed', '{"n": 4}') IS NOT NULL AS e4,
+       outbox_emit('task.big', jsonb_build_object('text', repeat('é', 4000))) IS NOT NULL AS e5,
+       outbox_emit('task.fits', jsonb_build_object('text', repeat('é', 3800))) IS NOT NULL AS e6,
+       outbox_emit('a_b', '{}') IS NOT NULL AS e7,
+       outbox_emit('axb', '{}') IS NOT NULL AS e8;
+-- 'é' is two bytes: 4000 of them exceed NOTIFY's 8000-byte limit, 3800 do not
+-- (the warnings about failed events name their event_id: keep them out)
+SET client_min_messages = error;
+SELECT * FROM outbox_relay();
+SELECT event_type,
+       CASE WHEN delivered_at IS NOT NULL THEN 'delivered'
+            WHEN dead_at IS NOT NULL THEN 'dead'
+            WHEN attempts > 0 THEN 'retrying'
+            ELSE 'pending' END AS state,
+       attempts, destination,
+       next_attempt_at > now() AS backing_off,
+       CASE WHEN last_error LIKE 'HTTP request failed: %' THEN 'HTTP request failed: ...'
+            -- the envelope's size varies with its created_at
+            ELSE regexp_replace(last_error, '^payload of \d+ bytes', 'payload of N bytes')
+       END AS last_error
+  FROM outbox ORDER BY id;
+SELECT event_type, pending, retrying, dead, unroutable FROM outbox_status ORDER BY 1;
+-- a second pass finds nothing due: the failed event waits for its backoff
+SELECT * FROM outbox_relay();
+
+-- redelivery: a delivered event and a dead one become due again
+SELECT outbox_redeliver(event_id) FROM outbox WHERE event_type = 'task.created';
+SELECT outbox_redeliver(event_id) FROM outbox WHERE event_type = 'task.created';
+SELECT outbox_redeliver_dead();
+SELECT * FROM outbox_relay();
+SELECT event_type, attempts, delivered_at IS NOT NULL AS delivered, dead_at IS NOT NULL AS dead
+  FROM outbox WHERE event_type IN ('task.created', 'task.big') ORDER BY id;
+ROLLBACK;
+RESET client_min_messages;

@@ -1,0 +1,44 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  Every PostgreSQL version difference the extension cares about, in one
+ *	  place. Supported: 15, 17 and 18.
+ *
+ * src/compat.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_COMPAT_H
+#define OUTBOX_COMPAT_H
+
+#include "common/base64.h"
+
+#if PG_VERSION_NUM < 150000
+#error "outbox requires PostgreSQL 15 or later"
+#endif
+
+/* pg_noreturn replaced pg_attribute_noreturn() in PostgreSQL 18. */
+#if PG_VERSION_NUM >= 180000
+#define OUTBOX_NORETURN_PRE pg_noreturn
+#define OUTBOX_NORETURN_POST
+#else
+#define OUTBOX_NORETURN_PRE
+#define OUTBOX_NORETURN_POST pg_attribute_noreturn()
+#endif
+
+/* Custom wait events exist from 17; before, report the generic Extension. */
+#if PG_VERSION_NUM >= 170000
+#define OUTBOX_HAVE_CUSTOM_WAIT_EVENTS 1
+#endif
+
+/*
+ * The binary side of pg_b64_encode (source) and pg_b64_decode (destination)
+ * is uint8 from 18 on, char before.
+ */
+#if PG_VERSION_NUM >= 180000
+#define OUTBOX_B64_BYTES(p) ((uint8 *) (p))
+#else
+#define OUTBOX_B64_BYTES(p) ((char *) (p))
+#endif
+
+#endif							/* OUTBOX_COMPAT_H */

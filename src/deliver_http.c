@@ -1,0 +1,427 @@
+/*-------------------------------------------------------------------------
+ *
+ * deliver_http.c
+ *	  Delivery of events to webhooks with libcurl's multi interface.
+ *
+ * All the HTTP requests of a pass are in flight together, at most
+ * outbox.http_max_connections at a time; the multi handle lives as long as
+ * the process, so its connection cache keeps connections alive from one pass
+ * to the next. Each request has one time limit (outbox.http_timeout or the
+ * destination's timeout_ms) that covers name resolution, connection and the
+ * whole transfer. Only http and https are allowed and redirects are not
+ * followed: a 3xx answer is a failure. Success is a 2xx status.
+ *
+ * The wait for libcurl is cut in slices of at most WAIT_SLICE_MS with
+ * CHECK_FOR_INTERRUPTS() between them, so SIGTERM (or a cancel in a backend
+ * running outbox_relay()) ends a pass promptly even if an endpoint hangs.
+ *
+ * No PostgreSQL function that can throw is called from a libcurl callback:
+ * the response is copied into a fixed buffer inside the request, and errors
+ * are turned into text after libcurl returns. libcurl's own memory (handles,
+ * header lists) is freed on every path, by PG_FINALLY on errors and by an
+ * on_proc_exit callback for the multi handle.
+ *
+ * Headers follow the Standard Webhooks specification: webhook-id (the
+ * event_id, stable across retries), webhook-timestamp (Unix seconds of this
+ * attempt) and, when the destination has a secret, webhook-signature:
+ * "v1," followed by the base64 HMAC-SHA256 of "<id>.<timestamp>.<body>".
+ *
+ * src/deliver_http.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "common/base64.h"
+#include "common/cryptohash.h"
+#include "common/hmac.h"
+#include "common/sha2.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+
+#include "compat.h"
+#include "guc.h"
+#include "relay.h"
+
+#define WAIT_SLICE_MS 100
+#define RESPONSE_SNIPPET_LEN 200
+
+typedef struct HttpRequest
+{
+	OutboxEvent *event;
+	CURL	   *easy;
+	struct curl_slist *headers;
+	char		errbuf[CURL_ERROR_SIZE];
+	char		response[RESPONSE_SNIPPET_LEN];
+	size_t		response_len;
+} HttpRequest;
+
+static CURLM *multi = NULL;
+
+static void
+http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	if (multi != NULL)
+		curl_multi_cleanup(multi);
+	multi = NULL;
+	curl_global_cleanup();
+}
+
+/* Initialises libcurl once per process, on first use. */
+static void
+http_init(void)
+{
+	if (multi != NULL)
+		return;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not initialize libcurl")));
+	multi = curl_multi_init();
+	if (multi == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not create a libcurl multi handle")));
+	on_proc_exit(http_at_exit, (Datum) 0);
+}
+
+/*
+ * libcurl write callback: keeps the start of the response body for the
+ * error text and discards the rest. Must not throw or allocate.
+ */
+static size_t
+collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		len = size * nmemb;
+	size_t		room = RESPONSE_SNIPPET_LEN - req->response_len;
+
+	if (room > 0)
+	{
+		memcpy(req->response + req->response_len, ptr, Min(len, room));
+		req->response_len += Min(len, room);
+	}
+	return len;
+}
+
+/*
+ * Returns the key for a Standard Webhooks secret: the base64 text after
+ * "whsec_", or the raw bytes of a secret without that prefix. NULL if the
+ * base64 is invalid.
+ */
+static char *
+secret_key(const char *secret, int *keylen)
+{
+	const char *b64;
+	int			b64len;
+	char	   *key;
+
+	if (strncmp(secret, "whsec_", 6) != 0)
+	{
+		*keylen = strlen(secret);
+		return pstrdup(secret);
+	}
+	b64 = secret + 6;
+	b64len = strlen(b64);
+	key = palloc(pg_b64_dec_len(b64len) + 1);
+	*keylen = pg_b64_decode(b64, b64len, OUTBOX_B64_BYTES(key), pg_b64_dec_len(b64len));
+	return *keylen < 0 ? NULL : key;
+}
+
+/* Returns the webhook-signature header for one attempt, or NULL on error. */
+static char *
+signature_header(OutboxEvent *ev, const char *timestamp)
+{
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	int			keylen;
+	char	   *key = secret_key(ev->secret, &keylen);
+	pg_hmac_ctx *ctx;
+	char	   *b64;
+	int			b64len;
+	bool		failed;
+
+	if (key == NULL)
+	{
+		ev->error = pstrdup("the destination's secret has the whsec_ prefix but is not valid base64");
+		return NULL;
+	}
+	ctx = pg_hmac_create(PG_SHA256);
+	if (ctx == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	failed = pg_hmac_init(ctx, (const uint8 *) key, keylen) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) ev->event_id, strlen(ev->event_id)) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) ".", 1) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) timestamp, strlen(timestamp)) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) ".", 1) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) ev->body, strlen(ev->body)) < 0 ||
+		pg_hmac_final(ctx, digest, sizeof(digest)) < 0;
+	if (failed)
+	{
+		const char *msg = pg_hmac_error(ctx);
+
+		pg_hmac_free(ctx);
+		elog(ERROR, "could not compute the webhook signature: %s", msg);
+	}
+	pg_hmac_free(ctx);
+
+	b64 = palloc(pg_b64_enc_len(sizeof(digest)) + 1);
+	b64len = pg_b64_encode(OUTBOX_B64_BYTES(digest), sizeof(digest), b64,
+						   pg_b64_enc_len(sizeof(digest)));
+	if (b64len < 0)
+		elog(ERROR, "could not encode the webhook signature");
+	b64[b64len] = '\0';
+	return psprintf("webhook-signature: v1,%s", b64);
+}
+
+/* Header names the relay sets itself; the same names from users are ignored. */
+static bool
+reserved_header(const char *line)
+{
+	static const char *const reserved[] = {
+		"content-type", "content-length", "host", "transfer-encoding",
+		"expect", "webhook-id", "webhook-timestamp", "webhook-signature"
+	};
+	size_t		namelen = strcspn(line, ":");
+
+	for (size_t i = 0; i < lengthof(reserved); i++)
+		if (strlen(reserved[i]) == namelen &&
+			pg_strncasecmp(line, reserved[i], namelen) == 0)
+			return true;
+	return false;
+}
+
+/* True if line is "name: value" with a token name and no control characters. */
+static bool
+valid_header(const char *line)
+{
+	const char *p = line;
+
+	while (*p && *p != ':')
+	{
+		if (!(isalnum((unsigned char) *p) || strchr("!#$%&'*+-.^_`|~", *p)))
+			return false;
+		p++;
+	}
+	if (p == line || *p != ':')
+		return false;
+	for (; *p; p++)
+		if ((unsigned char) *p < 0x20 && *p != '\t')
+			return false;
+	return true;
+}
+
+static bool
+append_header(HttpRequest *req, const char *line)
+{
+	struct curl_slist *l = curl_slist_append(req->headers, line);
+
+	if (l == NULL)
+		return false;
+	req->headers = l;
+	return true;
+}
+
+/*
+ * Builds the easy handle of one request. On a problem that retrying cannot
+ * solve (an invalid header, a bad secret) the event fails permanently and
+ * false is returned; the caller does not send it.
+ */
+static bool
+prepare_request(HttpRequest *req)
+{
+	OutboxEvent *ev = req->event;
+	char		timestamp[32];
+	long		timeout = ev->timeout_ms;
+	bool		ok;
+
+	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
+
+	for (int i = 0; i < ev->nheaders; i++)
+	{
+		if (!valid_header(ev->headers[i]))
+		{
+			ev->permanent = true;
+			ev->error = psprintf("invalid HTTP header \"%s\"", ev->headers[i]);
+			return false;
+		}
+	}
+
+	ok = append_header(req, "content-type: application/json") &&
+		append_header(req, "Expect:") &&
+		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
+		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
+	if (ok && ev->secret != NULL)
+	{
+		char	   *sig = signature_header(ev, timestamp);
+
+		if (sig == NULL)
+		{
+			ev->permanent = true;
+			return false;
+		}
+		ok = append_header(req, sig);
+	}
+	for (int i = 0; ok && i < ev->nheaders; i++)
+		if (!reserved_header(ev->headers[i]))
+			ok = append_header(req, ev->headers[i]);
+
+	if (ok)
+		req->easy = curl_easy_init();
+	ok = ok && req->easy != NULL &&
+		curl_easy_setopt(req->easy, CURLOPT_URL, ev->url) == CURLE_OK &&
+#if LIBCURL_VERSION_NUM >= 0x075500
+		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
+#else
+		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS)) == CURLE_OK &&
+#endif
+		curl_easy_setopt(req->easy, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDS, ev->body) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(ev->body)) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, collect_response) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK;
+	if (!ok)
+	{
+		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
+		return false;
+	}
+	return true;
+}
+
+/* Keeps printable ASCII only, so the text is valid in any server encoding. */
+static char *
+printable(const char *s, size_t len)
+{
+	char	   *out = palloc(len + 1);
+
+	for (size_t i = 0; i < len; i++)
+		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : ' ';
+	out[len] = '\0';
+	return out;
+}
+
+/* Records the outcome of a finished transfer in its event. */
+static void
+finish_request(HttpRequest *req, CURLcode result)
+{
+	OutboxEvent *ev = req->event;
+	long		status = 0;
+
+	if (result != CURLE_OK)
+	{
+		ev->error = psprintf("HTTP request failed: %s",
+							 req->errbuf[0] ? printable(req->errbuf, strlen(req->errbuf))
+							 : curl_easy_strerror(result));
+		return;
+	}
+	curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+	if (status >= 200 && status < 300)
+	{
+		ev->ok = true;
+		return;
+	}
+	ev->error = psprintf("HTTP status %ld%s%s%s", status,
+						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "",
+						 req->response_len > 0 ? ": " : "",
+						 printable(req->response, req->response_len));
+}
+
+static void
+release_request(HttpRequest *req)
+{
+	if (req->easy != NULL)
+	{
+		curl_multi_remove_handle(multi, req->easy);
+		curl_easy_cleanup(req->easy);
+		req->easy = NULL;
+	}
+	if (req->headers != NULL)
+	{
+		curl_slist_free_all(req->headers);
+		req->headers = NULL;
+	}
+}
+
+/*
+ * Sends each event (all with an url) as an HTTP POST of its envelope and
+ * records the outcome in the event: ok, or the error text. Returns when all
+ * transfers are done, each bounded by its timeout. Runs inside a relay pass,
+ * with a transaction open; may exit the process on SIGTERM.
+ */
+void
+OutboxDeliverHttp(OutboxEvent **events, int n)
+{
+	HttpRequest *reqs = palloc0(sizeof(HttpRequest) * n);
+
+	http_init();
+	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) outbox_http_max_connections);
+	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) outbox_http_max_connections);
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) outbox_http_max_connections);
+
+	PG_TRY();
+	{
+		int			running = 0;
+
+		for (int i = 0; i < n; i++)
+		{
+			reqs[i].event = events[i];
+			if (!prepare_request(&reqs[i]))
+				release_request(&reqs[i]);
+			else if (curl_multi_add_handle(multi, reqs[i].easy) != CURLM_OK)
+			{
+				events[i]->error = pstrdup("could not queue the HTTP request");
+				release_request(&reqs[i]);
+			}
+		}
+
+		for (;;)
+		{
+			CURLMcode	mc;
+			CURLMsg    *msg;
+			int			left;
+
+			mc = curl_multi_perform(multi, &running);
+			while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+			{
+				HttpRequest *req;
+
+				if (msg->msg != CURLMSG_DONE)
+					continue;
+				curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+				finish_request(req, msg->data.result);
+				release_request(req);
+			}
+			if (mc != CURLM_OK)
+			{
+				const char *err = curl_multi_strerror(mc);
+
+				for (int i = 0; i < n; i++)
+					if (reqs[i].easy != NULL)
+						events[i]->error = psprintf("HTTP transfer failed: %s", err);
+				break;
+			}
+			if (running == 0)
+				break;
+			curl_multi_poll(multi, NULL, 0, WAIT_SLICE_MS, NULL);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_FINALLY();
+	{
+		for (int i = 0; i < n; i++)
+			release_request(&reqs[i]);
+	}
+	PG_END_TRY();
+}

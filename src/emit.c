@@ -1,0 +1,222 @@
+/*-------------------------------------------------------------------------
+ *
+ * emit.c
+ *	  outbox_emit(): store one event in the caller's transaction, and wake
+ *	  the relay when that transaction commits.
+ *
+ * The insert runs through SPI as the calling role, so the role needs only
+ * INSERT on the outbox table: the event_id is generated here rather than read
+ * back with RETURNING, which would need SELECT. The prepared INSERT is kept
+ * for the life of the backend, keyed by the extension's schema.
+ *
+ * The wake-up is armed by a per-transaction flag; one transaction callback,
+ * registered on first use in each backend, sets the relay's latch at COMMIT
+ * and drops the flag at ABORT or PREPARE (a prepared transaction is picked up
+ * by polling once it is committed).
+ *
+ * src/emit.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "emit.h"
+#include "shmem.h"
+
+PG_FUNCTION_INFO_V1(outbox_emit);
+
+static bool wake_pending = false;
+static bool xact_callback_registered = false;
+
+static Oid	insert_plan_nsp = InvalidOid;
+static SPIPlanPtr insert_plan = NULL;
+
+static void
+outbox_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_pending)
+				OutboxWakeRelay(MyDatabaseId);
+			wake_pending = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wake_pending = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Arms the relay wake-up for the COMMIT of the current transaction. Called
+ * in a backend with a transaction open, after an event was written.
+ */
+void
+OutboxWakeAtCommit(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(outbox_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_pending = true;
+}
+
+/*
+ * Fills *uuid with a UUID version 7 (RFC 9562): 48 bits of Unix time in
+ * milliseconds, 12 bits of sub-millisecond time, then random bits. Time
+ * ordering keeps inserts into the event_id index at its right edge. Within a
+ * backend the 60-bit timestamp never repeats or goes back (RFC 9562, section
+ * 6.2, method 3), so one session's event ids are strictly increasing.
+ */
+static void
+generate_uuidv7(pg_uuid_t *uuid)
+{
+	static uint64 last_ts = 0;
+	struct timespec ts;
+	uint64		now;
+
+	if (!pg_strong_random(uuid->data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	/* milliseconds << 12 | sub-millisecond fraction scaled to 12 bits */
+	now = (((uint64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000) << 12) |
+		(((uint64) (ts.tv_nsec % 1000000) * 4096) / 1000000);
+	if (now <= last_ts)
+		now = last_ts + 1;
+	last_ts = now;
+
+	uuid->data[0] = (unsigned char) (now >> 52);
+	uuid->data[1] = (unsigned char) (now >> 44);
+	uuid->data[2] = (unsigned char) (now >> 36);
+	uuid->data[3] = (unsigned char) (now >> 28);
+	uuid->data[4] = (unsigned char) (now >> 20);
+	uuid->data[5] = (unsigned char) (now >> 12);
+	uuid->data[6] = (unsigned char) (0x70 | ((now >> 8) & 0x0f));
+	uuid->data[7] = (unsigned char) now;
+	uuid->data[8] = (unsigned char) (0x80 | (uuid->data[8] & 0x3f));
+}
+
+/*
+ * Returns the saved INSERT plan for the outbox table in schema nspoid. Its
+ * parameters follow outbox_emit's arguments, after the event_id.
+ */
+static SPIPlanPtr
+get_insert_plan(Oid nspoid)
+{
+	StringInfoData sql;
+	Oid			argtypes[6] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, JSONBOID};
+	SPIPlanPtr	plan;
+	char	   *nspname;
+
+	if (insert_plan != NULL && insert_plan_nsp == nspoid)
+		return insert_plan;
+
+	nspname = get_namespace_name(nspoid);
+	if (nspname == NULL)
+		elog(ERROR, "cache lookup failed for namespace %u", nspoid);
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "INSERT INTO %s.outbox"
+					 " (event_id, event_type, payload, aggregate_type, aggregate_id, headers)"
+					 " VALUES ($1, $2, $3, $4, $5, $6)",
+					 quote_identifier(nspname));
+
+	plan = SPI_prepare(sql.data, 6, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+
+	if (insert_plan != NULL)
+		SPI_freeplan(insert_plan);
+	insert_plan = plan;
+	insert_plan_nsp = nspoid;
+	return plan;
+}
+
+/*
+ * outbox_emit(event_type text, payload jsonb, aggregate_type text,
+ *			   aggregate_id text, headers jsonb) RETURNS uuid
+ *
+ * SQL-callable, in any backend, inside the caller's transaction (so from a
+ * trigger or procedure too): inserts one event and returns its new event_id.
+ * Rolling back the caller's transaction removes the event; committing it
+ * wakes the relay. Privileges are the caller's: INSERT on outbox suffices.
+ *
+ * Errors: event_type NULL (22004 null_value_not_allowed) or empty
+ * (22023 invalid_parameter_value); payload NULL (22004); headers not a JSON
+ * object (22023). Malformed JSON is rejected by jsonb input before the call.
+ */
+Datum
+outbox_emit(PG_FUNCTION_ARGS)
+{
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	pg_uuid_t  *event_id;
+	SPIPlanPtr	plan;
+	int			rc;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event type must not be null")));
+	if (VARSIZE_ANY_EXHDR(PG_GETARG_DATUM(0)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event type must not be empty")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event payload must not be null"),
+				 errhint("Use '{}' or 'null'::jsonb for an event without a body.")));
+	if (!PG_ARGISNULL(4) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(4)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event headers must be a JSON object"),
+				 errdetail("Headers map header names to values, for example {\"traceparent\": \"00-...\"}.")));
+
+	event_id = (pg_uuid_t *) palloc(sizeof(pg_uuid_t));
+	generate_uuidv7(event_id);
+
+	values[0] = UUIDPGetDatum(event_id);
+	for (int i = 0; i < 5; i++)
+	{
+		if (PG_ARGISNULL(i))
+			nulls[i + 1] = 'n';
+		else
+			values[i + 1] = PG_GETARG_DATUM(i);
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = get_insert_plan(get_func_namespace(fcinfo->flinfo->fn_oid));
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+
+	OutboxWakeAtCommit();
+
+	PG_RETURN_UUID_P(event_id);
+}

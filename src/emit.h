@@ -1,0 +1,18 @@
+/*-------------------------------------------------------------------------
+ *
+ * emit.h
+ *	  outbox_emit() and the wake-up of the relay at COMMIT.
+ *
+ * src/emit.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_EMIT_H
+#define OUTBOX_EMIT_H
+
+#include "fmgr.h"
+
+extern Datum outbox_emit(PG_FUNCTION_ARGS);
+extern void OutboxWakeAtCommit(void);
+
+#endif							/* OUTBOX_EMIT_H */

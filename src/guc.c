@@ -1,0 +1,113 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *	  Definitions of the outbox.* settings.
+ *
+ * Every setting is PGC_SIGHUP: the launcher and the relays re-read them on
+ * reload, and none of them needs a restart. Times are in milliseconds with a
+ * unit flag, so '5s' works too.
+ *
+ * src/guc.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+
+#include "guc.h"
+
+char	   *outbox_databases = NULL;
+int			outbox_batch_size = 100;
+int			outbox_poll_interval = 1000;
+int			outbox_http_timeout = 5000;
+int			outbox_http_max_connections = 16;
+int			outbox_max_attempts = 10;
+int			outbox_backoff_base = 1000;
+int			outbox_backoff_max = 3600 * 1000;
+
+/*
+ * Defines every outbox.* setting and reserves the prefix. Called from
+ * _PG_init in any process that loads the library (postmaster when preloaded,
+ * or a backend on first use), before the preload check, so that SHOW works
+ * everywhere.
+ */
+void
+OutboxDefineGucs(void)
+{
+	DefineCustomStringVariable("outbox.databases",
+							   "Sets the databases in which a relay worker delivers events.",
+							   "A comma-separated list of database names. The launcher starts and stops relays on reload.",
+							   &outbox_databases,
+							   "postgres",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.batch_size",
+							"Sets the number of events claimed per relay pass.",
+							NULL,
+							&outbox_batch_size,
+							100, 1, 10000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.poll_interval",
+							"Sets the time a relay sleeps when it finds no work and is not woken by a commit.",
+							NULL,
+							&outbox_poll_interval,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.http_timeout",
+							"Sets the default time limit of one webhook request, name resolution and connection included.",
+							NULL,
+							&outbox_http_timeout,
+							5000, 1, 600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.http_max_connections",
+							"Sets the maximum number of webhook requests a relay has in flight at once.",
+							"Connections are kept alive between passes. Set it to 1 to deliver one request after another.",
+							&outbox_http_max_connections,
+							16, 1, 1000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_attempts",
+							"Sets the number of failed attempts after which an event is dead-lettered.",
+							NULL,
+							&outbox_max_attempts,
+							10, 1, 10000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.backoff_base",
+							"Sets the delay before the first retry of a failed event; each later retry doubles it.",
+							NULL,
+							&outbox_backoff_base,
+							1000, 1, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.backoff_max",
+							"Sets the longest delay between two attempts of one event.",
+							NULL,
+							&outbox_backoff_max,
+							3600 * 1000, 1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("outbox");
+}

@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.h
+ *	  The outbox.* settings.
+ *
+ * src/guc.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_GUC_H
+#define OUTBOX_GUC_H
+
+extern char *outbox_databases;
+extern int	outbox_batch_size;
+extern int	outbox_poll_interval;
+extern int	outbox_http_timeout;
+extern int	outbox_http_max_connections;
+extern int	outbox_max_attempts;
+extern int	outbox_backoff_base;
+extern int	outbox_backoff_max;
+
+extern void OutboxDefineGucs(void);
+
+#endif							/* OUTBOX_GUC_H */

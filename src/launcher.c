@@ -1,0 +1,284 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *	  The launcher: a static background worker that keeps one relay worker
+ *	  running for each database named in outbox.databases.
+ *
+ * The launcher connects to no database (shared catalogs only), so it can
+ * look databases up in pg_database without depending on any one of them.
+ * It reconciles on start, on reload (SIGHUP), when one of its relays starts
+ * or stops (it is their bgw_notify_pid), and every LAUNCHER_NAP_MS to notice
+ * databases created later. A relay that exits is started again after
+ * RELAY_RESTART_DELAY_MS; one for a database that is being dropped is held
+ * back while the pause set by utility.c is in force. Relays are dynamic
+ * workers that the postmaster never restarts by itself, so the launcher alone
+ * decides; the launcher itself is restarted by the postmaster.
+ *
+ * src/launcher.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+#ifdef OUTBOX_HAVE_CUSTOM_WAIT_EVENTS
+#include "utils/wait_event.h"
+#endif
+
+#include "guc.h"
+#include "relay.h"
+#include "shmem.h"
+
+#define LAUNCHER_NAP_MS 10000
+#define RELAY_RESTART_DELAY_MS 1000
+#define NO_SLOT_RETRY_MS 10000
+
+typedef struct RelayEntry
+{
+	Oid			dboid;
+	char		dbname[NAMEDATALEN];
+	BackgroundWorkerHandle *handle; /* NULL: not started */
+	TimestampTz next_start;		/* do not start before */
+	bool		wanted;
+} RelayEntry;
+
+static RelayEntry relays[OUTBOX_MAX_RELAYS];
+static int	nrelays = 0;
+static bool warned_no_slot = false;
+
+/*
+ * Registers the launcher. Called from _PG_init in the postmaster while
+ * shared_preload_libraries is processed.
+ */
+void
+OutboxRegisterLauncher(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	strlcpy(worker.bgw_library_name, "outbox", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "OutboxLauncherMain", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "outbox launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "outbox launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+static RelayEntry *
+find_entry(Oid dboid)
+{
+	for (int i = 0; i < nrelays; i++)
+		if (relays[i].dboid == dboid)
+			return &relays[i];
+	return NULL;
+}
+
+/*
+ * Marks the entry of every database named in outbox.databases that exists
+ * and accepts connections as wanted, adding entries as needed. Reads
+ * pg_database with a heap scan in a short transaction.
+ */
+static void
+mark_wanted_databases(void)
+{
+	char	   *raw = pstrdup(outbox_databases ? outbox_databases : "");
+	List	   *names = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	for (int i = 0; i < nrelays; i++)
+		relays[i].wanted = false;
+
+	if (!SplitGUCList(raw, ',', &names))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in \"outbox.databases\"")));
+		return;
+	}
+	if (names == NIL)
+		return;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+		ListCell   *lc;
+
+		if (!db->datallowconn)
+			continue;
+		foreach(lc, names)
+		{
+			RelayEntry *e;
+
+			if (strcmp((char *) lfirst(lc), NameStr(db->datname)) != 0)
+				continue;
+			e = find_entry(db->oid);
+			if (e == NULL && nrelays < OUTBOX_MAX_RELAYS)
+			{
+				e = &relays[nrelays++];
+				memset(e, 0, sizeof(*e));
+				e->dboid = db->oid;
+			}
+			if (e != NULL)
+			{
+				strlcpy(e->dbname, NameStr(db->datname), NAMEDATALEN);
+				e->wanted = true;
+			}
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+}
+
+static void
+start_relay(RelayEntry *e, TimestampTz now)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "outbox", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "OutboxRelayMain", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay for database %s", e->dbname);
+	strlcpy(worker.bgw_type, "outbox relay", BGW_MAXLEN);
+	worker.bgw_main_arg = ObjectIdGetDatum(e->dboid);
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (RegisterDynamicBackgroundWorker(&worker, &e->handle))
+	{
+		warned_no_slot = false;
+		return;
+	}
+	e->handle = NULL;
+	e->next_start = TimestampTzPlusMilliseconds(now, NO_SLOT_RETRY_MS);
+	if (!warned_no_slot)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start an outbox relay for database \"%s\"", e->dbname),
+				 errdetail("No background worker slot is free."),
+				 errhint("Raise max_worker_processes: outbox needs one for its launcher and one per database.")));
+	warned_no_slot = true;
+}
+
+/*
+ * Starts, restarts and stops relays so that exactly the wanted databases
+ * have one. Returns how long the launcher may sleep, in ms.
+ */
+static long
+reconcile(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		nap = LAUNCHER_NAP_MS;
+	int			keep = 0;
+
+	mark_wanted_databases();
+
+	for (int i = 0; i < nrelays; i++)
+	{
+		RelayEntry *e = &relays[i];
+		pid_t		pid;
+		BgwHandleStatus status = BGWH_STOPPED;
+
+		if (e->handle != NULL)
+			status = GetBackgroundWorkerPid(e->handle, &pid);
+
+		if (!e->wanted)
+		{
+			if (e->handle != NULL && status != BGWH_STOPPED)
+				TerminateBackgroundWorker(e->handle);
+			continue;			/* forget the entry */
+		}
+
+		if (status == BGWH_STOPPED && e->handle != NULL)
+		{
+			/* it exited: start it again after a short delay */
+			pfree(e->handle);
+			e->handle = NULL;
+			e->next_start = TimestampTzPlusMilliseconds(now, RELAY_RESTART_DELAY_MS);
+		}
+		if (e->handle == NULL)
+		{
+			if (e->next_start <= now && !OutboxRelayPaused(e->dboid))
+				start_relay(e, now);
+			else
+			{
+				long		wait = RELAY_RESTART_DELAY_MS;
+
+				if (e->next_start > now)
+					wait = (long) ((e->next_start - now) / 1000) + 1;
+				nap = Min(nap, wait);
+			}
+		}
+		relays[keep++] = *e;
+	}
+	nrelays = keep;
+	return nap;
+}
+
+/*
+ * Entry point of the launcher worker. Never returns: exits on SIGTERM or
+ * postmaster death; on ERROR it exits and the postmaster restarts it.
+ */
+void
+OutboxLauncherMain(Datum main_arg pg_attribute_unused())
+{
+	uint32		wait_event;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+#ifdef OUTBOX_HAVE_CUSTOM_WAIT_EVENTS
+	wait_event = WaitEventExtensionNew("OutboxLauncherMain");
+#else
+	wait_event = PG_WAIT_EXTENSION;
+#endif
+
+	for (;;)
+	{
+		long		nap;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		nap = reconcile();
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 nap, wait_event);
+		ResetLatch(MyLatch);
+	}
+}

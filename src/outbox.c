@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *	  Module entry point of the outbox extension.
+ *
+ * _PG_init defines the settings in every process that loads the library.
+ * Only when the library is in shared_preload_libraries does it also request
+ * shared memory, install the DROP DATABASE guard and register the launcher;
+ * loaded any other way, events are still stored by outbox_emit() and
+ * delivered by outbox_relay(), but there is no background worker.
+ *
+ * src/outbox.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+
+#include "guc.h"
+#include "relay.h"
+#include "shmem.h"
+#include "utility.h"
+
+#if PG_VERSION_NUM >= 180000
+PG_MODULE_MAGIC_EXT(.name = "outbox",.version = OUTBOX_VERSION);
+#else
+PG_MODULE_MAGIC;
+#endif
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	OutboxDefineGucs();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	OutboxShmemInit();
+	OutboxInstallUtilityHook();
+	OutboxRegisterLauncher();
+}

@@ -1,0 +1,362 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *	  All SQL the relay runs against the outbox table: claim due events,
+ *	  mark them delivered or failed, find when the next retry is due.
+ *
+ * Every function here runs with a transaction open and SPI connected, in the
+ * relay worker or in a backend calling outbox_relay(). Statements are
+ * prepared once per process and kept (SPI_keepplan); they name the tables
+ * with the extension's schema, looked up from the catalog, and are prepared
+ * again if the extension is dropped and created anew.
+ *
+ * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
+ * one table and no event is claimed by two of them at once. The locks are
+ * held until the pass commits, so a crash at any point leaves every claimed
+ * event pending and it is delivered again (at-least-once).
+ *
+ * src/queue.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "guc.h"
+#include "relay.h"
+
+enum
+{
+	PLAN_CLAIM,
+	PLAN_DELIVERED,
+	PLAN_FAILED,
+	PLAN_NEXT_DUE,
+	NUM_PLANS
+};
+
+static Oid	plans_extoid = InvalidOid;
+static SPIPlanPtr plans[NUM_PLANS];
+
+/*
+ * The claim: due, live events in due order, each with the first enabled
+ * destination (by name) whose pattern matches its type. An event without a
+ * destination is not claimed and stays pending. The pattern's '*' becomes
+ * LIKE's '%', after escaping LIKE's own wildcards.
+ */
+static const char *const claim_sql =
+"SELECT o.id, o.event_id::text, o.attempts,"
+"       jsonb_build_object('id', o.event_id, 'type', o.event_type,"
+"           'aggregate_type', o.aggregate_type, 'aggregate_id', o.aggregate_id,"
+"           'created_at', o.created_at, 'attempt', o.attempts + 1,"
+"           'payload', o.payload)::text,"
+"       d.name, d.url, d.channel, d.secret, d.timeout_ms,"
+"       ARRAY(SELECT h.key || ': ' || h.value"
+"               FROM jsonb_each_text(coalesce(d.headers, '{}') || coalesce(o.headers, '{}')) h"
+"              WHERE h.value IS NOT NULL)"
+"  FROM %1$s.outbox o"
+"  CROSS JOIN LATERAL ("
+"       SELECT d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers"
+"         FROM %1$s.outbox_destinations d"
+"        WHERE d.enabled"
+"          AND o.event_type LIKE replace(replace(replace(replace(d.event_types,"
+"                  '\\', '\\\\'), '%%', '\\%%'), '_', '\\_'), '*', '%%')"
+"        ORDER BY d.name"
+"        LIMIT 1) d"
+" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
+"   AND o.next_attempt_at <= now()"
+" ORDER BY o.next_attempt_at, o.id"
+" LIMIT $1"
+"   FOR UPDATE OF o SKIP LOCKED";
+
+static const char *const delivered_sql =
+"UPDATE %1$s.outbox o"
+"   SET delivered_at = now(), attempts = o.attempts + 1,"
+"       last_error = NULL, destination = u.dest"
+"  FROM unnest($1::bigint[], $2::text[]) AS u(id, dest)"
+" WHERE o.id = u.id";
+
+static const char *const failed_sql =
+"UPDATE %1$s.outbox o"
+"   SET attempts = o.attempts + 1, last_error = u.err, destination = u.dest,"
+"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
+"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
+"       dead_at = CASE WHEN u.dead THEN now() END"
+"  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[], $5::bool[])"
+"       AS u(id, dest, err, delay_ms, dead)"
+" WHERE o.id = u.id";
+
+static const char *const next_due_sql =
+"SELECT (extract(epoch FROM o.next_attempt_at - now()) * 1000)::float8"
+"  FROM %1$s.outbox o"
+" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
+"   AND o.next_attempt_at > now()"
+" ORDER BY o.next_attempt_at"
+" LIMIT 1";
+
+static SPIPlanPtr
+prepare_kept(const char *fmt, const char *nsp, int nargs, Oid *argtypes)
+{
+	StringInfoData sql;
+	SPIPlanPtr	plan;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, fmt, nsp);
+	plan = SPI_prepare(sql.data, nargs, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql.data, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+/* Looks up the schema of extension extoid and prepares every statement. */
+static void
+prepare_plans(Oid extoid)
+{
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(extoid)};
+	Oid			claim_args[1] = {INT4OID};
+	Oid			delivered_args[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Oid			failed_args[5] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	FLOAT8ARRAYOID, BOOLARRAYOID};
+	bool		isnull;
+	Oid			nspoid;
+	const char *nsp;
+	int			rc;
+
+	rc = SPI_execute_with_args("SELECT extnamespace FROM pg_catalog.pg_extension"
+							   " WHERE oid OPERATOR(pg_catalog.=) $1",
+							   1, argtypes, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not find the schema of extension %u", extoid);
+	nspoid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+											SPI_tuptable->tupdesc, 1, &isnull));
+	nsp = quote_identifier(get_namespace_name(nspoid));
+
+	for (int i = 0; i < NUM_PLANS; i++)
+	{
+		if (plans[i] != NULL)
+			SPI_freeplan(plans[i]);
+		plans[i] = NULL;
+	}
+	plans_extoid = InvalidOid;
+
+	plans[PLAN_CLAIM] = prepare_kept(claim_sql, nsp, 1, claim_args);
+	plans[PLAN_DELIVERED] = prepare_kept(delivered_sql, nsp, 2, delivered_args);
+	plans[PLAN_FAILED] = prepare_kept(failed_sql, nsp, 5, failed_args);
+	plans[PLAN_NEXT_DUE] = prepare_kept(next_due_sql, nsp, 0, NULL);
+	plans_extoid = extoid;
+}
+
+/*
+ * Makes the outbox tables ready for a pass: returns false, doing nothing,
+ * when the extension is not installed in this database or another session
+ * holds it for DROP EXTENSION. Otherwise the extension is locked against a
+ * concurrent DROP until the end of the transaction, so the pass never meets
+ * half-dropped tables.
+ */
+bool
+OutboxQueueOpen(void)
+{
+	Oid			extoid = get_extension_oid("outbox", true);
+
+	if (!OidIsValid(extoid))
+		return false;
+	if (!ConditionalLockDatabaseObject(ExtensionRelationId, extoid, 0,
+									   AccessShareLock))
+		return false;
+	/* the lock processed invalidations: make sure it still exists */
+	if (get_extension_oid("outbox", true) != extoid)
+		return false;
+
+	if (plans_extoid != extoid)
+		prepare_plans(extoid);
+	return true;
+}
+
+/*
+ * Claims up to batch_size due events and returns them in *events (allocated
+ * in the current memory context, which is SPI's: valid until SPI_finish).
+ * Returns the number claimed.
+ */
+int
+OutboxClaim(int batch_size, OutboxEvent **events)
+{
+	Datum		values[1] = {Int32GetDatum(batch_size)};
+	int			rc;
+	int			n;
+	OutboxEvent *ev;
+	TupleDesc	desc;
+
+	rc = SPI_execute_plan(plans[PLAN_CLAIM], values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "claiming events failed: %s", SPI_result_code_string(rc));
+
+	n = (int) SPI_processed;
+	desc = SPI_tuptable->tupdesc;
+	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		bool		isnull;
+		Datum		d;
+
+		ev[i].id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+		ev[i].event_id = SPI_getvalue(tuple, desc, 2);
+		ev[i].attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+		ev[i].body = SPI_getvalue(tuple, desc, 4);
+		ev[i].dest_name = SPI_getvalue(tuple, desc, 5);
+		ev[i].url = SPI_getvalue(tuple, desc, 6);
+		ev[i].channel = SPI_getvalue(tuple, desc, 7);
+		ev[i].secret = SPI_getvalue(tuple, desc, 8);
+		d = SPI_getbinval(tuple, desc, 9, &isnull);
+		ev[i].timeout_ms = isnull ? outbox_http_timeout : DatumGetInt32(d);
+
+		d = SPI_getbinval(tuple, desc, 10, &isnull);
+		if (!isnull)
+		{
+			Datum	   *elems;
+			bool	   *nulls;
+			int			nelems;
+
+			deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false,
+							  TYPALIGN_INT, &elems, &nulls, &nelems);
+			ev[i].headers = palloc(sizeof(char *) * Max(nelems, 1));
+			for (int j = 0; j < nelems; j++)
+				if (!nulls[j])
+					ev[i].headers[ev[i].nheaders++] = TextDatumGetCString(elems[j]);
+		}
+	}
+	*events = ev;
+	return n;
+}
+
+/* Marks events as delivered (attempts + 1). */
+void
+OutboxMarkDelivered(OutboxEvent **events, int n)
+{
+	Datum	   *ids;
+	Datum	   *dests;
+	Datum		values[2];
+	int			rc;
+
+	if (n == 0)
+		return;
+	ids = palloc(sizeof(Datum) * n);
+	dests = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = Int64GetDatum(events[i]->id);
+		dests[i] = CStringGetTextDatum(events[i]->dest_name);
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
+
+	rc = SPI_execute_plan(plans[PLAN_DELIVERED], values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "marking events delivered failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Delay before the next attempt after `attempts` failed ones, in ms:
+ * exponential from outbox.backoff_base, capped at outbox.backoff_max, with
+ * "equal jitter" (half fixed, half random) so that events failing together
+ * do not all come back at the same instant.
+ */
+static double
+backoff_ms(int attempts)
+{
+	double		delay = (double) outbox_backoff_base * pow(2.0, Min(attempts - 1, 60));
+
+	delay = Min(delay, (double) outbox_backoff_max);
+	return delay / 2.0 + pg_prng_double(&pg_global_prng_state) * delay / 2.0;
+}
+
+/*
+ * Records a failed attempt of each event: attempts + 1, the error text, and
+ * either the time of the next attempt or, when the event failed permanently
+ * or has used up outbox.max_attempts, the dead-letter mark.
+ */
+void
+OutboxMarkFailed(OutboxEvent **events, int n)
+{
+	Datum	   *ids,
+			   *dests,
+			   *errs,
+			   *delays,
+			   *dead;
+	Datum		values[5];
+	int			rc;
+
+	if (n == 0)
+		return;
+	ids = palloc(sizeof(Datum) * n);
+	dests = palloc(sizeof(Datum) * n);
+	errs = palloc(sizeof(Datum) * n);
+	delays = palloc(sizeof(Datum) * n);
+	dead = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+	{
+		OutboxEvent *ev = events[i];
+		int			attempts = ev->attempts + 1;
+		bool		is_dead = ev->permanent || attempts >= outbox_max_attempts;
+
+		ids[i] = Int64GetDatum(ev->id);
+		dests[i] = CStringGetTextDatum(ev->dest_name);
+		errs[i] = CStringGetTextDatum(ev->error ? ev->error : "unknown error");
+		delays[i] = Float8GetDatum(is_dead ? 0.0 : backoff_ms(attempts));
+		dead[i] = BoolGetDatum(is_dead);
+
+		ereport(is_dead ? WARNING : LOG,
+				(errmsg("could not deliver event %s to destination \"%s\": %s",
+						ev->event_id, ev->dest_name, ev->error ? ev->error : "unknown error"),
+				 is_dead ?
+				 errdetail_plural("The event was dead-lettered after %d attempt.",
+								  "The event was dead-lettered after %d attempts.",
+								  attempts, attempts) :
+				 errdetail("Attempt %d of %d; the event will be retried.",
+						   attempts, outbox_max_attempts)));
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(errs, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(delays, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[4] = PointerGetDatum(construct_array(dead, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+
+	rc = SPI_execute_plan(plans[PLAN_FAILED], values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "recording failed attempts failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Milliseconds until the earliest scheduled retry, or -1 when none is
+ * waiting. Lets an idle relay wake up for a retry due before its next poll.
+ */
+double
+OutboxNextDueMs(void)
+{
+	int			rc;
+	bool		isnull;
+	Datum		d;
+
+	rc = SPI_execute_plan(plans[PLAN_NEXT_DUE], NULL, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "finding the next retry failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return -1;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? -1 : Max(DatumGetFloat8(d), 0.0);
+}

@@ -1,0 +1,72 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.h
+ *	  One relay pass, the relay worker and the launcher.
+ *
+ * src/relay.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include "fmgr.h"
+
+#include "compat.h"
+
+/*
+ * One claimed event, its destination and the outcome of this attempt. Lives
+ * in the pass's memory context.
+ */
+typedef struct OutboxEvent
+{
+	int64		id;
+	char	   *event_id;		/* uuid as text: the webhook-id */
+	int32		attempts;		/* attempts before this one */
+	char	   *body;			/* JSON envelope sent to the destination */
+	char	   *dest_name;
+	char	   *url;			/* HTTP destination, or NULL */
+	char	   *channel;		/* NOTIFY destination, or NULL */
+	char	   *secret;			/* signing secret, or NULL */
+	int			timeout_ms;
+	int			nheaders;
+	char	  **headers;		/* "name: value", destination then event */
+
+	/* outcome */
+	bool		ok;
+	bool		permanent;		/* dead-letter now, retrying cannot help */
+	char	   *error;
+} OutboxEvent;
+
+typedef struct OutboxPassResult
+{
+	int			claimed;
+	int			delivered;
+	int			failed;
+	double		next_due_ms;	/* ms until the next retry is due; <0: none */
+} OutboxPassResult;
+
+/* relay.c */
+extern void OutboxRelayPass(int batch_size, bool want_next_due,
+							OutboxPassResult *result);
+extern Datum outbox_relay(PG_FUNCTION_ARGS);
+extern PGDLLEXPORT OUTBOX_NORETURN_PRE void OutboxRelayMain(Datum main_arg) OUTBOX_NORETURN_POST;
+
+/* launcher.c */
+extern void OutboxRegisterLauncher(void);
+extern PGDLLEXPORT OUTBOX_NORETURN_PRE void OutboxLauncherMain(Datum main_arg) OUTBOX_NORETURN_POST;
+
+/* queue.c */
+extern bool OutboxQueueOpen(void);
+extern int	OutboxClaim(int batch_size, OutboxEvent **events);
+extern void OutboxMarkDelivered(OutboxEvent **events, int n);
+extern void OutboxMarkFailed(OutboxEvent **events, int n);
+extern double OutboxNextDueMs(void);
+
+/* deliver_http.c */
+extern void OutboxDeliverHttp(OutboxEvent **events, int n);
+
+/* deliver_notify.c */
+extern void OutboxDeliverNotify(OutboxEvent *event);
+
+#endif							/* OUTBOX_RELAY_H */

@@ -1,0 +1,249 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  The small shared-memory area of the extension: one slot per database
+ *	  with a relay, holding the relay's pid and latch.
+ *
+ * Backends read a slot to wake the relay of their database at COMMIT; the
+ * DROP DATABASE guard (utility.c) writes a pause into it; the relay fills it
+ * in when it starts and clears it when it exits. All of this is a handful of
+ * fields, so one spinlock protects the whole area; nothing is done while
+ * holding it but copying those fields.
+ *
+ * The area exists only when the library is in shared_preload_libraries.
+ * Without it, events are still stored and outbox_relay() still delivers;
+ * there is simply no worker to wake.
+ *
+ * src/shmem.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#include "shmem.h"
+
+typedef struct OutboxRelaySlot
+{
+	Oid			dboid;			/* InvalidOid: free */
+	pid_t		pid;			/* 0: no relay running */
+	Latch	   *latch;			/* the relay's MyLatch, NULL when not running */
+	TimestampTz paused_until;	/* launcher must not start a relay before */
+} OutboxRelaySlot;
+
+typedef struct OutboxShared
+{
+	slock_t		mutex;
+	OutboxRelaySlot slots[OUTBOX_MAX_RELAYS];
+} OutboxShared;
+
+static OutboxShared *shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+outbox_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
+}
+
+static void
+outbox_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("outbox", sizeof(OutboxShared), &found);
+	if (!found)
+	{
+		memset(shared, 0, sizeof(OutboxShared));
+		SpinLockInit(&shared->mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Installs the shared-memory hooks. Called from _PG_init in the postmaster
+ * only, when the library is being preloaded.
+ */
+void
+OutboxShmemInit(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = outbox_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = outbox_shmem_startup;
+}
+
+/* True when the library was preloaded and the shared area exists. */
+bool
+OutboxShmemAvailable(void)
+{
+	return shared != NULL;
+}
+
+/*
+ * Finds the slot of dboid, or claims a free one when create is set; NULL if
+ * there is none. A slot is free when its relay is gone and no pause is in
+ * force. Caller holds the spinlock.
+ */
+static OutboxRelaySlot *
+find_slot(Oid dboid, bool create, TimestampTz now)
+{
+	OutboxRelaySlot *free_slot = NULL;
+
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		OutboxRelaySlot *slot = &shared->slots[i];
+
+		if (slot->dboid == dboid)
+			return slot;
+		if (free_slot == NULL &&
+			(slot->dboid == InvalidOid ||
+			 (slot->pid == 0 && slot->paused_until <= now)))
+			free_slot = slot;
+	}
+	if (create && free_slot != NULL)
+	{
+		free_slot->dboid = dboid;
+		free_slot->pid = 0;
+		free_slot->latch = NULL;
+		free_slot->paused_until = 0;
+	}
+	return create ? free_slot : NULL;
+}
+
+static void
+relay_detach(int code pg_attribute_unused(), Datum arg)
+{
+	Oid			dboid = DatumGetObjectId(arg);
+	OutboxRelaySlot *slot;
+
+	SpinLockAcquire(&shared->mutex);
+	slot = find_slot(dboid, false, 0);
+	if (slot != NULL && slot->pid == MyProcPid)
+	{
+		slot->pid = 0;
+		slot->latch = NULL;
+	}
+	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * Publishes the calling relay worker's latch for its database, so that
+ * committing backends can wake it; the slot is cleared at process exit.
+ * Called once by the relay after it connected. Raises ERROR when all slots
+ * are taken (more than OUTBOX_MAX_RELAYS databases).
+ */
+void
+OutboxRelayAttach(Oid dboid)
+{
+	OutboxRelaySlot *slot;
+
+	TimestampTz now = GetCurrentTimestamp();
+
+	SpinLockAcquire(&shared->mutex);
+	slot = find_slot(dboid, true, now);
+	if (slot != NULL)
+	{
+		slot->pid = MyProcPid;
+		slot->latch = MyLatch;
+	}
+	SpinLockRelease(&shared->mutex);
+
+	if (slot == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many outbox relays"),
+				 errdetail("At most %d databases can have a relay at once.",
+						   OUTBOX_MAX_RELAYS)));
+	on_shmem_exit(relay_detach, ObjectIdGetDatum(dboid));
+}
+
+/*
+ * Sets the latch of the relay of dboid, if one runs. Called by any backend at
+ * COMMIT of a transaction that emitted (emit.c), so it must not fail: no
+ * allocation, no ERROR. A no-op without the shared area.
+ */
+void
+OutboxWakeRelay(Oid dboid)
+{
+	Latch	   *latch = NULL;
+
+	if (shared == NULL)
+		return;
+
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		if (shared->slots[i].dboid == dboid)
+		{
+			latch = shared->slots[i].latch;
+			break;
+		}
+	}
+	SpinLockRelease(&shared->mutex);
+
+	/* A latch of an exited process is still valid memory: a spurious wake. */
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
+ * Stops the relay of dboid, if any, and keeps the launcher from starting one
+ * for pause_ms milliseconds. Called by a backend about to run a command that
+ * needs the database to itself (DROP DATABASE and the like, utility.c); the
+ * command's own wait for other sessions to leave covers the relay's exit.
+ */
+void
+OutboxPauseRelay(Oid dboid, int pause_ms)
+{
+	OutboxRelaySlot *slot;
+	pid_t		pid = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (shared == NULL)
+		return;
+
+	SpinLockAcquire(&shared->mutex);
+	slot = find_slot(dboid, true, now);
+	if (slot != NULL)
+	{
+		slot->paused_until = TimestampTzPlusMilliseconds(now, pause_ms);
+		pid = slot->pid;
+	}
+	SpinLockRelease(&shared->mutex);
+
+	if (pid != 0)
+		kill(pid, SIGTERM);
+}
+
+/* True while a pause set by OutboxPauseRelay is in force; launcher only. */
+bool
+OutboxRelayPaused(Oid dboid)
+{
+	OutboxRelaySlot *slot;
+	bool		paused = false;
+	TimestampTz now = GetCurrentTimestamp();
+
+	SpinLockAcquire(&shared->mutex);
+	slot = find_slot(dboid, false, 0);
+	if (slot != NULL)
+		paused = slot->paused_until > now;
+	SpinLockRelease(&shared->mutex);
+	return paused;
+}

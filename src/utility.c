@@ -1,0 +1,99 @@
+/*-------------------------------------------------------------------------
+ *
+ * utility.c
+ *	  Keeps the relay from blocking commands that need a database to
+ *	  themselves.
+ *
+ * DROP DATABASE, ALTER DATABASE ... RENAME / SET TABLESPACE and CREATE
+ * DATABASE ... TEMPLATE fail while another session is connected to the
+ * database, and a relay is such a session. Before running one of them, the
+ * issuing backend stops the relay of that database and pauses the launcher
+ * for it; the command's own wait for other sessions to leave (up to five
+ * seconds) covers the relay's exit. If the command fails, the relay comes
+ * back once the pause ends.
+ *
+ * The hook runs in every backend that loaded the library.
+ *
+ * src/utility.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
+
+#include "shmem.h"
+#include "utility.h"
+
+/* long enough for the command to finish; a failed command waits this long */
+#define DATABASE_COMMAND_PAUSE_MS 10000
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+static void
+pause_relay_of(const char *dbname)
+{
+	Oid			dboid;
+
+	if (dbname == NULL)
+		return;
+	dboid = get_database_oid(dbname, true);
+	if (OidIsValid(dboid))
+		OutboxPauseRelay(dboid, DATABASE_COMMAND_PAUSE_MS);
+}
+
+static void
+outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
+					   bool readOnlyTree, ProcessUtilityContext context,
+					   ParamListInfo params, QueryEnvironment *queryEnv,
+					   DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *node = pstmt->utilityStmt;
+
+	switch (nodeTag(node))
+	{
+		case T_DropdbStmt:
+			pause_relay_of(((DropdbStmt *) node)->dbname);
+			break;
+		case T_AlterDatabaseStmt:
+			pause_relay_of(((AlterDatabaseStmt *) node)->dbname);
+			break;
+		case T_RenameStmt:
+			if (((RenameStmt *) node)->renameType == OBJECT_DATABASE)
+				pause_relay_of(((RenameStmt *) node)->subname);
+			break;
+		case T_CreatedbStmt:
+			{
+				ListCell   *lc;
+
+				foreach(lc, ((CreatedbStmt *) node)->options)
+				{
+					DefElem    *opt = lfirst(lc);
+
+					if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
+						pause_relay_of(defGetString(opt));
+				}
+				break;
+			}
+		default:
+			break;
+	}
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context,
+							 params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/* Installs the hook; called from _PG_init when the library is preloaded. */
+void
+OutboxInstallUtilityHook(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = outbox_process_utility;
+}
