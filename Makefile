@@ -15,3 +15,9 @@ EXTRA_CLEAN  = tmp_check results log regression.diffs regression.out
 PG_CONFIG   ?= pg_config
 PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Run the TAP suite alone (installcheck runs pg_regress, then this).
+.PHONY: prove_installcheck
+prove_installcheck:
+	rm -rf $(CURDIR)/tmp_check
+	$(prove_installcheck)

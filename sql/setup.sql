@@ -6,12 +6,13 @@ SELECT extname, extversion, extrelocatable, nspname
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE extname = 'outbox';
 
--- every member object of the extension
+-- every member object of the extension (row types are members from 17 on)
 SELECT pg_describe_object(classid, objid, 0) AS object
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
    AND deptype = 'e'
+   AND classid <> 'pg_type'::regclass
  ORDER BY 1;
 
 -- the table and its columns
