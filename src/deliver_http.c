@@ -372,25 +372,37 @@ OutboxDeliverHttp(OutboxEvent **events, int n)
 
 	PG_TRY();
 	{
-		int			running = 0;
-
-		for (int i = 0; i < n; i++)
-		{
-			reqs[i].event = events[i];
-			if (!prepare_request(&reqs[i]))
-				release_request(&reqs[i]);
-			else if (curl_multi_add_handle(multi, reqs[i].easy) != CURLM_OK)
-			{
-				events[i]->error = pstrdup("could not queue the HTTP request");
-				release_request(&reqs[i]);
-			}
-		}
+		int			next = 0;	/* next event to start */
+		int			in_flight = 0;
 
 		for (;;)
 		{
 			CURLMcode	mc;
 			CURLMsg    *msg;
+			int			running;
 			int			left;
+
+			/*
+			 * Start requests in claim order, no more than the limit at once:
+			 * with a limit of 1 the endpoint sees the events in order.
+			 */
+			while (next < n && in_flight < outbox_http_max_connections)
+			{
+				HttpRequest *req = &reqs[next++];
+
+				req->event = events[next - 1];
+				if (!prepare_request(req))
+					release_request(req);
+				else if (curl_multi_add_handle(multi, req->easy) != CURLM_OK)
+				{
+					req->event->error = pstrdup("could not queue the HTTP request");
+					release_request(req);
+				}
+				else
+					in_flight++;
+			}
+			if (in_flight == 0)
+				break;
 
 			mc = curl_multi_perform(multi, &running);
 			while ((msg = curl_multi_info_read(multi, &left)) != NULL)
@@ -402,19 +414,19 @@ OutboxDeliverHttp(OutboxEvent **events, int n)
 				curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
 				finish_request(req, msg->data.result);
 				release_request(req);
+				in_flight--;
 			}
 			if (mc != CURLM_OK)
 			{
 				const char *err = curl_multi_strerror(mc);
 
 				for (int i = 0; i < n; i++)
-					if (reqs[i].easy != NULL)
+					if (!events[i]->ok && events[i]->error == NULL)
 						events[i]->error = psprintf("HTTP transfer failed: %s", err);
 				break;
 			}
-			if (running == 0)
-				break;
-			curl_multi_poll(multi, NULL, 0, WAIT_SLICE_MS, NULL);
+			if (running > 0)
+				curl_multi_poll(multi, NULL, 0, WAIT_SLICE_MS, NULL);
 			CHECK_FOR_INTERRUPTS();
 		}
 	}

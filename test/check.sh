@@ -1,9 +1,9 @@
 #!/bin/bash
 # Runs every test of the extension against an installed build:
 # `make installcheck` runs pg_regress on a temporary instance, then the TAP
-# suite under test/t. PostgreSQL's initdb refuses to run as root, so
-# when started as root the tests run as the owner of the source tree (set
-# OUTBOX_TEST_USER to choose another user).
+# suite under test/t. PostgreSQL's initdb refuses to run as root, so when
+# started as root this runs the tests as OUTBOX_TEST_USER (default postgres)
+# on a copy of the source tree in /tmp, left in place if a test fails.
 #
 # Environment: PG_CONFIG (default: pg_config on PATH).
 set -euo pipefail
@@ -11,26 +11,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PG_CONFIG=${PG_CONFIG:-pg_config}
 
-run() {
-    if [ "$(id -u)" = 0 ]; then
-        local user=${OUTBOX_TEST_USER:-$(stat -c %U .)}
-        if [ "$user" = root ]; then
-            echo "check.sh: the source tree is owned by root; set OUTBOX_TEST_USER or chown it" >&2
-            exit 1
-        fi
-        runuser -u "$user" -- env PATH="$PATH" "$@"
+if [ "$(id -u)" = 0 ]; then
+    user=${OUTBOX_TEST_USER:-postgres}
+    work=$(mktemp -d /tmp/outbox-check.XXXXXX)
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
+            tar -cf - -T - | tar -xf - -C "$work"
     else
-        "$@"
+        tar -cf - --exclude=.git --exclude=tmp_check --exclude=results . | tar -xf - -C "$work"
     fi
-}
+    chown -R "$user" "$work"
+    if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" bash "$work/test/check.sh"; then
+        rm -rf "$work"
+        exit 0
+    fi
+    echo "check.sh: tests failed; logs are in $work/tmp_check/log" >&2
+    exit 1
+fi
 
-status=0
 rm -rf tmp_check results regression.diffs regression.out
-if ! run make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer"; then
-    status=1
+if ! make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer"; then
     [ -f regression.diffs ] && cat regression.diffs
     for f in tmp_check/log/*; do
         [ -f "$f" ] && { echo "== $f"; tail -n 150 "$f"; }
     done
+    exit 1
 fi
-exit $status

@@ -1,0 +1,108 @@
+# Failures: a failed event is retried with backoff and does not hold back the
+# others; it is dead-lettered after outbox.max_attempts; timeouts and bad
+# headers are failures with a reason in last_error.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use JSON::PP;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# one request at a time, so that arrival order is delivery order
+my $node = outbox_node('retry', 'outbox.http_max_connections' => 1);
+my $sink = start_sink();
+my $url = $sink->url('/hook');
+
+# The destination starts disabled so that the sink's rule is in place before
+# the relay can see the events.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, url, enabled) VALUES ('hook', '$url', false)});
+my @ids = split /\n/, $node->safe_psql('postgres', q{
+	SELECT outbox_emit('task.created', jsonb_build_object('n', i)) FROM generate_series(1, 5) i});
+is(scalar @ids, 5, 'five events emitted');
+
+# five events, the endpoint fails the third once
+$sink->control(fail => { $ids[2] => 1 });
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET enabled = true});
+ok($sink->wait_delivered(5), 'all five delivered');
+
+my @order = map { decode_json($_->{body})->{payload}{n} } @{ $sink->delivered };
+is("@order", '1 2 4 5 3', 'arrival order 1, 2, 4, 5, 3: the failure held back nothing');
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox}),
+	'1,1,2,1,1', 'the third event took 2 attempts');
+my @third = grep { $_->{webhook_id} eq $ids[2] } @{ $sink->requests };
+is(scalar @third, 2, 'the third event was sent twice');
+is($third[1]{headers}{'webhook-id'}, $third[0]{headers}{'webhook-id'}, 'with the same webhook-id');
+is(decode_json($third[1]{body})->{attempt}, 2, 'the envelope counts the attempt');
+
+# the endpoint is down, then up again: the event waits with backoff and arrives
+$sink->reset;
+$sink->control(status => 503);
+my $down = $node->safe_psql('postgres', q{SELECT outbox_emit('task.down', '{}')});
+ok( $node->poll_query_until('postgres',
+		"SELECT attempts >= 3 FROM outbox WHERE event_id = '$down'"),
+	'retried while the endpoint is down');
+like( $node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = '$down'"),
+	qr/^HTTP status 503/, 'last_error keeps the status');
+ok( $node->safe_psql('postgres',
+		"SELECT next_attempt_at > now() OR delivered_at IS NOT NULL FROM outbox WHERE event_id = '$down'") eq 't',
+	'next attempt scheduled in the future');
+$sink->control(status => 200);
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL AND last_error IS NULL FROM outbox WHERE event_id = '$down'"),
+	'delivered once the endpoint is back');
+
+# permanently failing: dead-lettered after outbox.max_attempts, kept, redeliverable
+$node->append_conf('postgresql.conf', "outbox.max_attempts = 3\n");
+$node->reload;
+$sink->reset;
+my $doomed;
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET enabled = false});
+$doomed = $node->safe_psql('postgres', q{SELECT outbox_emit('task.doomed', '{}')});
+$sink->control(fail => { $doomed => 1000 });
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET enabled = true});
+ok( $node->poll_query_until('postgres',
+		"SELECT dead_at IS NOT NULL FROM outbox WHERE event_id = '$doomed'"),
+	'dead-lettered');
+is( $node->safe_psql('postgres',
+		"SELECT attempts, delivered_at IS NULL, last_error FROM outbox WHERE event_id = '$doomed'"),
+	'3|t|HTTP status 500: {"ok": false}', 'after 3 attempts, kept with its error');
+is(scalar(grep { $_->{webhook_id} eq $doomed } @{ $sink->requests }), 3,
+	'the endpoint saw exactly 3 attempts');
+is( $node->safe_psql('postgres', q{SELECT dead FROM outbox_status WHERE event_type = 'task.doomed'}),
+	'1', 'the status view shows it dead');
+$sink->control(fail => {});
+is($node->safe_psql('postgres', q{SELECT outbox_redeliver_dead()}), '1', 'redelivered');
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL AND attempts = 4 FROM outbox WHERE event_id = '$doomed'"),
+	'delivered after redelivery');
+
+# a request that outlives the destination's timeout fails
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET timeout_ms = 300});
+$sink->control(delay_ms => 3000);
+my $slow = $node->safe_psql('postgres', q{SELECT outbox_emit('task.slow', '{}')});
+ok( $node->poll_query_until('postgres',
+		"SELECT last_error ~ 'timed out' FROM outbox WHERE event_id = '$slow'"),
+	'timeout recorded in last_error');
+$sink->control(delay_ms => 0);
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$slow'"),
+	'delivered once the endpoint is fast again');
+
+# header injection is refused: the event is dead-lettered, not sent
+my $bad = $node->safe_psql('postgres',
+	q{SELECT outbox_emit('task.bad', '{}', headers => jsonb_build_object('x-evil', E'a\r\nx-injected: 1'))});
+ok( $node->poll_query_until('postgres',
+		"SELECT dead_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_id = '$bad'"),
+	'an event with a CR/LF in a header value is dead-lettered at once');
+like($node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = '$bad'"),
+	qr/^invalid HTTP header/, 'with the reason');
+is(scalar(grep { $_->{webhook_id} eq $bad } @{ $sink->requests }), 0, 'and never sent');
+
+$sink->stop;
+$node->stop;
+done_testing();
