@@ -78,7 +78,8 @@ SELECT event_type,
             WHEN attempts > 0 THEN 'retrying'
             ELSE 'pending' END AS state,
        attempts, destination,
-       next_attempt_at > now() AS backing_off,
+       -- first retry: outbox.backoff_base (1s) with half of it random jitter
+       next_attempt_at - now() BETWEEN interval '500 ms' AND interval '1 s' AS backoff_1st,
        CASE WHEN last_error LIKE 'HTTP request failed: %' THEN 'HTTP request failed: ...'
             -- the envelope's size varies with its created_at
             ELSE regexp_replace(last_error, '^payload of \d+ bytes', 'payload of N bytes')
