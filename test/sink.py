@@ -19,6 +19,7 @@ server listens; it runs until killed).
 import argparse
 import json
 import os
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,12 @@ rules = {"status": 200, "fail": {}, "delay_ms": 0}
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the relay expects
+
+    def setup(self):
+        super().setup()
+        # headers and body go out in two writes: without this, Nagle's
+        # algorithm holds the body until the client's delayed ACK (~40 ms)
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, fmt, *args):
         pass

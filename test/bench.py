@@ -1,0 +1,458 @@
+#!/usr/bin/python3
+"""Benchmarks of the outbox extension on a throwaway cluster.
+
+Prints figures with the parameters beside each; fails nothing. Run through
+test/bench.sh, which installs what it needs (as root): this script starts a
+PostgreSQL 15 cluster with the relay worker in a temporary directory, an
+nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
+(which records arrival times) for the latency figures.
+
+  1. emit cost: pgbench TPS of a task insert, + a plain INSERT INTO outbox,
+     + outbox_emit()
+  2. relay throughput: draining 100,000 events to NOTIFY and to HTTP
+  3. latency: COMMIT to arrival of single events, relay idle
+  4. a relay pass that finds nothing due, under 1,000,000 delivered and
+     100,000 backing-off events, and the claim query's plan
+  5. steady state: a fixed emit rate for 60 s with purge running
+
+Options: --quick shrinks every size (a smoke run of the script itself).
+"""
+import argparse
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import psycopg2
+import psycopg2.extensions
+
+BIN = "/usr/lib/postgresql/15/bin"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def as_postgres(cmd, **kw):
+    return subprocess.run(["runuser", "-u", "postgres", "--"] + cmd, check=True, **kw)
+
+
+def pct(values, p):
+    values = sorted(values)
+    k = max(0, min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1)))))
+    return values[k]
+
+
+class Cluster:
+    def __init__(self, tmp):
+        self.dir = tmp
+        self.data = os.path.join(tmp, "data")
+        self.port = free_port()
+        as_postgres([f"{BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres"],
+                    stdout=subprocess.DEVNULL)
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write(f"""
+port = {self.port}
+listen_addresses = ''
+unix_socket_directories = '{tmp}'
+shared_preload_libraries = 'outbox'
+outbox.databases = 'postgres'
+shared_buffers = '1GB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+max_connections = 100
+""")
+        as_postgres([f"{BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(tmp, "server.log"),
+                     "-w", "start"], stdout=subprocess.DEVNULL)
+        self.env = dict(os.environ, PGHOST=tmp, PGPORT=str(self.port), PGUSER="postgres",
+                        PGDATABASE="postgres")
+
+    def connect(self, autocommit=True):
+        conn = psycopg2.connect(host=self.dir, port=self.port, user="postgres", dbname="postgres")
+        conn.autocommit = autocommit
+        return conn
+
+    def sql(self, query, args=None):
+        conn = self.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute(query, args)
+            return cur.fetchall() if cur.description else None
+        finally:
+            conn.close()
+
+    def set(self, **settings):
+        conn = self.connect()
+        with conn.cursor() as cur:
+            for k, v in settings.items():
+                cur.execute(f"ALTER SYSTEM SET outbox.{k} = %s", (str(v),))
+            cur.execute("SELECT pg_reload_conf()")
+        conn.close()
+        time.sleep(0.3)  # let the workers process SIGHUP before measuring
+
+    def stop(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{BIN}/pg_ctl", "-D", self.data,
+                        "-m", "fast", "-w", "stop"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+def wait_drained(c, timeout=600):
+    """Seconds until no event is pending (polled every 20 ms)."""
+    start = time.time()
+    conn = c.connect()
+    cur = conn.cursor()
+    while time.time() - start < timeout:
+        cur.execute("SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL")
+        if cur.fetchone()[0] == 0:
+            break
+        time.sleep(0.02)
+    conn.close()
+    return time.time() - start
+
+
+def relay_pids(c):
+    return [r[0] for r in c.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")]
+
+
+def start_nginx(tmp):
+    port = free_port()
+    conf = os.path.join(tmp, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""
+daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_buffer_size 64k;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200 'ok'; }}
+    }}
+}}
+""")
+    proc = subprocess.Popen(["nginx", "-c", conf, "-p", tmp])
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, port
+
+
+def start_sink(tmp):
+    port_file = os.path.join(tmp, "sink.port")
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py"), "--port-file", port_file])
+    for _ in range(200):
+        if os.path.exists(port_file):
+            break
+        time.sleep(0.05)
+    return proc, int(open(port_file).read())
+
+
+def section(title):
+    print(f"\n== {title}", flush=True)
+
+
+# 1 ------------------------------------------------------------------------
+def bench_emit(c, tmp, seconds, clients):
+    section("1. emit cost (pgbench)")
+    c.set(databases="")  # no relay: measure the writers alone
+    c.sql("""CREATE TABLE IF NOT EXISTS bench_tasks (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                                                    user_id int NOT NULL, title text NOT NULL)""")
+    scripts = {
+        "a": "INSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');",
+        "b": "BEGIN;\nINSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
+             "INSERT INTO outbox (event_id, event_type, aggregate_type, aggregate_id, payload) "
+             "VALUES (gen_random_uuid(), 'task.created', 'task', :uid, '{\"title\": \"task\"}');\nCOMMIT;",
+        "c": "BEGIN;\nINSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
+             "SELECT outbox_emit('task.created', '{\"title\": \"task\"}', 'task', :uid::text);\nCOMMIT;",
+    }
+    labels = {"a": "task insert only", "b": "task + plain INSERT INTO outbox",
+              "c": "task + outbox_emit()"}
+    tps = {}
+    for rnd in range(2):  # interleave rounds so drift hits each case alike
+        for key, body in scripts.items():
+            c.sql("TRUNCATE bench_tasks; TRUNCATE outbox; CHECKPOINT")
+            path = os.path.join(tmp, f"emit_{key}.sql")
+            with open(path, "w") as f:
+                f.write("\\set uid random(1, 100000)\n" + body + "\n")
+            os.chmod(path, 0o644)
+            out = subprocess.run([f"{BIN}/pgbench", "-n", "-M", "prepared", "-c", str(clients),
+                                  "-j", "2", "-T", str(seconds), "-f", path],
+                                 env=c.env, capture_output=True, text=True, check=True).stdout
+            m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+            tps.setdefault(key, []).append(float(m.group(1)))
+    print(f"parameters: pgbench -M prepared -c {clients} -j 2 -T {seconds}, 2 interleaved rounds, "
+          f"median; synchronous_commit = on; relay stopped")
+    for key in scripts:
+        print(f"  ({key}) {labels[key]:34s} {statistics.median(tps[key]):10.0f} tps   "
+              f"(rounds: {', '.join(f'{t:.0f}' for t in tps[key])})")
+    a, b, cc = (statistics.median(tps[k]) for k in "abc")
+    print(f"  (c)/(a) = {cc / a:.3f}   (c)/(b) = {cc / b:.3f}   "
+          f"outbox_emit vs plain INSERT: {100 * (1 - cc / b):+.1f}% slower")
+    c.sql("TRUNCATE outbox")
+    c.set(databases="postgres")
+
+
+# 2 ------------------------------------------------------------------------
+def fill(c, n, event_type):
+    c.sql("""INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)
+             SELECT %s, jsonb_build_object('n', i, 'title', 'task number ' || i), 'task', i::text
+               FROM generate_series(1, %s) i""", (event_type, n))
+    c.sql("VACUUM ANALYZE outbox")
+
+
+def drain(c, n, event_type, dest_sql, label, extra=""):
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    fill(c, n, event_type)
+    c.sql(dest_sql)  # the relay sees the destination at its next poll
+    t = wait_drained(c)
+    delivered = c.sql("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL")[0][0]
+    first, last = c.sql("SELECT min(delivered_at), max(delivered_at) FROM outbox")[0]
+    span = (last - first).total_seconds() if first else float("nan")
+    print(f"  {label:8s} {delivered} events in {t:6.2f} s wall  = {delivered / t:8.0f} events/s"
+          f"   (first to last mark: {span:.2f} s = {delivered / span if span else 0:.0f}/s){extra}")
+
+
+def bench_throughput(c, tmp, n, nginx_port, batch, conns):
+    section("2. relay throughput (drain a backlog)")
+    c.set(batch_size=batch, http_max_connections=conns, poll_interval="10ms")
+    # nginx's own ceiling, so that the endpoint is known not to be the limit
+    wrk = subprocess.run(["wrk", "-t", "1", "-c", str(conns), "-d", "5s", "-s",
+                          os.path.join(tmp, "post.lua"), f"http://127.0.0.1:{nginx_port}/hook"],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"Requests/sec:\s+([0-9.]+)", wrk)
+    print(f"parameters: {n} events, outbox.batch_size = {batch}, "
+          f"outbox.http_max_connections = {conns}, one relay")
+    print(f"  endpoint ceiling: nginx on 127.0.0.1, wrk -t1 -c{conns} POST: "
+          f"{float(m.group(1)) if m else float('nan'):.0f} requests/s")
+    listener = c.connect()
+    listener.cursor().execute("LISTEN bench_events")
+    drain(c, n, "bench.notify",
+          "INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('n', 'bench.*', 'bench_events')",
+          "NOTIFY", " (a listener is connected)")
+    listener.close()
+    drain(c, n, "bench.http",
+          f"INSERT INTO outbox_destinations (name, event_types, url) "
+          f"VALUES ('h', 'bench.*', 'http://127.0.0.1:{nginx_port}/hook')",
+          "HTTP")
+    c.set(batch_size=100, http_max_connections=16, poll_interval="1s")
+
+
+# 3 ------------------------------------------------------------------------
+def bench_latency(c, n, sink_port):
+    section("3. latency, COMMIT to arrival, relay idle")
+    print(f"parameters: {n} single events per channel, each emitted after the previous arrived; "
+          f"outbox.poll_interval = 1s (the commit wakes the relay)")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.sql(f"""INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('n', 'lat.notify', 'lat');
+              INSERT INTO outbox_destinations (name, event_types, url)
+              VALUES ('h', 'lat.http', 'http://127.0.0.1:{sink_port}/lat')""")
+    writer = c.connect(autocommit=False)
+    wcur = writer.cursor()
+
+    listener = c.connect()
+    listener.cursor().execute("LISTEN lat")
+    lat = []
+    for _ in range(n):
+        wcur.execute("SELECT outbox_emit('lat.notify', '{}')")
+        writer.commit()
+        t0 = time.time()
+        while True:
+            if select.select([listener], [], [], 5) == ([], [], []):
+                raise RuntimeError("notification did not arrive")
+            listener.poll()
+            if listener.notifies:
+                t1 = time.time()
+                listener.notifies.clear()
+                break
+        lat.append((t1 - t0) * 1000)
+    print(f"  NOTIFY  p50 {pct(lat, 50):6.2f} ms   p99 {pct(lat, 99):6.2f} ms   max {max(lat):6.2f} ms")
+    listener.close()
+
+    lat = []
+    base = f"http://127.0.0.1:{sink_port}"
+    seen = 0
+    for _ in range(n):
+        wcur.execute("SELECT outbox_emit('lat.http', '{}')")
+        writer.commit()
+        t0 = time.time()
+        while True:
+            reqs = json.loads(urllib.request.urlopen(f"{base}/_stats?path=/lat").read())
+            if reqs["delivered"] > seen:
+                break
+            time.sleep(0.0005)
+        seen += 1
+        last = json.loads(urllib.request.urlopen(f"{base}/_requests?path=/lat").read())[-1]
+        lat.append((last["received_at"] - t0) * 1000)
+    print(f"  HTTP    p50 {pct(lat, 50):6.2f} ms   p99 {pct(lat, 99):6.2f} ms   max {max(lat):6.2f} ms"
+          f"   (arrival = the sink's receive time)")
+    writer.close()
+
+
+# 4 ------------------------------------------------------------------------
+def bench_backlog(c, delivered, waiting, passes):
+    section("4. a relay pass that finds nothing due, under a large backlog")
+    c.set(databases="")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.sql("INSERT INTO outbox_destinations (name, event_types, url) VALUES ('h', '*', 'http://127.0.0.1:1/')")
+    c.sql("""INSERT INTO outbox (event_type, payload, delivered_at, attempts)
+             SELECT 'old', '{}', now(), 1 FROM generate_series(1, %s)""", (delivered,))
+    c.sql("""INSERT INTO outbox (event_type, payload, attempts, last_error, next_attempt_at)
+             SELECT 'failing', '{}', 3, 'HTTP status 503', now() + interval '1 hour'
+               FROM generate_series(1, %s)""", (waiting,))
+    c.sql("VACUUM ANALYZE outbox")
+    conn = c.connect()
+    cur = conn.cursor()
+    times = []
+    claimed = 0
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        cur.execute("SELECT * FROM outbox_relay()")
+        delivered_now, failed_now = cur.fetchone()
+        times.append((time.perf_counter() - t0) * 1000)
+        claimed += delivered_now + failed_now
+    print(f"parameters: {delivered} delivered events retained, {waiting} failing events "
+          f"backing off, {passes} passes of outbox_relay() from a session")
+    print(f"  pass finding nothing due: p50 {pct(times, 50):.3f} ms   p99 {pct(times, 99):.3f} ms"
+          f"   max {max(times):.3f} ms   (events claimed: {claimed})")
+    # the real claim query's plan, as the relay runs it, through auto_explain
+    cur.execute("""LOAD 'auto_explain';
+                   SET auto_explain.log_min_duration = 0;
+                   SET auto_explain.log_nested_statements = on;
+                   SET auto_explain.log_analyze = on;
+                   SET auto_explain.log_timing = on;
+                   SET auto_explain.log_level = notice;
+                   SET client_min_messages = notice""")
+    del conn.notices[:]
+    cur.execute("SELECT * FROM outbox_relay()")
+    cur.execute("RESET client_min_messages; SET auto_explain.log_min_duration = -1")
+    print("  claim query plan (auto_explain of the relay's own query):")
+    for notice in conn.notices:
+        if "FOR UPDATE OF o SKIP LOCKED" in notice:
+            plan = notice.split("Limit", 1)
+            text = ("Limit" + plan[1]) if len(plan) > 1 else notice
+            for line in text.rstrip().splitlines():
+                print("    " + line)
+    sizes = c.sql("""SELECT pg_size_pretty(pg_relation_size('outbox')),
+                            pg_size_pretty(pg_relation_size('outbox_pending_idx'))""")[0]
+    print(f"  outbox table {sizes[0]}, outbox_pending_idx {sizes[1]}")
+    conn.close()
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.set(databases="postgres")
+
+
+# 5 ------------------------------------------------------------------------
+def bench_steady(c, tmp, rate, seconds, nginx_port):
+    section("5. steady state")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.sql(f"INSERT INTO outbox_destinations (name, event_types, url) "
+          f"VALUES ('h', '*', 'http://127.0.0.1:{nginx_port}/hook')")
+    path = os.path.join(tmp, "steady.sql")
+    with open(path, "w") as f:
+        f.write("SELECT outbox_emit('steady.tick', '{\"title\": \"task\"}', 'task', '1');\n")
+    os.chmod(path, 0o644)
+    stop = threading.Event()
+    rows = []
+
+    def sampler():
+        """Every 10 s: lag of the events marked since the last sample, then
+        purge, then the sizes."""
+        conn = c.connect()
+        cur = conn.cursor()
+        since = c.sql("SELECT now()")[0][0]
+        t0 = time.time()
+        while not stop.wait(10):
+            cur.execute("""
+                SELECT count(*), max(delivered_at),
+                       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag),
+                       percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), max(lag)
+                  FROM (SELECT delivered_at,
+                               extract(epoch FROM delivered_at - created_at) * 1000 AS lag
+                          FROM outbox WHERE delivered_at > %s) s""", (since,))
+            n, last, p50, p99, mx = cur.fetchone()
+            since = last or since
+            cur.execute("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")
+            backlog = cur.fetchone()[0]
+            cur.execute("SELECT outbox_purge('5 seconds')")
+            cur.execute("SELECT pg_total_relation_size('outbox'), pg_relation_size('outbox_pending_idx')")
+            total, idx = cur.fetchone()
+            rows.append((time.time() - t0, n, p50, p99, mx, backlog, total, idx))
+        conn.close()
+
+    t = threading.Thread(target=sampler)
+    t.start()
+    subprocess.run([f"{BIN}/pgbench", "-n", "-M", "prepared", "-c", "4", "-j", "2", "-R", str(rate),
+                    "-T", str(seconds), "-f", path], env=c.env, capture_output=True, check=True)
+    stop.set()
+    t.join()
+    print(f"parameters: pgbench -R {rate} -T {seconds}, one outbox_emit() per transaction, HTTP to "
+          f"nginx; every 10 s: lag (delivered_at - created_at, server clock) of the events marked "
+          f"in those 10 s, pending backlog, then outbox_purge('5 seconds') and the sizes")
+    print("     t   events   lag p50   lag p99   lag max   pending   outbox total   pending index")
+    for t_, n, p50, p99, mx, backlog, total, idx in rows:
+        print(f"  {t_:4.0f}s  {n:7d}  {p50 or 0:7.1f}ms {p99 or 0:7.1f}ms {mx or 0:7.1f}ms  {backlog:8d}"
+              f"   {total // 1024:9d} kB   {idx // 1024:10d} kB")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
+    ap.add_argument("--only", default="12345", help="which sections to run, e.g. 23")
+    args = ap.parse_args()
+    q = args.quick
+    tmp = tempfile.mkdtemp(prefix="outbox-bench.")
+    shutil.chown(tmp, "postgres")
+    os.chmod(tmp, 0o755)
+    with open(os.path.join(tmp, "post.lua"), "w") as f:
+        f.write('wrk.method = "POST"\nwrk.body = \'{"id": "x", "payload": {"n": 1}}\'\n'
+                'wrk.headers["Content-Type"] = "application/json"\n')
+    c = nginx = sink = None
+    try:
+        print(f"machine: {os.cpu_count()} cores; PostgreSQL 15; cluster in {tmp}")
+        c = Cluster(tmp)
+        c.sql("CREATE EXTENSION outbox")
+        nginx, nginx_port = start_nginx(tmp)
+        sink, sink_port = start_sink(tmp)
+        if "1" in args.only:
+            bench_emit(c, tmp, 5 if q else 30, 4)
+        if "2" in args.only:
+            bench_throughput(c, tmp, 5000 if q else 100000, nginx_port, 1000, 32)
+        if "3" in args.only:
+            bench_latency(c, 50 if q else 1000, sink_port)
+        if "4" in args.only:
+            bench_backlog(c, 20000 if q else 1000000, 2000 if q else 100000, 20 if q else 200)
+        if "5" in args.only:
+            bench_steady(c, tmp, 2000, 10 if q else 60, nginx_port)
+    finally:
+        for p in (sink, nginx):
+            if p:
+                p.send_signal(signal.SIGTERM)
+                p.wait()
+        if c:
+            c.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
