@@ -101,6 +101,7 @@ find_entry(Oid dboid)
 static void
 mark_wanted_databases(void)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	char	   *raw = pstrdup(outbox_databases ? outbox_databases : "");
 	List	   *names = NIL;
 	Relation	rel;
@@ -154,12 +155,15 @@ mark_wanted_databases(void)
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 }
 
 static void
 start_relay(RelayEntry *e, TimestampTz now)
 {
 	BackgroundWorker worker;
+	MemoryContext old;
+	bool		registered;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -172,7 +176,11 @@ start_relay(RelayEntry *e, TimestampTz now)
 	worker.bgw_main_arg = ObjectIdGetDatum(e->dboid);
 	worker.bgw_notify_pid = MyProcPid;
 
-	if (RegisterDynamicBackgroundWorker(&worker, &e->handle))
+	/* the handle outlives the loop's memory context */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&worker, &e->handle);
+	MemoryContextSwitchTo(old);
+	if (registered)
 	{
 		warned_no_slot = false;
 		return;
@@ -212,8 +220,12 @@ reconcile(void)
 
 		if (!e->wanted)
 		{
-			if (e->handle != NULL && status != BGWH_STOPPED)
-				TerminateBackgroundWorker(e->handle);
+			if (e->handle != NULL)
+			{
+				if (status != BGWH_STOPPED)
+					TerminateBackgroundWorker(e->handle);
+				pfree(e->handle);
+			}
 			continue;			/* forget the entry */
 		}
 
@@ -251,6 +263,7 @@ void
 OutboxLauncherMain(Datum main_arg pg_attribute_unused())
 {
 	uint32		wait_event;
+	MemoryContext loop_cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -264,6 +277,9 @@ OutboxLauncherMain(Datum main_arg pg_attribute_unused())
 	wait_event = PG_WAIT_EXTENSION;
 #endif
 
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox launcher loop",
+									 ALLOCSET_DEFAULT_SIZES);
+
 	for (;;)
 	{
 		long		nap;
@@ -275,7 +291,10 @@ OutboxLauncherMain(Datum main_arg pg_attribute_unused())
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
+		MemoryContextSwitchTo(loop_cxt);
 		nap = reconcile();
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(loop_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 nap, wait_event);

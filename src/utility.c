@@ -45,6 +45,22 @@ pause_relay_of(const char *dbname)
 		OutboxPauseRelay(dboid, DATABASE_COMMAND_PAUSE_MS);
 }
 
+/* Returns the option called name in a list of DefElem, or NULL. */
+static DefElem *
+has_option(List *options, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		if (strcmp(opt->defname, name) == 0)
+			return opt;
+	}
+	return NULL;
+}
+
 static void
 outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 					   bool readOnlyTree, ProcessUtilityContext context,
@@ -59,7 +75,8 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 			pause_relay_of(((DropdbStmt *) node)->dbname);
 			break;
 		case T_AlterDatabaseStmt:
-			pause_relay_of(((AlterDatabaseStmt *) node)->dbname);
+			if (has_option(((AlterDatabaseStmt *) node)->options, "tablespace"))
+				pause_relay_of(((AlterDatabaseStmt *) node)->dbname);
 			break;
 		case T_RenameStmt:
 			if (((RenameStmt *) node)->renameType == OBJECT_DATABASE)
@@ -67,15 +84,10 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 			break;
 		case T_CreatedbStmt:
 			{
-				ListCell   *lc;
+				DefElem    *template = has_option(((CreatedbStmt *) node)->options, "template");
 
-				foreach(lc, ((CreatedbStmt *) node)->options)
-				{
-					DefElem    *opt = lfirst(lc);
-
-					if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
-						pause_relay_of(defGetString(opt));
-				}
+				if (template != NULL && template->arg != NULL)
+					pause_relay_of(defGetString(template));
 				break;
 			}
 		default:
