@@ -80,6 +80,34 @@ CREATE TABLE @extschema@.outbox_destinations (
     CONSTRAINT outbox_destinations_secret_needs_url CHECK (secret IS NULL OR url IS NOT NULL)
 );
 
+/*
+ * The relay parks events that no destination takes (last_error says so,
+ * next_attempt_at a minute ahead); a new or changed destination makes them
+ * due again at once. The text must match OUTBOX_UNROUTABLE_ERROR in
+ * src/relay.h.
+ */
+CREATE FUNCTION @extschema@._outbox_destinations_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE @extschema@.outbox
+       SET next_attempt_at = now()
+     WHERE delivered_at IS NULL AND dead_at IS NULL
+       AND next_attempt_at > now()
+       AND last_error = 'no enabled destination matches the event type';
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@._outbox_destinations_changed() IS
+    'Internal: makes parked events without a destination due again when destinations change';
+
+CREATE TRIGGER outbox_destinations_changed
+    AFTER INSERT OR UPDATE ON @extschema@.outbox_destinations
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._outbox_destinations_changed();
+
 COMMENT ON TABLE @extschema@.outbox_destinations IS
     'Webhook URLs and NOTIFY channels that events are relayed to, chosen by event type pattern';
 COMMENT ON COLUMN @extschema@.outbox_destinations.event_types IS
@@ -268,6 +296,7 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_redeliver(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_redeliver_dead() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_accept(uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_purge(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_destinations_changed() FROM PUBLIC;
 REVOKE ALL ON @extschema@.outbox, @extschema@.outbox_destinations,
               @extschema@.inbox, @extschema@.outbox_status FROM PUBLIC;
 

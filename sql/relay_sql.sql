@@ -86,8 +86,17 @@ SELECT event_type,
        END AS last_error
   FROM outbox ORDER BY id;
 SELECT event_type, pending, retrying, dead, unroutable FROM outbox_status ORDER BY 1;
--- a second pass finds nothing due: the failed event waits for its backoff
+-- a second pass finds nothing due: the failed event waits for its backoff,
+-- the events without a destination are parked
 SELECT * FROM outbox_relay();
+
+-- a new destination makes the parked events due at once
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('f_orders', 'order.*', 'order_events');
+SELECT event_type, next_attempt_at <= now() AS due FROM outbox
+ WHERE last_error LIKE 'no enabled destination%' ORDER BY id;
+SELECT * FROM outbox_relay();
+SELECT event_type, delivered_at IS NOT NULL AS delivered, attempts, destination, last_error
+  FROM outbox WHERE event_type IN ('order.paid', 'axb') ORDER BY id;
 
 -- redelivery: a delivered event and a dead one become due again
 SELECT outbox_redeliver(event_id) FROM outbox WHERE event_type = 'task.created';

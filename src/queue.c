@@ -37,11 +37,14 @@
 #include "guc.h"
 #include "relay.h"
 
+#define UNROUTABLE_RECHECK "1 minute"
+
 enum
 {
 	PLAN_CLAIM,
 	PLAN_DELIVERED,
 	PLAN_FAILED,
+	PLAN_UNROUTABLE,
 	PLAN_NEXT_DUE,
 	NUM_PLANS
 };
@@ -51,9 +54,9 @@ static SPIPlanPtr plans[NUM_PLANS];
 
 /*
  * The claim: due, live events in due order, each with the first enabled
- * destination (by name) whose pattern matches its type. An event without a
- * destination is not claimed and stays pending. The pattern's '*' becomes
- * LIKE's '%', after escaping LIKE's own wildcards.
+ * destination (by name) whose pattern matches its type, or NULLs when none
+ * does. The pattern's '*' becomes LIKE's '%', after escaping LIKE's own
+ * wildcards.
  */
 static const char *const claim_sql =
 "SELECT o.id, o.event_id::text, o.attempts,"
@@ -66,14 +69,14 @@ static const char *const claim_sql =
 "               FROM jsonb_each_text(coalesce(d.headers, '{}') || coalesce(o.headers, '{}')) h"
 "              WHERE h.value IS NOT NULL)"
 "  FROM %1$s.outbox o"
-"  CROSS JOIN LATERAL ("
+"  LEFT JOIN LATERAL ("
 "       SELECT d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers"
 "         FROM %1$s.outbox_destinations d"
 "        WHERE d.enabled"
 "          AND o.event_type LIKE replace(replace(replace(replace(d.event_types,"
 "                  '\\', '\\\\'), '%%', '\\%%'), '_', '\\_'), '*', '%%')"
 "        ORDER BY d.name"
-"        LIMIT 1) d"
+"        LIMIT 1) d ON true"
 " WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
 "   AND o.next_attempt_at <= now()"
 " ORDER BY o.next_attempt_at, o.id"
@@ -96,6 +99,19 @@ static const char *const failed_sql =
 "  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[], $5::bool[])"
 "       AS u(id, dest, err, delay_ms, dead)"
 " WHERE o.id = u.id";
+
+/*
+ * Events that no destination takes are parked: pending, attempts unchanged,
+ * not claimed again for UNROUTABLE_RECHECK, so that they cost the relay
+ * nothing meanwhile. The trigger on outbox_destinations makes them due
+ * again at once when a destination is added or changed; its condition
+ * matches this last_error text.
+ */
+static const char *const unroutable_sql =
+"UPDATE %1$s.outbox o"
+"   SET next_attempt_at = now() + interval '" UNROUTABLE_RECHECK "',"
+"       last_error = '" OUTBOX_UNROUTABLE_ERROR "'"
+" WHERE o.id = ANY($1)";
 
 static const char *const next_due_sql =
 "SELECT (extract(epoch FROM o.next_attempt_at - now()) * 1000)::float8"
@@ -130,6 +146,7 @@ prepare_plans(Oid extoid)
 	Datum		values[1] = {ObjectIdGetDatum(extoid)};
 	Oid			claim_args[1] = {INT4OID};
 	Oid			delivered_args[2] = {INT8ARRAYOID, TEXTARRAYOID};
+	Oid			unroutable_args[1] = {INT8ARRAYOID};
 	Oid			failed_args[5] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
 	FLOAT8ARRAYOID, BOOLARRAYOID};
 	bool		isnull;
@@ -157,6 +174,7 @@ prepare_plans(Oid extoid)
 	plans[PLAN_CLAIM] = prepare_kept(claim_sql, nsp, 1, claim_args);
 	plans[PLAN_DELIVERED] = prepare_kept(delivered_sql, nsp, 2, delivered_args);
 	plans[PLAN_FAILED] = prepare_kept(failed_sql, nsp, 5, failed_args);
+	plans[PLAN_UNROUTABLE] = prepare_kept(unroutable_sql, nsp, 1, unroutable_args);
 	plans[PLAN_NEXT_DUE] = prepare_kept(next_due_sql, nsp, 0, NULL);
 	plans_extoid = extoid;
 }
@@ -190,7 +208,8 @@ OutboxQueueOpen(void)
 /*
  * Claims up to batch_size due events and returns them in *events (allocated
  * in the current memory context, which is SPI's: valid until SPI_finish).
- * Returns the number claimed.
+ * An event without a destination has dest_name NULL. Returns the number
+ * claimed.
  */
 int
 OutboxClaim(int batch_size, OutboxEvent **events)
@@ -268,6 +287,26 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 	rc = SPI_execute_plan(plans[PLAN_DELIVERED], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "marking events delivered failed: %s", SPI_result_code_string(rc));
+}
+
+/* Parks events that no enabled destination takes; see unroutable_sql. */
+void
+OutboxMarkUnroutable(OutboxEvent **events, int n)
+{
+	Datum	   *ids;
+	Datum		values[1];
+	int			rc;
+
+	if (n == 0)
+		return;
+	ids = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+		ids[i] = Int64GetDatum(events[i]->id);
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+
+	rc = SPI_execute_plan(plans[PLAN_UNROUTABLE], values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "parking unroutable events failed: %s", SPI_result_code_string(rc));
 }
 
 /*

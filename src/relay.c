@@ -52,7 +52,8 @@ PG_FUNCTION_INFO_V1(outbox_relay);
 
 /*
  * Runs one relay pass: claims up to batch_size due events, delivers them and
- * records each outcome. Caller has a transaction open and SPI connected; all
+ * records each outcome; events that no destination takes are parked (see
+ * OutboxMarkUnroutable). Caller has a transaction open and SPI connected; all
  * allocations go to SPI's context and are gone at SPI_finish. When
  * want_next_due is set and the pass was not full, result->next_due_ms tells
  * when the next retry is due.
@@ -64,7 +65,9 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	OutboxEvent **http;
 	OutboxEvent **ok;
 	OutboxEvent **failed;
+	OutboxEvent **unroutable;
 	int			n;
+	int			nunroutable = 0;
 	int			nhttp = 0;
 	int			nok = 0;
 	int			nfailed = 0;
@@ -79,9 +82,12 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	result->claimed = n;
 
 	http = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		if (events[i].channel != NULL)
+		if (events[i].dest_name == NULL)
+			unroutable[nunroutable++] = &events[i];
+		else if (events[i].channel != NULL)
 			OutboxDeliverNotify(&events[i]);
 		else
 			http[nhttp++] = &events[i];
@@ -93,6 +99,8 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
+		if (events[i].dest_name == NULL)
+			continue;
 		if (events[i].ok)
 			ok[nok++] = &events[i];
 		else
@@ -100,8 +108,10 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	}
 	OutboxMarkDelivered(ok, nok);
 	OutboxMarkFailed(failed, nfailed);
+	OutboxMarkUnroutable(unroutable, nunroutable);
 	result->delivered = nok;
 	result->failed = nfailed;
+	result->unroutable = nunroutable;
 
 	if (want_next_due && n < batch_size)
 		result->next_due_ms = OutboxNextDueMs();

@@ -38,11 +38,15 @@ typedef struct OutboxEvent
 	char	   *error;
 } OutboxEvent;
 
+/* last_error of a parked event; outbox--*.sql's trigger matches it */
+#define OUTBOX_UNROUTABLE_ERROR "no enabled destination matches the event type"
+
 typedef struct OutboxPassResult
 {
 	int			claimed;
 	int			delivered;
 	int			failed;
+	int			unroutable;
 	double		next_due_ms;	/* ms until the next retry is due; <0: none */
 } OutboxPassResult;
 
@@ -61,6 +65,7 @@ extern bool OutboxQueueOpen(void);
 extern int	OutboxClaim(int batch_size, OutboxEvent **events);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkFailed(OutboxEvent **events, int n);
+extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
 extern double OutboxNextDueMs(void);
 
 /* deliver_http.c */
