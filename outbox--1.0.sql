@@ -81,9 +81,25 @@ CREATE TABLE @extschema@.outbox_destinations (
 );
 
 /*
+ * A destination's event_types pattern as a LIKE pattern: '*' matches any
+ * run of characters, everything else (LIKE's own % and _ included) itself.
+ * Inlined into the relay's queries and the status view.
+ */
+CREATE FUNCTION @extschema@._outbox_like_pattern(pattern text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+               pattern, '\', '\\'), '%', '\%'), '_', '\_'), '*', '%')
+$$;
+
+COMMENT ON FUNCTION @extschema@._outbox_like_pattern(text) IS
+    'Internal: a destination''s event_types pattern as a LIKE pattern';
+
+/*
  * The relay parks events that no destination takes (last_error says so,
- * next_attempt_at a minute ahead); a new or changed destination makes them
- * due again at once. The text must match OUTBOX_UNROUTABLE_ERROR in
+ * next_attempt_at a few seconds ahead); a new or changed destination makes
+ * them due again at once. The text must match OUTBOX_UNROUTABLE_ERROR in
  * src/relay.h.
  */
 CREATE FUNCTION @extschema@._outbox_destinations_changed()
@@ -278,8 +294,7 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
            SELECT 1 FROM @extschema@.outbox_destinations d
             WHERE d.enabled
-              AND o.event_type LIKE replace(replace(replace(replace(d.event_types,
-                      '\', '\\'), '%', '\%'), '_', '\_'), '*', '%'))) AS unroutable,
+              AND o.event_type LIKE @extschema@._outbox_like_pattern(d.event_types))) AS unroutable,
        min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending
   FROM @extschema@.outbox o
  WHERE o.delivered_at IS NULL
@@ -297,6 +312,7 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_redeliver_dead() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_accept(uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_purge(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_destinations_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_like_pattern(text) FROM PUBLIC;
 REVOKE ALL ON @extschema@.outbox, @extschema@.outbox_destinations,
               @extschema@.inbox, @extschema@.outbox_status FROM PUBLIC;
 
@@ -310,6 +326,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.outbox, @extschema@.outbox_d
 GRANT SELECT ON @extschema@.outbox_status TO outbox_admin;
 GRANT EXECUTE ON FUNCTION
     @extschema@.outbox_emit(text, jsonb, text, text, jsonb),
+    @extschema@._outbox_like_pattern(text),
     @extschema@.outbox_relay(integer),
     @extschema@.outbox_purge(interval),
     @extschema@.outbox_redeliver(uuid),

@@ -25,8 +25,7 @@ SELECT o.id, o.event_id::text, o.attempts,
        SELECT d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers
          FROM outbox_destinations d
         WHERE d.enabled
-          AND o.event_type LIKE replace(replace(replace(replace(d.event_types,
-                  '\', '\\'), '%', '\%'), '_', '\_'), '*', '%')
+          AND o.event_type LIKE _outbox_like_pattern(d.event_types)
         ORDER BY d.name
         LIMIT 1) d
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
@@ -42,6 +41,12 @@ SELECT bool_or(p LIKE '%Index Scan using outbox_pending_idx on outbox o%') AS us
        bool_or(p LIKE '%Sort Key: o.%') AS sorts_events
   FROM regress.claim_plan() p;
 DELETE FROM outbox;
+
+-- destination patterns: '*' is the only wildcard
+SELECT t, p, t LIKE _outbox_like_pattern(p) AS matches
+  FROM (VALUES ('task.created', 'task.*'), ('task.created', '*'), ('taskXcreated', 'task.*'),
+               ('a%b', 'a%b'), ('axb', 'a%b'), ('a_b', 'a_b'), ('axb', 'a_b'),
+               ('a\b', 'a\b'), ('order.paid', 'task.*'), ('x.task.y', '*.task.*')) v(t, p);
 
 -- argument errors
 SELECT regress.try($$SELECT * FROM outbox_relay(0)$$);

@@ -37,7 +37,7 @@
 #include "guc.h"
 #include "relay.h"
 
-#define UNROUTABLE_RECHECK "1 minute"
+#define UNROUTABLE_RECHECK "10 seconds"
 
 enum
 {
@@ -55,8 +55,7 @@ static SPIPlanPtr plans[NUM_PLANS];
 /*
  * The claim: due, live events in due order, each with the first enabled
  * destination (by name) whose pattern matches its type, or NULLs when none
- * does. The pattern's '*' becomes LIKE's '%', after escaping LIKE's own
- * wildcards.
+ * does (_outbox_like_pattern turns the destination's pattern into LIKE's).
  */
 static const char *const claim_sql =
 "SELECT o.id, o.event_id::text, o.attempts,"
@@ -73,8 +72,7 @@ static const char *const claim_sql =
 "       SELECT d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers"
 "         FROM %1$s.outbox_destinations d"
 "        WHERE d.enabled"
-"          AND o.event_type LIKE replace(replace(replace(replace(d.event_types,"
-"                  '\\', '\\\\'), '%%', '\\%%'), '_', '\\_'), '*', '%%')"
+"          AND o.event_type LIKE %1$s._outbox_like_pattern(d.event_types)"
 "        ORDER BY d.name"
 "        LIMIT 1) d ON true"
 " WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
@@ -102,16 +100,23 @@ static const char *const failed_sql =
 
 /*
  * Events that no destination takes are parked: pending, attempts unchanged,
- * not claimed again for UNROUTABLE_RECHECK, so that they cost the relay
- * nothing meanwhile. The trigger on outbox_destinations makes them due
- * again at once when a destination is added or changed; its condition
- * matches this last_error text.
+ * not claimed again for UNROUTABLE_RECHECK, so that a relay woken by every
+ * commit does not walk them on every pass. Routing is checked again here,
+ * with this statement's newer snapshot, so a destination committed since
+ * the claim keeps its events due. The trigger on outbox_destinations makes
+ * parked events due again when a destination is added or changed (its
+ * condition matches this last_error text); a pass running concurrently with
+ * that change may still park a few, for at most UNROUTABLE_RECHECK.
  */
 static const char *const unroutable_sql =
 "UPDATE %1$s.outbox o"
 "   SET next_attempt_at = now() + interval '" UNROUTABLE_RECHECK "',"
 "       last_error = '" OUTBOX_UNROUTABLE_ERROR "'"
-" WHERE o.id = ANY($1)";
+" WHERE o.id = ANY($1)"
+"   AND NOT EXISTS ("
+"       SELECT 1 FROM %1$s.outbox_destinations d"
+"        WHERE d.enabled"
+"          AND o.event_type LIKE %1$s._outbox_like_pattern(d.event_types))";
 
 static const char *const next_due_sql =
 "SELECT (extract(epoch FROM o.next_attempt_at - now()) * 1000)::float8"

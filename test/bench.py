@@ -125,6 +125,13 @@ def wait_drained(c, timeout=600):
     return time.time() - start
 
 
+def wait_for_count(counter, n, timeout=60):
+    """Waits until counter[0] (updated by another thread) reaches n."""
+    deadline = time.time() + timeout
+    while counter[0] < n and time.time() < deadline:
+        time.sleep(0.01)
+
+
 def relay_pids(c):
     return [r[0] for r in c.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")]
 
@@ -246,12 +253,30 @@ def bench_throughput(c, tmp, n, nginx_port, batch, conns):
           f"outbox.http_max_connections = {conns}, one relay")
     print(f"  endpoint ceiling: nginx on 127.0.0.1, wrk -t1 -c{conns} POST: "
           f"{float(m.group(1)) if m else float('nan'):.0f} requests/s")
+    # the listener keeps reading, as a real one must: a listener that stops
+    # reading holds back the xmin horizon and the relay slows down
     listener = c.connect()
     listener.cursor().execute("LISTEN bench_events")
+    stop = threading.Event()
+    received = [0]
+
+    def consume():
+        while not stop.is_set():
+            if select.select([listener], [], [], 0.2)[0]:
+                listener.poll()
+                received[0] += len(listener.notifies)
+                listener.notifies.clear()
+
+    t = threading.Thread(target=consume)
+    t.start()
     drain(c, n, "bench.notify",
           "INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('n', 'bench.*', 'bench_events')",
-          "NOTIFY", " (a listener is connected)")
+          "NOTIFY")
+    wait_for_count(received, n)
+    stop.set()
+    t.join()
     listener.close()
+    print(f"           the listener received {received[0]} notifications")
     drain(c, n, "bench.http",
           f"INSERT INTO outbox_destinations (name, event_types, url) "
           f"VALUES ('h', 'bench.*', 'http://127.0.0.1:{nginx_port}/hook')",
