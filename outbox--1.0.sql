@@ -163,6 +163,29 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.outbox_emit(text, jsonb, text, text, jsonb) IS
     'Writes one event in the current transaction and returns its event_id; the relay is woken at COMMIT';
 
+CREATE FUNCTION @extschema@._outbox_envelope(
+    event_id       uuid,
+    event_type     text,
+    aggregate_type text,
+    aggregate_id   text,
+    created_at     timestamptz,
+    attempt        integer,
+    payload        jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', '_outbox_envelope'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_envelope(uuid, text, text, text, timestamptz, integer, jsonb) IS
+    'Internal: the JSON envelope the relay sends for an attempt of an event';
+
+CREATE FUNCTION @extschema@._outbox_claim_query()
+RETURNS text
+AS 'MODULE_PATHNAME', '_outbox_claim_query'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_claim_query() IS
+    'Internal: the text of the relay''s claim query ($1 is the batch size), for EXPLAIN';
+
 CREATE FUNCTION @extschema@.outbox_relay(
     batch_size integer DEFAULT NULL,
     OUT delivered integer,
@@ -272,14 +295,20 @@ COMMENT ON FUNCTION @extschema@.inbox_accept(uuid, text) IS
 
 CREATE FUNCTION @extschema@.inbox_purge(retention interval DEFAULT '30 days')
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH d AS (
-        DELETE FROM @extschema@.inbox
-         WHERE processed_at < now() - inbox_purge.retention
-        RETURNING 1)
-    SELECT count(*) FROM d
+DECLARE
+    n bigint;
+BEGIN
+    IF retention IS NULL OR retention < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a non-negative interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM @extschema@.inbox WHERE processed_at < now() - retention;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
 $$;
 
 COMMENT ON FUNCTION @extschema@.inbox_purge(interval) IS
@@ -313,6 +342,8 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_accept(uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_purge(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_destinations_changed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_like_pattern(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_claim_query() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_envelope(uuid, text, text, text, timestamptz, integer, jsonb) FROM PUBLIC;
 REVOKE ALL ON @extschema@.outbox, @extschema@.outbox_destinations,
               @extschema@.inbox, @extschema@.outbox_status FROM PUBLIC;
 
@@ -327,6 +358,8 @@ GRANT SELECT ON @extschema@.outbox_status TO outbox_admin;
 GRANT EXECUTE ON FUNCTION
     @extschema@.outbox_emit(text, jsonb, text, text, jsonb),
     @extschema@._outbox_like_pattern(text),
+    @extschema@._outbox_claim_query(),
+    @extschema@._outbox_envelope(uuid, text, text, text, timestamptz, integer, jsonb),
     @extschema@.outbox_relay(integer),
     @extschema@.outbox_purge(interval),
     @extschema@.outbox_redeliver(uuid),

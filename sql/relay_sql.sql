@@ -2,37 +2,15 @@
 -- Everything runs inside transactions that this session rolls back, so the
 -- background worker never sees these events.
 
--- the claim query (the text of claim_sql in src/queue.c) uses the partial
--- index over undelivered events, even with many delivered ones around
+-- the relay's claim query uses the partial index over undelivered events,
+-- even with many delivered ones around
 INSERT INTO outbox (event_type, payload, delivered_at, attempts)
 SELECT 'old', '{}', now(), 1 FROM generate_series(1, 5000);
 INSERT INTO outbox (event_type, payload) SELECT 'new', '{}' FROM generate_series(1, 5);
 ANALYZE outbox;
 CREATE FUNCTION regress.claim_plan() RETURNS SETOF text LANGUAGE plpgsql AS $f$
 BEGIN
-    RETURN QUERY EXECUTE $q$EXPLAIN (COSTS OFF)
-SELECT o.id, o.event_id::text, o.attempts,
-       jsonb_build_object('id', o.event_id, 'type', o.event_type,
-           'aggregate_type', o.aggregate_type, 'aggregate_id', o.aggregate_id,
-           'created_at', o.created_at, 'attempt', o.attempts + 1,
-           'payload', o.payload)::text,
-       d.name, d.url, d.channel, d.secret, d.timeout_ms,
-       ARRAY(SELECT h.key || ': ' || h.value
-               FROM jsonb_each_text(coalesce(d.headers, '{}') || coalesce(o.headers, '{}')) h
-              WHERE h.value IS NOT NULL)
-  FROM outbox o
-  CROSS JOIN LATERAL (
-       SELECT d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers
-         FROM outbox_destinations d
-        WHERE d.enabled
-          AND o.event_type LIKE _outbox_like_pattern(d.event_types)
-        ORDER BY d.name
-        LIMIT 1) d
- WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
-   AND o.next_attempt_at <= now()
- ORDER BY o.next_attempt_at, o.id
- LIMIT 100
-   FOR UPDATE OF o SKIP LOCKED$q$;
+    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || replace(_outbox_claim_query(), '$1', '100');
 END
 $f$;
 -- plan details differ between PostgreSQL versions; the access path does not
@@ -41,6 +19,13 @@ SELECT bool_or(p LIKE '%Index Scan using outbox_pending_idx on outbox o%') AS us
        bool_or(p LIKE '%Sort Key: o.%') AS sorts_events
   FROM regress.claim_plan() p;
 DELETE FROM outbox;
+
+-- the envelope sent to webhooks and NOTIFY: fixed key order, JSON escaping,
+-- null aggregate fields, the payload as stored
+SELECT _outbox_envelope('01932c07-8f4e-7a3b-9c1d-2e5f6a7b8c9d', 'task "created"', 'task', NULL,
+                        '2026-11-29 10:15:00.123456+00', 1, '{"b": 1, "a": "ж\n"}');
+SELECT _outbox_envelope('01932c07-8f4e-7a3b-9c1d-2e5f6a7b8c9d', NULL, NULL, NULL, now(), 1, '{}') IS NULL AS null_type;
+SELECT _outbox_envelope(gen_random_uuid(), 'x', 'y', 'z', now(), 3, '[1, {"k": null}]')::jsonb ? 'payload' AS valid_json;
 
 -- destination patterns: '*' is the only wildcard
 SELECT t, p, t LIKE _outbox_like_pattern(p) AS matches

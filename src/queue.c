@@ -32,10 +32,14 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/timestamp.h"
 
 #include "guc.h"
 #include "relay.h"
+
+PG_FUNCTION_INFO_V1(_outbox_claim_query);
 
 #define UNROUTABLE_RECHECK "10 seconds"
 
@@ -58,14 +62,11 @@ static SPIPlanPtr plans[NUM_PLANS];
  * does (_outbox_like_pattern turns the destination's pattern into LIKE's).
  */
 static const char *const claim_sql =
-"SELECT o.id, o.event_id::text, o.attempts,"
-"       jsonb_build_object('id', o.event_id, 'type', o.event_type,"
-"           'aggregate_type', o.aggregate_type, 'aggregate_id', o.aggregate_id,"
-"           'created_at', o.created_at, 'attempt', o.attempts + 1,"
-"           'payload', o.payload)::text,"
+"SELECT o.id, o.event_id::text, o.attempts, o.event_type, o.aggregate_type,"
+"       o.aggregate_id, o.created_at, o.payload,"
 "       d.name, d.url, d.channel, d.secret, d.timeout_ms,"
 "       ARRAY(SELECT h.key || ': ' || h.value"
-"               FROM jsonb_each_text(coalesce(d.headers, '{}') || coalesce(o.headers, '{}')) h"
+"               FROM jsonb_each_text(coalesce(o.headers, '{}') || coalesce(d.headers, '{}')) h"
 "              WHERE h.value IS NOT NULL)"
 "  FROM %1$s.outbox o"
 "  LEFT JOIN LATERAL ("
@@ -126,6 +127,24 @@ static const char *const next_due_sql =
 " ORDER BY o.next_attempt_at"
 " LIMIT 1";
 
+/*
+ * _outbox_claim_query() RETURNS text
+ *
+ * SQL-callable, internal: the text of the relay's claim query for the
+ * extension's schema (its batch size is the parameter $1), so that its
+ * plan can be checked with EXPLAIN by tests and DBAs.
+ */
+Datum
+_outbox_claim_query(PG_FUNCTION_ARGS)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, claim_sql,
+					 quote_identifier(get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid))));
+	PG_RETURN_TEXT_P(cstring_to_text(sql.data));
+}
+
 static SPIPlanPtr
 prepare_kept(const char *fmt, const char *nsp, int nargs, Oid *argtypes)
 {
@@ -134,7 +153,12 @@ prepare_kept(const char *fmt, const char *nsp, int nargs, Oid *argtypes)
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, fmt, nsp);
-	plan = SPI_prepare(sql.data, nargs, argtypes);
+	/*
+	 * Always the generic plan: the custom plans that the plan cache would
+	 * otherwise try are the same, yet cost a planning per execution (the
+	 * mark statements take arrays whose size the planner would look at).
+	 */
+	plan = SPI_prepare_cursor(sql.data, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 			 sql.data, SPI_result_code_string(SPI_result));
@@ -210,6 +234,16 @@ OutboxQueueOpen(void)
 	return true;
 }
 
+/* The text in column col, or NULL. */
+static char *
+text_or_null(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
 /*
  * Claims up to batch_size due events and returns them in *events (allocated
  * in the current memory context, which is SPI's: valid until SPI_finish).
@@ -241,15 +275,21 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 		ev[i].id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
 		ev[i].event_id = SPI_getvalue(tuple, desc, 2);
 		ev[i].attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-		ev[i].body = SPI_getvalue(tuple, desc, 4);
-		ev[i].dest_name = SPI_getvalue(tuple, desc, 5);
-		ev[i].url = SPI_getvalue(tuple, desc, 6);
-		ev[i].channel = SPI_getvalue(tuple, desc, 7);
-		ev[i].secret = SPI_getvalue(tuple, desc, 8);
-		d = SPI_getbinval(tuple, desc, 9, &isnull);
+		ev[i].body = OutboxBuildEnvelope(ev[i].event_id,
+										 text_or_null(tuple, desc, 4),
+										 text_or_null(tuple, desc, 5),
+										 text_or_null(tuple, desc, 6),
+										 DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull)),
+										 ev[i].attempts + 1,
+										 DatumGetJsonbP(SPI_getbinval(tuple, desc, 8, &isnull)));
+		ev[i].dest_name = SPI_getvalue(tuple, desc, 9);
+		ev[i].url = SPI_getvalue(tuple, desc, 10);
+		ev[i].channel = SPI_getvalue(tuple, desc, 11);
+		ev[i].secret = SPI_getvalue(tuple, desc, 12);
+		d = SPI_getbinval(tuple, desc, 13, &isnull);
 		ev[i].timeout_ms = isnull ? outbox_http_timeout : DatumGetInt32(d);
 
-		d = SPI_getbinval(tuple, desc, 10, &isnull);
+		d = SPI_getbinval(tuple, desc, 14, &isnull);
 		if (!isnull)
 		{
 			Datum	   *elems;

@@ -10,7 +10,9 @@
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "utils/jsonb.h"
 
 #include "compat.h"
 
@@ -30,7 +32,7 @@ typedef struct OutboxEvent
 	char	   *secret;			/* signing secret, or NULL */
 	int			timeout_ms;
 	int			nheaders;
-	char	  **headers;		/* "name: value", destination then event */
+	char	  **headers;		/* "name: value"; the destination's win */
 
 	/* outcome */
 	bool		ok;
@@ -67,6 +69,14 @@ extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkFailed(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
 extern double OutboxNextDueMs(void);
+extern Datum _outbox_claim_query(PG_FUNCTION_ARGS);
+
+/* envelope.c */
+extern char *OutboxBuildEnvelope(const char *event_id, const char *type,
+								 const char *agg_type, const char *agg_id,
+								 TimestampTz created_at, int attempt,
+								 Jsonb *payload);
+extern Datum _outbox_envelope(PG_FUNCTION_ARGS);
 
 /* deliver_http.c */
 extern void OutboxDeliverHttp(OutboxEvent **events, int n);

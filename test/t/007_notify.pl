@@ -162,9 +162,8 @@ is(scalar @{ $got->{$rb_id} }, 1, 'exactly once');
 # ('ж' is 2 bytes), so bytes and characters differ.
 
 # the envelope the relay sends for an event (attempt: attempts + 1 before it)
-my $envelope = q{jsonb_build_object('id', event_id, 'type', event_type,
-	'aggregate_type', aggregate_type, 'aggregate_id', aggregate_id,
-	'created_at', created_at, 'attempt', %s, 'payload', payload)::text};
+my $envelope = q{_outbox_envelope(event_id, event_type, aggregate_type, aggregate_id,
+	created_at, %s, payload)};
 
 @notes = ();
 $node->safe_psql('notify', sprintf(q{

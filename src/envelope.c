@@ -1,0 +1,94 @@
+/*-------------------------------------------------------------------------
+ *
+ * envelope.c
+ *	  The JSON envelope the relay sends for an event, to webhooks and NOTIFY
+ *	  channels alike.
+ *
+ * {"id": <event_id>, "type": ..., "aggregate_type": ..., "aggregate_id": ...,
+ *  "created_at": <ISO 8601>, "attempt": <n>, "payload": <the payload>}
+ *
+ * Built in C, in a fixed key order, once per attempt. _outbox_envelope()
+ * exposes the same builder to SQL, so that the exact bytes sent (and their
+ * size against NOTIFY's limit) can be computed and tested.
+ *
+ * src/envelope.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "relay.h"
+
+PG_FUNCTION_INFO_V1(_outbox_envelope);
+
+static void
+append_string_or_null(StringInfo buf, const char *key, const char *value)
+{
+	appendStringInfo(buf, ", \"%s\": ", key);
+	if (value == NULL)
+		appendStringInfoString(buf, "null");
+	else
+		escape_json(buf, value);
+}
+
+/*
+ * Returns the envelope of one attempt, palloc'd in the current memory
+ * context. event_id is the uuid's text form; agg_type and agg_id may be
+ * NULL; attempt counts from 1. Runs in any backend or the relay, inside a
+ * transaction (the timestamp uses the session's TimeZone).
+ */
+char *
+OutboxBuildEnvelope(const char *event_id, const char *type, const char *agg_type,
+					const char *agg_id, TimestampTz created_at, int attempt,
+					Jsonb *payload)
+{
+	StringInfoData buf;
+	char		ts[MAXDATELEN + 1];
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"id\": \"%s\"", event_id);
+	append_string_or_null(&buf, "type", type);
+	append_string_or_null(&buf, "aggregate_type", agg_type);
+	append_string_or_null(&buf, "aggregate_id", agg_id);
+	JsonEncodeDateTime(ts, TimestampTzGetDatum(created_at), TIMESTAMPTZOID, NULL);
+	appendStringInfo(&buf, ", \"created_at\": \"%s\", \"attempt\": %d, \"payload\": ",
+					 ts, attempt);
+	JsonbToCString(&buf, &payload->root, VARSIZE(payload));
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * _outbox_envelope(event_id uuid, event_type text, aggregate_type text,
+ *					aggregate_id text, created_at timestamptz, attempt int,
+ *					payload jsonb) RETURNS text
+ *
+ * SQL-callable, internal: the envelope the relay would send for these
+ * values. Not strict: NULL aggregate fields become JSON null; NULL in any
+ * other argument gives NULL.
+ */
+Datum
+_outbox_envelope(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(4) ||
+		PG_ARGISNULL(5) || PG_ARGISNULL(6))
+		PG_RETURN_NULL();
+
+	PG_RETURN_TEXT_P(cstring_to_text(OutboxBuildEnvelope(
+		DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(0))),
+		text_to_cstring(PG_GETARG_TEXT_PP(1)),
+		PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2)),
+		PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3)),
+		PG_GETARG_TIMESTAMPTZ(4),
+		PG_GETARG_INT32(5),
+		PG_GETARG_JSONB_P(6))));
+}
