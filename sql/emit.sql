@@ -15,8 +15,7 @@ SELECT outbox_emit('task.created', jsonb_build_object('title', 'committed'), 'ta
 COMMIT;
 SELECT (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM outbox) AS events;
 SELECT event_type, aggregate_type, aggregate_id, payload, headers,
-       delivered_at IS NULL AS pending, attempts, dead_at IS NULL AS live,
-       next_attempt_at <= now() AS due
+       delivered_at IS NULL AS pending, attempts, dead_at IS NULL AS live
   FROM outbox;
 
 -- the returned value is the stored event_id, a version 7 UUID

@@ -47,6 +47,8 @@ SELECT regress.try($$SELECT inbox_accept('11111111-1111-1111-1111-111111111111',
 UPDATE inbox SET processed_at = now() - interval '40 days' WHERE consumer = 'mailer';
 SELECT inbox_purge();
 SELECT consumer, count(*) FROM inbox GROUP BY 1 ORDER BY 1;
+SELECT regress.try($$SELECT inbox_purge(NULL)$$);
+SELECT regress.try($$SELECT inbox_purge('-1 day')$$);
 
 DELETE FROM inbox;
 DROP FUNCTION handle_payment(uuid, bigint, boolean);

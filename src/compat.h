@@ -26,6 +26,22 @@
 #define OUTBOX_NORETURN_POST pg_attribute_noreturn()
 #endif
 
+/* PG_MODULE_MAGIC_EXT (18) records the name and version in the library. */
+#if PG_VERSION_NUM >= 180000
+#define OUTBOX_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "outbox", .version = OUTBOX_VERSION)
+#else
+#define OUTBOX_MODULE_MAGIC PG_MODULE_MAGIC
+#endif
+
+/* Ownership checks became generic in 16. */
+#if PG_VERSION_NUM >= 160000
+#define OutboxDatabaseOwnercheck(dboid, roleid) \
+	object_ownercheck(DatabaseRelationId, (dboid), (roleid))
+#else
+#define OutboxDatabaseOwnercheck(dboid, roleid) \
+	pg_database_ownercheck((dboid), (roleid))
+#endif
+
 /* Custom wait events exist from 17; before, report the generic Extension. */
 #if PG_VERSION_NUM >= 170000
 #define OUTBOX_HAVE_CUSTOM_WAIT_EVENTS 1

@@ -227,6 +227,18 @@ append_header(HttpRequest *req, const char *line)
 	return true;
 }
 
+/* Keeps printable ASCII only, so the text is valid in any server encoding. */
+static char *
+printable(const char *s, size_t len)
+{
+	char	   *out = palloc(len + 1);
+
+	for (size_t i = 0; i < len; i++)
+		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : ' ';
+	out[len] = '\0';
+	return out;
+}
+
 /*
  * Builds the easy handle of one request. On a problem that retrying cannot
  * solve (an invalid header, a bad secret) the event fails permanently and
@@ -246,8 +258,10 @@ prepare_request(HttpRequest *req)
 	{
 		if (!valid_header(ev->headers[i]))
 		{
+			/* the name only: the value may be a credential */
 			ev->permanent = true;
-			ev->error = psprintf("invalid HTTP header \"%s\"", ev->headers[i]);
+			ev->error = psprintf("invalid HTTP header \"%s\"",
+								 printable(ev->headers[i], strcspn(ev->headers[i], ":")));
 			return false;
 		}
 	}
@@ -298,18 +312,6 @@ prepare_request(HttpRequest *req)
 		return false;
 	}
 	return true;
-}
-
-/* Keeps printable ASCII only, so the text is valid in any server encoding. */
-static char *
-printable(const char *s, size_t len)
-{
-	char	   *out = palloc(len + 1);
-
-	for (size_t i = 0; i < len; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : ' ';
-	out[len] = '\0';
-	return out;
 }
 
 /* Records the outcome of a finished transfer in its event. */

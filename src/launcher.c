@@ -39,10 +39,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
-#ifdef OUTBOX_HAVE_CUSTOM_WAIT_EVENTS
 #include "utils/wait_event.h"
-#endif
 
+#include "compat.h"
 #include "guc.h"
 #include "relay.h"
 #include "shmem.h"

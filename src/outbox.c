@@ -18,16 +18,13 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "compat.h"
 #include "guc.h"
 #include "relay.h"
 #include "shmem.h"
 #include "utility.h"
 
-#if PG_VERSION_NUM >= 180000
-PG_MODULE_MAGIC_EXT(.name = "outbox",.version = OUTBOX_VERSION);
-#else
-PG_MODULE_MAGIC;
-#endif
+OUTBOX_MODULE_MAGIC;
 
 void		_PG_init(void);
 

@@ -40,10 +40,9 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#ifdef OUTBOX_HAVE_CUSTOM_WAIT_EVENTS
 #include "utils/wait_event.h"
-#endif
 
+#include "compat.h"
 #include "guc.h"
 #include "relay.h"
 #include "shmem.h"

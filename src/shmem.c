@@ -89,13 +89,6 @@ OutboxShmemInit(void)
 	shmem_startup_hook = outbox_shmem_startup;
 }
 
-/* True when the library was preloaded and the shared area exists. */
-bool
-OutboxShmemAvailable(void)
-{
-	return shared != NULL;
-}
-
 /*
  * Finds the slot of dboid, or claims a free one when create is set; NULL if
  * there is none. A slot is free when its relay is gone and no pause is in

@@ -16,7 +16,6 @@
 #define OUTBOX_MAX_RELAYS 64
 
 extern void OutboxShmemInit(void);
-extern bool OutboxShmemAvailable(void);
 
 extern void OutboxRelayAttach(Oid dboid);
 extern void OutboxWakeRelay(Oid dboid);

@@ -9,7 +9,9 @@
  * database, and a relay is such a session. Before running one of them, the
  * issuing backend stops the relay of that database and pauses the launcher
  * for it; the command's own wait for other sessions to leave (up to five
- * seconds) covers the relay's exit. If the command fails, the relay comes
+ * seconds: CountOtherDBBackends in src/backend/storage/ipc/procarray.c)
+ * covers the relay's exit. Only the database's owner or a superuser can
+ * cause this. If the command fails, the relay comes
  * back once the pause ends.
  *
  * The hook runs in every backend that loaded the library.
@@ -20,10 +22,15 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "nodes/parsenodes.h"
+#include "miscadmin.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
+
+#include "compat.h"
 
 #include "shmem.h"
 #include "utility.h"
@@ -33,6 +40,11 @@
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
+/*
+ * Stops the relay of dbname, if the current user owns that database (or is a
+ * superuser): only such a user can run the commands above, and anyone else
+ * must not be able to stop a relay by issuing a command doomed to fail.
+ */
 static void
 pause_relay_of(const char *dbname)
 {
@@ -41,7 +53,7 @@ pause_relay_of(const char *dbname)
 	if (dbname == NULL)
 		return;
 	dboid = get_database_oid(dbname, true);
-	if (OidIsValid(dboid))
+	if (OidIsValid(dboid) && OutboxDatabaseOwnercheck(dboid, GetUserId()))
 		OutboxPauseRelay(dboid, DATABASE_COMMAND_PAUSE_MS);
 }
 

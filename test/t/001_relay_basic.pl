@@ -44,7 +44,7 @@ $node->safe_psql('postgres', q{
 });
 my $event_id = $node->safe_psql('postgres', q{
 	SELECT outbox_emit('task.created', '{"n": 1, "text": "salom dunyo \\u2713"}', 'task', '42',
-	                   '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')
+	                   '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "x-api-key": "from-the-app"}')
 });
 
 ok($sink->wait_delivered(1), 'committed event delivered while the poll interval is one hour');
@@ -56,7 +56,7 @@ is($req->{webhook_id}, $event_id, 'webhook-id is the event_id');
 is($req->{headers}{'content-type'}, 'application/json', 'content-type');
 like($req->{headers}{'webhook-timestamp'}, qr/^\d{10}$/, 'webhook-timestamp is Unix seconds');
 ok(abs($req->{headers}{'webhook-timestamp'} - time()) < 300, 'webhook-timestamp is now');
-is($req->{headers}{'x-api-key'}, 'k1', 'destination header sent');
+is($req->{headers}{'x-api-key'}, 'k1', 'destination header sent, and it wins over the event\'s');
 is($req->{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
 	'event header sent');
 

@@ -99,8 +99,8 @@ my $bad = $node->safe_psql('postgres',
 ok( $node->poll_query_until('postgres',
 		"SELECT dead_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_id = '$bad'"),
 	'an event with a CR/LF in a header value is dead-lettered at once');
-like($node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = '$bad'"),
-	qr/^invalid HTTP header/, 'with the reason');
+is($node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = '$bad'"),
+	'invalid HTTP header "x-evil"', 'with the reason, naming the header but not its value');
 is(scalar(grep { $_->{webhook_id} eq $bad } @{ $sink->requests }), 0, 'and never sent');
 
 $sink->stop;

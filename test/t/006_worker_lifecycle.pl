@@ -128,6 +128,14 @@ is(relay_pid($node, 'postgres'), $pg_pid, 'relay of postgres still the same proc
 
 my $plain_oid = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'plain'");
 is(relay_pid($node, 'plain'), $plain_pid2, 'relay of plain runs before DROP DATABASE');
+
+# a role that does not own the database cannot stop its relay by trying
+$node->safe_psql('postgres', 'CREATE ROLE regress_nobody LOGIN');
+my ($nret, $nout, $nerr) = $node->psql('postgres', 'DROP DATABASE plain',
+	extra_params => [ '-U', 'regress_nobody' ]);
+like($nerr, qr/must be owner of database plain/, 'DROP DATABASE by a non-owner fails');
+is(relay_pid($node, 'plain'), $plain_pid2, 'and leaves the relay running');
+
 my $drop_offset = -s $node->logfile;
 my $drop_ts = $node->safe_psql('postgres', 'SELECT now()');
 my $t = time();
