@@ -308,7 +308,12 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 	return n;
 }
 
-/* Marks events as delivered (attempts + 1). */
+/*
+ * Marks n claimed events delivered: delivered_at = now() (the pass's start),
+ * attempts + 1, last_error cleared, destination recorded. Runs in the pass's
+ * transaction with SPI connected; raises ERROR only if SPI fails, which
+ * aborts the pass and leaves every claimed event pending.
+ */
 void
 OutboxMarkDelivered(OutboxEvent **events, int n)
 {
@@ -334,7 +339,11 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 		elog(ERROR, "marking events delivered failed: %s", SPI_result_code_string(rc));
 }
 
-/* Parks events that no enabled destination takes; see unroutable_sql. */
+/*
+ * Parks n claimed events that no enabled destination takes (see
+ * unroutable_sql): attempts unchanged. Same context and errors as
+ * OutboxMarkDelivered.
+ */
 void
 OutboxMarkUnroutable(OutboxEvent **events, int n)
 {
@@ -357,8 +366,9 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 /*
  * Delay before the next attempt after `attempts` failed ones, in ms:
  * exponential from outbox.backoff_base, capped at outbox.backoff_max, with
- * "equal jitter" (half fixed, half random) so that events failing together
- * do not all come back at the same instant.
+ * "equal jitter" (half fixed, half random; the variant of that name in the
+ * AWS Architecture Blog's "Exponential Backoff And Jitter") so that events
+ * failing together do not all come back at the same instant.
  */
 static double
 backoff_ms(int attempts)
@@ -372,7 +382,9 @@ backoff_ms(int attempts)
 /*
  * Records a failed attempt of each event: attempts + 1, the error text, and
  * either the time of the next attempt or, when the event failed permanently
- * or has used up outbox.max_attempts, the dead-letter mark.
+ * or has used up outbox.max_attempts, the dead-letter mark. Each failure is
+ * logged (LOG, or WARNING for a dead letter). Same context and errors as
+ * OutboxMarkDelivered.
  */
 void
 OutboxMarkFailed(OutboxEvent **events, int n)

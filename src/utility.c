@@ -114,7 +114,11 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 }
 
-/* Installs the hook; called from _PG_init when the library is preloaded. */
+/*
+ * Installs the ProcessUtility hook, chaining any previous one. Called once
+ * from _PG_init in the postmaster, when the library is preloaded; the hook
+ * is then inherited by every backend.
+ */
 void
 OutboxInstallUtilityHook(void)
 {
