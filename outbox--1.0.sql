@@ -69,7 +69,8 @@ CREATE INDEX outbox_pending_idx ON @extschema@.outbox (next_attempt_at, id)
 CREATE TABLE @extschema@.outbox_destinations (
     name        text PRIMARY KEY CHECK (name OPERATOR(pg_catalog.<>) ''),
     event_types text NOT NULL DEFAULT '*' CHECK (event_types OPERATOR(pg_catalog.<>) ''),
-    url         text CHECK (url OPERATOR(pg_catalog.~*) '^https?://[^[:space:]]+$'),
+    url         text CHECK (url OPERATOR(pg_catalog.~*) '^https?://[^[:space:]]+$'
+                        AND pg_catalog.octet_length(url) OPERATOR(pg_catalog.<=) 8192),
     channel     text CHECK (pg_catalog.octet_length(channel) BETWEEN 1 AND 63),
     headers     jsonb CHECK (headers IS NULL OR pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.=) 'object'),
     secret      text CHECK (secret OPERATOR(pg_catalog.<>) ''),
@@ -192,7 +193,8 @@ CREATE FUNCTION @extschema@.outbox_relay(
     OUT failed integer)
 RETURNS record
 AS 'MODULE_PATHNAME', 'outbox_relay'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION @extschema@.outbox_relay(integer) IS
     'Runs one relay pass in this session (same code as the background worker); returns delivered and failed counts';
@@ -220,14 +222,18 @@ BEGIN
      * and index-driven, whatever the size of the table. Dead-lettered and
      * pending events are never purged.
      */
-    SELECT min(id), max(id) INTO lo, hi FROM @extschema@.outbox;
-    WHILE lo <= hi LOOP
+    SELECT min(id) INTO lo FROM @extschema@.outbox;
+    WHILE lo IS NOT NULL LOOP
+        -- the range [lo, hi]: step ids, or what is left below the maximum
+        hi := CASE WHEN lo > 9223372036854775807 - step THEN 9223372036854775807
+                   ELSE lo + step - 1 END;
         DELETE FROM @extschema@.outbox
-         WHERE id >= lo AND id < lo + step
+         WHERE id BETWEEN lo AND hi
            AND delivered_at < cutoff;
         GET DIAGNOSTICS n = ROW_COUNT;
         total := total + n;
-        lo := lo + step;
+        -- the next existing id: gaps cost one index probe, not a loop
+        SELECT min(id) INTO lo FROM @extschema@.outbox WHERE id > hi;
     END LOOP;
     RETURN total;
 END
@@ -349,8 +355,13 @@ REVOKE ALL ON @extschema@.outbox, @extschema@.outbox_destinations,
 
 GRANT USAGE ON SCHEMA @extschema@ TO outbox_writer, outbox_admin, outbox_consumer;
 
-/* The writer may add events and nothing else: no SELECT, UPDATE or DELETE. */
-GRANT INSERT ON @extschema@.outbox TO outbox_writer;
+/*
+ * The writer may add events and nothing else: no SELECT, UPDATE or DELETE,
+ * and INSERT only of the event's own columns, so it cannot choose an id or
+ * forge delivery state (attempts, delivered_at, dead_at, next_attempt_at).
+ */
+GRANT INSERT (event_id, event_type, aggregate_type, aggregate_id, payload, headers)
+    ON @extschema@.outbox TO outbox_writer;
 GRANT EXECUTE ON FUNCTION @extschema@.outbox_emit(text, jsonb, text, text, jsonb) TO outbox_writer;
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.outbox, @extschema@.outbox_destinations TO outbox_admin;

@@ -12,6 +12,11 @@ SELECT event_type FROM events.outbox;
 ALTER EXTENSION outbox SET SCHEMA public;
 -- the writer role can use the schema it was installed in
 SELECT has_schema_privilege('outbox_writer', 'events', 'USAGE') AS writer_usage;
+-- a session that emitted keeps emitting after the schema is renamed
+ALTER SCHEMA events RENAME TO events2;
+SELECT events2.outbox_emit('x.renamed', '{}') IS NOT NULL AS emitted;
+SELECT * FROM events2.outbox_relay();
+SELECT event_type FROM events2.outbox ORDER BY id;
 \c contrib_regression
 -- DROP DATABASE is not blocked (no relay runs there, but the guard runs)
 DROP DATABASE regress_second;

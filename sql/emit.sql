@@ -36,6 +36,7 @@ SELECT regress.try($$SELECT outbox_emit('task.created', NULL)$$);
 SELECT regress.try($$SELECT outbox_emit('task.created', '{"broken": ')$$);
 SELECT regress.try($$SELECT outbox_emit('task.created', '{}', headers => '[1, 2]')$$);
 SELECT regress.try($$SELECT outbox_emit('task.created', '{}', headers => '"text"')$$);
+SELECT regress.try($$SELECT outbox_emit('task.huge', jsonb_build_object('a', repeat('x', 65 * 1024 * 1024)))$$);
 
 -- JSON null and scalars are valid payloads
 SELECT outbox_emit('scalar', 'null') IS NOT NULL AS null_payload,

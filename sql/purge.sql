@@ -19,6 +19,12 @@ SELECT 'bulk', '{}', now() - interval '30 days', now() - interval '30 days'
 SELECT outbox_purge('1 day') AS purged;
 SELECT event_type, count(*) FROM outbox GROUP BY 1 ORDER BY 1;
 
+-- an id near the top of bigint: the walk jumps the gap and does not overflow
+INSERT INTO outbox (id, event_type, payload, delivered_at) OVERRIDING SYSTEM VALUE
+VALUES (9223372036854775000, 'far', '{}', now() - interval '30 days');
+SELECT outbox_purge('1 day') AS purged;
+SELECT event_type, count(*) FROM outbox GROUP BY 1 ORDER BY 1;
+
 -- errors
 SELECT regress.try($$SELECT outbox_purge(NULL)$$);
 SELECT regress.try($$SELECT outbox_purge('-1 day')$$);

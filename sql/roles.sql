@@ -12,8 +12,12 @@ COMMIT;
 SELECT count(*) FROM outbox;
 UPDATE outbox SET delivered_at = now();
 DELETE FROM outbox;
--- a plain INSERT is allowed too (the identity column needs no grant)
+-- a plain INSERT of the event's own columns is allowed too (the identity
+-- column needs no grant), but not of the id or the delivery state
 INSERT INTO outbox (event_type, payload) VALUES ('plain.insert', '{}');
+INSERT INTO outbox (event_type, payload, attempts) VALUES ('forged', '{}', 2147483647);
+INSERT INTO outbox (event_type, payload, delivered_at) VALUES ('forged', '{}', now());
+INSERT INTO outbox (id, event_type, payload) OVERRIDING SYSTEM VALUE VALUES (9000000000, 'forged', '{}');
 -- nor read destinations (secrets), run the relay, purge or use the inbox
 SELECT count(*) FROM outbox_destinations;
 SELECT * FROM outbox_relay();

@@ -211,7 +211,7 @@ valid_header(const char *line)
 	if (p == line || *p != ':')
 		return false;
 	for (; *p; p++)
-		if ((unsigned char) *p < 0x20 && *p != '\t')
+		if (((unsigned char) *p < 0x20 && *p != '\t') || *p == 0x7f)
 			return false;
 	return true;
 }
@@ -282,8 +282,18 @@ prepare_request(HttpRequest *req)
 		ok = append_header(req, sig);
 	}
 	for (int i = 0; ok && i < ev->nheaders; i++)
-		if (!reserved_header(ev->headers[i]))
-			ok = append_header(req, ev->headers[i]);
+	{
+		const char *line = ev->headers[i];
+		size_t		namelen = strcspn(line, ":");
+
+		if (reserved_header(line))
+			continue;
+		/* libcurl drops "name:" with no value; "name;" sends it empty */
+		if (line[namelen + strspn(line + namelen + 1, " \t") + 1] == '\0')
+			ok = append_header(req, psprintf("%.*s;", (int) namelen, line));
+		else
+			ok = append_header(req, line);
+	}
 
 	if (ok)
 		req->easy = curl_easy_init();

@@ -20,18 +20,22 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 #include "emit.h"
+#include "relay.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
@@ -41,6 +45,20 @@ static bool xact_callback_registered = false;
 
 static Oid	insert_plan_nsp = InvalidOid;
 static SPIPlanPtr insert_plan = NULL;
+static bool insert_plan_stale = false;
+static bool nsp_callback_registered = false;
+
+/*
+ * The saved INSERT names the schema in its text; a renamed schema would
+ * make it fail until the backend exits. Any change to pg_namespace marks it
+ * for preparing again on next use.
+ */
+static void
+nsp_changed(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
+			uint32 hashvalue pg_attribute_unused())
+{
+	insert_plan_stale = true;
+}
 
 static void
 outbox_xact_callback(XactEvent event, void *arg pg_attribute_unused())
@@ -128,8 +146,14 @@ get_insert_plan(Oid nspoid)
 	SPIPlanPtr	plan;
 	char	   *nspname;
 
-	if (insert_plan != NULL && insert_plan_nsp == nspoid)
+	if (insert_plan != NULL && insert_plan_nsp == nspoid && !insert_plan_stale)
 		return insert_plan;
+	if (!nsp_callback_registered)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, nsp_changed, (Datum) 0);
+		nsp_callback_registered = true;
+	}
+	insert_plan_stale = false;
 
 	nspname = get_namespace_name(nspoid);
 	if (nspname == NULL)
@@ -165,8 +189,10 @@ get_insert_plan(Oid nspoid)
  * wakes the relay. Privileges are the caller's: INSERT on outbox suffices.
  *
  * Errors: event_type NULL (22004 null_value_not_allowed) or empty
- * (22023 invalid_parameter_value); payload NULL (22004); headers not a JSON
- * object (22023). Malformed JSON is rejected by jsonb input before the call.
+ * (22023 invalid_parameter_value); payload NULL (22004) or larger than
+ * OUTBOX_MAX_PAYLOAD_BYTES (54000 program_limit_exceeded); headers not a
+ * JSON object (22023). Malformed JSON is rejected by jsonb input before the
+ * call.
  */
 Datum
 outbox_emit(PG_FUNCTION_ARGS)
@@ -190,6 +216,13 @@ outbox_emit(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("event payload must not be null"),
 				 errhint("Use '{}' or 'null'::jsonb for an event without a body.")));
+	if (toast_raw_datum_size(PG_GETARG_DATUM(1)) > OUTBOX_MAX_PAYLOAD_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("event payload is too large"),
+				 errdetail("The payload takes %zu bytes; the limit is %d bytes.",
+						   (size_t) toast_raw_datum_size(PG_GETARG_DATUM(1)),
+						   OUTBOX_MAX_PAYLOAD_BYTES)));
 	if (!PG_ARGISNULL(4) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(4)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

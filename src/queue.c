@@ -23,6 +23,7 @@
 
 #include <math.h>
 
+#include "access/detoast.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -32,8 +33,10 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
@@ -55,6 +58,18 @@ enum
 
 static Oid	plans_extoid = InvalidOid;
 static SPIPlanPtr plans[NUM_PLANS];
+static bool nsp_callback_registered = false;
+
+/*
+ * The statements name the extension's schema in their text: a change to
+ * pg_namespace (a renamed schema) has them prepared again on next use.
+ */
+static void
+nsp_changed(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
+			uint32 hashvalue pg_attribute_unused())
+{
+	plans_extoid = InvalidOid;
+}
 
 /*
  * The claim: due, live events in due order, each with the first enabled
@@ -65,8 +80,9 @@ static const char *const claim_sql =
 "SELECT o.id, o.event_id::text, o.attempts, o.event_type, o.aggregate_type,"
 "       o.aggregate_id, o.created_at, o.payload,"
 "       d.name, d.url, d.channel, d.secret, d.timeout_ms,"
-"       ARRAY(SELECT h.key || ': ' || h.value"
-"               FROM jsonb_each_text(coalesce(o.headers, '{}') || coalesce(d.headers, '{}')) h"
+"       ARRAY(SELECT h.key || ': ' || h.value FROM jsonb_each_text(d.headers) h"
+"              WHERE h.value IS NOT NULL),"
+"       ARRAY(SELECT h.key || ': ' || h.value FROM jsonb_each_text(o.headers) h"
 "              WHERE h.value IS NOT NULL)"
 "  FROM %1$s.outbox o"
 "  LEFT JOIN LATERAL ("
@@ -229,9 +245,51 @@ OutboxQueueOpen(void)
 	if (get_extension_oid("outbox", true) != extoid)
 		return false;
 
+	if (!nsp_callback_registered)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, nsp_changed, (Datum) 0);
+		nsp_callback_registered = true;
+	}
 	if (plans_extoid != extoid)
 		prepare_plans(extoid);
 	return true;
+}
+
+/*
+ * Appends the "name: value" lines of a text[] to the event's headers,
+ * skipping names already there (compared case-insensitively, as HTTP
+ * does): called with the destination's headers first, so they win.
+ */
+static void
+add_headers(OutboxEvent *ev, Datum array)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+
+	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &nulls, &nelems);
+	if (nelems == 0)
+		return;
+	ev->headers = ev->headers == NULL
+		? palloc(sizeof(char *) * nelems)
+		: repalloc(ev->headers, sizeof(char *) * (ev->nheaders + nelems));
+	for (int j = 0; j < nelems; j++)
+	{
+		char	   *line;
+		size_t		namelen;
+		bool		seen = false;
+
+		if (nulls[j])
+			continue;
+		line = TextDatumGetCString(elems[j]);
+		namelen = strcspn(line, ":");
+		for (int k = 0; k < ev->nheaders && !seen; k++)
+			seen = strcspn(ev->headers[k], ":") == namelen &&
+				pg_strncasecmp(ev->headers[k], line, namelen) == 0;
+		if (!seen)
+			ev->headers[ev->nheaders++] = line;
+	}
 }
 
 /* The text in column col, or NULL. */
@@ -275,13 +333,22 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 		ev[i].id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
 		ev[i].event_id = SPI_getvalue(tuple, desc, 2);
 		ev[i].attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-		ev[i].body = OutboxBuildEnvelope(ev[i].event_id,
-										 text_or_null(tuple, desc, 4),
-										 text_or_null(tuple, desc, 5),
-										 text_or_null(tuple, desc, 6),
-										 DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull)),
-										 ev[i].attempts + 1,
-										 DatumGetJsonbP(SPI_getbinval(tuple, desc, 8, &isnull)));
+		d = SPI_getbinval(tuple, desc, 8, &isnull);
+		if (toast_raw_datum_size(d) > OUTBOX_MAX_PAYLOAD_BYTES)
+		{
+			/* stored by a plain INSERT: outbox_emit() refuses such payloads */
+			ev[i].permanent = true;
+			ev[i].error = psprintf("payload of %zu bytes is larger than the limit of %d bytes",
+								   (size_t) toast_raw_datum_size(d), OUTBOX_MAX_PAYLOAD_BYTES);
+		}
+		else
+			ev[i].body = OutboxBuildEnvelope(ev[i].event_id,
+											 text_or_null(tuple, desc, 4),
+											 text_or_null(tuple, desc, 5),
+											 text_or_null(tuple, desc, 6),
+											 DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull)),
+											 ev[i].attempts + 1,
+											 DatumGetJsonbP(d));
 		ev[i].dest_name = SPI_getvalue(tuple, desc, 9);
 		ev[i].url = SPI_getvalue(tuple, desc, 10);
 		ev[i].channel = SPI_getvalue(tuple, desc, 11);
@@ -289,19 +356,12 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 		d = SPI_getbinval(tuple, desc, 13, &isnull);
 		ev[i].timeout_ms = isnull ? outbox_http_timeout : DatumGetInt32(d);
 
-		d = SPI_getbinval(tuple, desc, 14, &isnull);
-		if (!isnull)
+		/* the destination's headers first, so that they win */
+		for (int col = 14; col <= 15; col++)
 		{
-			Datum	   *elems;
-			bool	   *nulls;
-			int			nelems;
-
-			deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false,
-							  TYPALIGN_INT, &elems, &nulls, &nelems);
-			ev[i].headers = palloc(sizeof(char *) * Max(nelems, 1));
-			for (int j = 0; j < nelems; j++)
-				if (!nulls[j])
-					ev[i].headers[ev[i].nheaders++] = TextDatumGetCString(elems[j]);
+			d = SPI_getbinval(tuple, desc, col, &isnull);
+			if (!isnull)
+				add_headers(&ev[i], d);
 		}
 	}
 	*events = ev;

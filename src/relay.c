@@ -86,6 +86,8 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	{
 		if (events[i].dest_name == NULL)
 			unroutable[nunroutable++] = &events[i];
+		else if (events[i].body == NULL)
+			continue;			/* failed already: no envelope (see OutboxClaim) */
 		else if (events[i].channel != NULL)
 			OutboxDeliverNotify(&events[i]);
 		else

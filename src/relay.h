@@ -25,7 +25,7 @@ typedef struct OutboxEvent
 	int64		id;
 	char	   *event_id;		/* uuid as text: the webhook-id */
 	int32		attempts;		/* attempts before this one */
-	char	   *body;			/* JSON envelope sent to the destination */
+	char	   *body;			/* JSON envelope sent; NULL if it cannot be built */
 	char	   *dest_name;
 	char	   *url;			/* HTTP destination, or NULL */
 	char	   *channel;		/* NOTIFY destination, or NULL */
@@ -39,6 +39,14 @@ typedef struct OutboxEvent
 	bool		permanent;		/* dead-letter now, retrying cannot help */
 	char	   *error;
 } OutboxEvent;
+
+/*
+ * The largest payload (jsonb, in bytes) an event may have. The envelope is
+ * one string in memory, and PostgreSQL's allocations stop at 1 GB; escaping
+ * can make JSON text six times its characters (\u0001), so 64 MB keeps the
+ * worst case well inside that.
+ */
+#define OUTBOX_MAX_PAYLOAD_BYTES (64 * 1024 * 1024)
 
 /* last_error of a parked event; outbox--*.sql's trigger matches it */
 #define OUTBOX_UNROUTABLE_ERROR "no enabled destination matches the event type"
