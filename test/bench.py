@@ -113,13 +113,14 @@ max_connections = 100
 
 
 def wait_drained(c, timeout=600):
-    """Seconds until no event is pending (polled every 20 ms)."""
+    """Seconds until no event is pending. Polls every 20 ms with a probe of
+    the pending index: counting the table would take CPU from the relay."""
     start = time.time()
     conn = c.connect()
     cur = conn.cursor()
     while time.time() - start < timeout:
-        cur.execute("SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL")
-        if cur.fetchone()[0] == 0:
+        cur.execute("SELECT EXISTS (SELECT FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL)")
+        if not cur.fetchone()[0]:
             break
         time.sleep(0.02)
     conn.close()
