@@ -16,6 +16,10 @@ PG_CONFIG   ?= pg_config
 PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: rebuild everything when one changes,
+# or objects would disagree on the layout of shared structs.
+$(OBJS): $(wildcard src/*.h)
+
 # Run the TAP suite alone (installcheck runs pg_regress, then this).
 .PHONY: prove_installcheck
 prove_installcheck:

@@ -11,6 +11,7 @@
 #define OUTBOX_RELAY_H
 
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
 
@@ -23,6 +24,7 @@
 typedef struct OutboxEvent
 {
 	int64		id;
+	ItemPointerData tid;		/* the claimed row version, locked by the pass */
 	char	   *event_id;		/* uuid as text: the webhook-id */
 	int32		attempts;		/* attempts before this one */
 	char	   *body;			/* JSON envelope sent; NULL if it cannot be built */
