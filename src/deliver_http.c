@@ -216,6 +216,7 @@ valid_header(const char *line)
 	return true;
 }
 
+/* Adds a header line to the request; false when libcurl is out of memory. */
 static bool
 append_header(HttpRequest *req, const char *line)
 {
@@ -350,6 +351,7 @@ finish_request(HttpRequest *req, CURLcode result)
 						 printable(req->response, req->response_len));
 }
 
+/* Detaches and frees a request's libcurl handle and header list. */
 static void
 release_request(HttpRequest *req)
 {

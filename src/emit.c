@@ -60,6 +60,7 @@ nsp_changed(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
 	insert_plan_stale = true;
 }
 
+/* Sets the relay's latch at COMMIT if this transaction emitted. */
 static void
 outbox_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {

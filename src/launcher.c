@@ -83,6 +83,7 @@ OutboxRegisterLauncher(void)
 	RegisterBackgroundWorker(&worker);
 }
 
+/* The launcher's entry for database dboid, or NULL. */
 static RelayEntry *
 find_entry(Oid dboid)
 {
@@ -157,6 +158,10 @@ mark_wanted_databases(void)
 	MemoryContextSwitchTo(cxt);
 }
 
+/*
+ * Registers a dynamic relay worker for the entry's database; when no worker
+ * slot is free, warns once and tries again in NO_SLOT_RETRY_MS.
+ */
 static void
 start_relay(RelayEntry *e, TimestampTz now)
 {

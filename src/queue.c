@@ -165,6 +165,7 @@ _outbox_claim_query(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(sql.data));
 }
 
+/* Prepares fmt (with the schema filled in) as a generic plan kept for life. */
 static SPIPlanPtr
 prepare_kept(const char *fmt, const char *nsp, int nargs, Oid *argtypes)
 {

@@ -50,6 +50,7 @@ static OutboxShared *shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+/* Asks for the shared area (shmem_request_hook, postmaster). */
 static void
 outbox_shmem_request(void)
 {
@@ -58,6 +59,7 @@ outbox_shmem_request(void)
 	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
 }
 
+/* Creates or attaches to the shared area (shmem_startup_hook). */
 static void
 outbox_shmem_startup(void)
 {
@@ -120,6 +122,7 @@ find_slot(Oid dboid, bool create, TimestampTz now)
 	return create ? free_slot : NULL;
 }
 
+/* on_shmem_exit callback of a relay: clears its pid and latch. */
 static void
 relay_detach(int code pg_attribute_unused(), Datum arg)
 {

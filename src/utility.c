@@ -73,6 +73,7 @@ has_option(List *options, const char *name)
 	return NULL;
 }
 
+/* The hook: stops the relay a database command would collide with. */
 static void
 outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 					   bool readOnlyTree, ProcessUtilityContext context,

@@ -25,9 +25,11 @@ ok( $node->poll_query_until('postgres',
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox launcher'"),
 	'1', 'one launcher');
+# custom wait events exist from PostgreSQL 17; before, it is "Extension"
+my $wait_event = $node->pg_version >= 17 ? 'OutboxRelayMain' : 'Extension';
 ok( $node->poll_query_until('postgres',
-		"SELECT wait_event IN ('OutboxRelayMain', 'Extension') FROM pg_stat_activity WHERE backend_type = 'outbox relay'"),
-	'idle relay waits on its own wait event');
+		"SELECT wait_event = '$wait_event' FROM pg_stat_activity WHERE backend_type = 'outbox relay'"),
+	"idle relay waits on wait event $wait_event");
 
 my $url = $sink->url('/hook');
 $node->safe_psql('postgres', qq{
