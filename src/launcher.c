@@ -33,6 +33,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -91,6 +92,42 @@ find_entry(Oid dboid)
 		if (relays[i].dboid == dboid)
 			return &relays[i];
 	return NULL;
+}
+
+/*
+ * Logs the names in outbox.databases that have no running relay entry
+ * (no such database, connections not allowed, or more than
+ * OUTBOX_MAX_RELAYS), once for each change of that set rather than on
+ * every reconcile.
+ */
+static void
+report_missing(List *names)
+{
+	static char *last_reported = NULL;
+	StringInfoData missing;
+	ListCell   *lc;
+
+	initStringInfo(&missing);
+	foreach(lc, names)
+	{
+		bool		found = false;
+
+		for (int i = 0; i < nrelays && !found; i++)
+			found = relays[i].wanted && strcmp(relays[i].dbname, lfirst(lc)) == 0;
+		if (!found)
+			appendStringInfo(&missing, "%s\"%s\"", missing.len ? ", " : "",
+							 (char *) lfirst(lc));
+	}
+	if (last_reported != NULL && strcmp(last_reported, missing.data) == 0)
+		return;
+	if (missing.len > 0)
+		ereport(LOG,
+				(errmsg("outbox relay not started for database %s", missing.data),
+				 errdetail("The database does not exist, does not allow connections, or is beyond the limit of %d relays.",
+						   OUTBOX_MAX_RELAYS)));
+	if (last_reported != NULL)
+		pfree(last_reported);
+	last_reported = MemoryContextStrdup(TopMemoryContext, missing.data);
 }
 
 /*
@@ -156,6 +193,8 @@ mark_wanted_databases(void)
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
+
+	report_missing(names);
 }
 
 /*

@@ -279,6 +279,8 @@ is( join("\n",
 		  split /\n/, $since_drop),
 	'', 'no error about the dropped database');
 unlike($since_drop, qr/could not start an outbox relay/, 'no failed relay start');
+my @not_started = ($since_drop =~ /outbox relay not started for database "plain"/g);
+is(scalar @not_started, 1, 'the launcher logs once that the named database is gone');
 
 ############################################################################
 # Restart of the server: events pending while the sink answers 503 are
