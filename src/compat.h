@@ -12,6 +12,7 @@
 #define OUTBOX_COMPAT_H
 
 #include "common/base64.h"
+#include "utils/wait_event.h"
 
 #if PG_VERSION_NUM < 150000
 #error "outbox requires PostgreSQL 15 or later"
@@ -42,10 +43,21 @@
 	pg_database_ownercheck((dboid), (roleid))
 #endif
 
-/* Custom wait events exist from 17; before, report the generic Extension. */
+/*
+ * The wait event a worker reports while it sleeps: its own name from 17 on
+ * (custom wait events), the generic "Extension" before. Call after the
+ * worker connected.
+ */
+static inline uint32
+OutboxWaitEvent(const char *name)
+{
 #if PG_VERSION_NUM >= 170000
-#define OUTBOX_HAVE_CUSTOM_WAIT_EVENTS 1
+	return WaitEventExtensionNew(name);
+#else
+	(void) name;
+	return PG_WAIT_EXTENSION;
 #endif
+}
 
 /*
  * The binary side of pg_b64_encode (source) and pg_b64_decode (destination)

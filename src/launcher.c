@@ -314,11 +314,7 @@ OutboxLauncherMain(Datum main_arg pg_attribute_unused())
 
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
-#ifdef OUTBOX_HAVE_CUSTOM_WAIT_EVENTS
-	wait_event = WaitEventExtensionNew("OutboxLauncherMain");
-#else
-	wait_event = PG_WAIT_EXTENSION;
-#endif
+	wait_event = OutboxWaitEvent("OutboxLauncherMain");
 
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox launcher loop",
 									 ALLOCSET_DEFAULT_SIZES);

@@ -202,11 +202,7 @@ OutboxRelayMain(Datum main_arg)
 
 	OutboxRelayAttach(dboid);
 
-#ifdef OUTBOX_HAVE_CUSTOM_WAIT_EVENTS
-	wait_event = WaitEventExtensionNew("OutboxRelayMain");
-#else
-	wait_event = PG_WAIT_EXTENSION;
-#endif
+	wait_event = OutboxWaitEvent("OutboxRelayMain");
 
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay loop",
 									 ALLOCSET_DEFAULT_SIZES);
