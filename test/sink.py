@@ -98,6 +98,7 @@ class Handler(BaseHTTPRequestHandler):
             "body": body.decode("utf-8", "replace"),
             "status": status,
             "received_at": time.time(),
+            "peer_port": self.client_address[1],  # one per connection
         }
         with lock:
             record["seq"] = len(requests) + 1

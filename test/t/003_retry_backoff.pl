@@ -34,6 +34,8 @@ is("@order", '1 2 4 5 3', 'arrival order 1, 2, 4, 5, 3: the failure held back no
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox}),
 	'1,1,2,1,1', 'the third event took 2 attempts');
+my %connections = map { $_->{peer_port} => 1 } @{ $sink->requests };
+is(scalar keys %connections, 1, 'all six requests over one kept-alive connection');
 my @third = grep { $_->{webhook_id} eq $ids[2] } @{ $sink->requests };
 is(scalar @third, 2, 'the third event was sent twice');
 is($third[1]{headers}{'webhook-id'}, $third[0]{headers}{'webhook-id'}, 'with the same webhook-id');
