@@ -75,18 +75,21 @@ nsp_changed(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
  * The claim: due, live events in due order, each with the first enabled
  * destination (by name) whose pattern matches its type, or NULLs when none
  * does (_outbox_like_pattern turns the destination's pattern into LIKE's).
- * It returns each row's ctid: the rows stay locked by the pass, so no one
- * else can move them, and marking them by TID scan costs about a third less
- * than by primary key lookups.
+ * Header arrays are built only when there are headers (the subplans cost a
+ * few percent of a pass otherwise). It returns each row's ctid: the rows
+ * stay locked by the pass, so no one else can move them, and marking them
+ * by TID scan costs about a third less than by primary key lookups.
  */
 static const char *const claim_sql =
 "SELECT o.id, o.event_id::text, o.attempts, o.event_type, o.aggregate_type,"
 "       o.aggregate_id, o.created_at, o.payload,"
 "       d.name, d.url, d.channel, d.secret, d.timeout_ms,"
-"       ARRAY(SELECT h.key || ': ' || h.value FROM jsonb_each_text(d.headers) h"
-"              WHERE h.value IS NOT NULL),"
-"       ARRAY(SELECT h.key || ': ' || h.value FROM jsonb_each_text(o.headers) h"
-"              WHERE h.value IS NOT NULL),"
+"       CASE WHEN d.headers IS NOT NULL THEN"
+"           ARRAY(SELECT h.key || ': ' || h.value FROM jsonb_each_text(d.headers) h"
+"                  WHERE h.value IS NOT NULL) END,"
+"       CASE WHEN o.headers IS NOT NULL THEN"
+"           ARRAY(SELECT h.key || ': ' || h.value FROM jsonb_each_text(o.headers) h"
+"                  WHERE h.value IS NOT NULL) END,"
 "       o.ctid"
 "  FROM %1$s.outbox o"
 "  LEFT JOIN LATERAL ("
