@@ -42,6 +42,7 @@
 #include "common/sha2.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/pmsignal.h"
 
 #include "compat.h"
 #include "guc.h"
@@ -307,6 +308,10 @@ prepare_request(HttpRequest *req)
 #endif
 		curl_easy_setopt(req->easy, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+#if LIBCURL_VERSION_NUM >= 0x075700
+		/* do not wait for a stuck name lookup when the handle goes away */
+		curl_easy_setopt(req->easy, CURLOPT_QUICK_EXIT, 1L) == CURLE_OK &&
+#endif
 		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDS, ev->body) == CURLE_OK &&
@@ -442,6 +447,9 @@ OutboxDeliverHttp(OutboxEvent **events, int n)
 			if (running > 0)
 				curl_multi_poll(multi, NULL, 0, WAIT_SLICE_MS, NULL);
 			CHECK_FOR_INTERRUPTS();
+			/* a worker would otherwise outlive the postmaster for a whole pass */
+			if (IsBackgroundWorker && !PostmasterIsAlive())
+				proc_exit(1);
 		}
 	}
 	PG_FINALLY();

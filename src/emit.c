@@ -154,7 +154,6 @@ get_insert_plan(Oid nspoid)
 		CacheRegisterSyscacheCallback(NAMESPACEOID, nsp_changed, (Datum) 0);
 		nsp_callback_registered = true;
 	}
-	insert_plan_stale = false;
 
 	nspname = get_namespace_name(nspoid);
 	if (nspname == NULL)
@@ -177,6 +176,7 @@ get_insert_plan(Oid nspoid)
 		SPI_freeplan(insert_plan);
 	insert_plan = plan;
 	insert_plan_nsp = nspoid;
+	insert_plan_stale = false;
 	return plan;
 }
 

@@ -122,7 +122,7 @@ report_missing(List *names)
 		return;
 	if (missing.len > 0)
 		ereport(LOG,
-				(errmsg("outbox relay not started for database %s", missing.data),
+				(errmsg("no outbox relay for databases named in \"outbox.databases\": %s", missing.data),
 				 errdetail("The database does not exist, does not allow connections, or is beyond the limit of %d relays.",
 						   OUTBOX_MAX_RELAYS)));
 	if (last_reported != NULL)
@@ -152,7 +152,7 @@ mark_wanted_databases(void)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid list syntax in \"outbox.databases\"")));
+				 errmsg("invalid list syntax in parameter \"%s\"", "outbox.databases")));
 		return;
 	}
 	if (names == NIL)
@@ -235,8 +235,19 @@ start_relay(RelayEntry *e, TimestampTz now)
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("could not start an outbox relay for database \"%s\"", e->dbname),
 				 errdetail("No background worker slot is free."),
-				 errhint("Raise max_worker_processes: outbox needs one for its launcher and one per database.")));
+				 errhint("Increase \"max_worker_processes\": outbox needs one worker for its launcher and one per database.")));
 	warned_no_slot = true;
+}
+
+/* The databases that should have a relay (valid until the next reconcile). */
+static Oid *
+wanted_dboids(void)
+{
+	Oid		   *oids = palloc(sizeof(Oid) * Max(nrelays, 1));
+
+	for (int i = 0; i < nrelays; i++)
+		oids[i] = relays[i].dboid;
+	return oids;
 }
 
 /*
@@ -279,7 +290,15 @@ reconcile(void)
 			e->handle = NULL;
 			e->next_start = TimestampTzPlusMilliseconds(now, RELAY_RESTART_DELAY_MS);
 		}
-		if (e->handle == NULL)
+		if (e->handle == NULL && OutboxRelayPid(e->dboid) != 0)
+		{
+			/*
+			 * A relay started by a previous launcher still serves it: adopt
+			 * it. Its exit is not signalled to us, so look again soon.
+			 */
+			nap = Min(nap, RELAY_RESTART_DELAY_MS);
+		}
+		else if (e->handle == NULL)
 		{
 			if (e->next_start <= now && !OutboxRelayPaused(e->dboid))
 				start_relay(e, now);
@@ -295,6 +314,7 @@ reconcile(void)
 		relays[keep++] = *e;
 	}
 	nrelays = keep;
+	OutboxStopRelaysExcept(wanted_dboids(), nrelays);
 	return nap;
 }
 

@@ -124,17 +124,20 @@ static const char *const failed_sql =
 
 /*
  * Events that no destination takes are parked: pending, attempts unchanged,
- * not claimed again for UNROUTABLE_RECHECK, so that a relay woken by every
- * commit does not walk them on every pass. Routing is checked again here,
+ * not claimed again for as long as they have waited already (at least
+ * UNROUTABLE_RECHECK, at most an hour), so that a relay woken by every
+ * commit does not walk them on every pass, nor a large backlog of them
+ * every few seconds. Routing is checked again here,
  * with this statement's newer snapshot, so a destination committed since
  * the claim keeps its events due. The trigger on outbox_destinations makes
  * parked events due again when a destination is added or changed (its
  * condition matches this last_error text); a pass running concurrently with
- * that change may still park a few, for at most UNROUTABLE_RECHECK.
+ * that change may still park a few until their next check.
  */
 static const char *const unroutable_sql =
 "UPDATE %1$s.outbox o"
-"   SET next_attempt_at = now() + interval '" UNROUTABLE_RECHECK "',"
+"   SET next_attempt_at = now() + least(interval '1 hour',"
+"           greatest(interval '" UNROUTABLE_RECHECK "', now() - o.created_at)),"
 "       last_error = '" OUTBOX_UNROUTABLE_ERROR "'"
 " WHERE o.ctid = ANY($1)"
 "   AND NOT EXISTS ("
@@ -313,12 +316,14 @@ text_or_null(HeapTuple tuple, TupleDesc desc, int col)
 /*
  * Claims up to batch_size due events and returns them in *events (allocated
  * in the current memory context, which is SPI's: valid until SPI_finish).
- * An event without a destination has dest_name NULL. Returns the number
- * claimed.
+ * An event without a destination has dest_name NULL. Sets *claimed to the
+ * number of rows the claim locked, and returns the number of events to
+ * process, fewer when their payloads exceed the pass's memory budget.
  */
 int
-OutboxClaim(int batch_size, OutboxEvent **events)
+OutboxClaim(int batch_size, OutboxEvent **events, int *claimed)
 {
+	Size		payload_bytes = 0;
 	Datum		values[1] = {Int32GetDatum(batch_size)};
 	int			rc;
 	int			n;
@@ -327,9 +332,10 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 
 	rc = SPI_execute_plan(plans[PLAN_CLAIM], values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "claiming events failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
 
 	n = (int) SPI_processed;
+	*claimed = n;
 	desc = SPI_tuptable->tupdesc;
 	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
 	for (int i = 0; i < n; i++)
@@ -338,10 +344,22 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 		bool		isnull;
 		Datum		d;
 
+		/*
+		 * Bound the memory of a pass: once the payloads taken so far reach
+		 * OUTBOX_PASS_PAYLOAD_BYTES, leave the rest of the batch alone. Those
+		 * rows are unlocked unchanged at COMMIT and claimed by the next pass.
+		 */
+		d = SPI_getbinval(tuple, desc, 8, &isnull);
+		payload_bytes += toast_raw_datum_size(d);
+		if (i > 0 && payload_bytes > OUTBOX_PASS_PAYLOAD_BYTES)
+		{
+			n = i;
+			break;
+		}
+
 		ev[i].id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
 		ev[i].event_id = SPI_getvalue(tuple, desc, 2);
 		ev[i].attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-		d = SPI_getbinval(tuple, desc, 8, &isnull);
 		if (toast_raw_datum_size(d) > OUTBOX_MAX_PAYLOAD_BYTES)
 		{
 			/* stored by a plain INSERT: outbox_emit() refuses such payloads */
@@ -379,6 +397,21 @@ OutboxClaim(int batch_size, OutboxEvent **events)
 }
 
 /*
+ * Warns when a mark statement changed fewer rows than it was given: the
+ * rows are locked by the pass, so this should not happen, and an unmarked
+ * event would be delivered again.
+ */
+static void
+check_marked(int n, const char *what)
+{
+	if (SPI_processed != (uint64) n)
+		ereport(WARNING,
+				(errmsg("marked %llu of %d events %s",
+						(unsigned long long) SPI_processed, n, what),
+				 errdetail("The others stay pending and will be delivered again.")));
+}
+
+/*
  * Marks n claimed events delivered: delivered_at = now() (the pass's start),
  * attempts + 1, last_error cleared, destination recorded. Runs in the pass's
  * transaction with SPI connected; raises ERROR only if SPI fails, which
@@ -406,7 +439,8 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 
 	rc = SPI_execute_plan(plans[PLAN_DELIVERED], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "marking events delivered failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "could not mark events delivered: %s", SPI_result_code_string(rc));
+	check_marked(n, "delivered");
 }
 
 /*
@@ -430,7 +464,7 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 
 	rc = SPI_execute_plan(plans[PLAN_UNROUTABLE], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "parking unroutable events failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "could not park events without a destination: %s", SPI_result_code_string(rc));
 }
 
 /*
@@ -504,7 +538,8 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 
 	rc = SPI_execute_plan(plans[PLAN_FAILED], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "recording failed attempts failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
+	check_marked(n, "failed");
 }
 
 /*
@@ -520,7 +555,7 @@ OutboxNextDueMs(void)
 
 	rc = SPI_execute_plan(plans[PLAN_NEXT_DUE], NULL, NULL, true, 1);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "finding the next retry failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "could not find the next retry: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return -1;
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -34,6 +34,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -77,8 +78,7 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	if (!OutboxQueueOpen())
 		return;
 
-	n = OutboxClaim(batch_size, &events);
-	result->claimed = n;
+	n = OutboxClaim(batch_size, &events, &result->claimed);
 
 	http = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
@@ -114,7 +114,7 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	result->failed = nfailed;
 	result->unroutable = nunroutable;
 
-	if (want_next_due && n < batch_size)
+	if (want_next_due && result->claimed < batch_size)
 		result->next_due_ms = OutboxNextDueMs();
 }
 
@@ -197,10 +197,30 @@ OutboxRelayMain(Datum main_arg)
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("outbox relay " OUTBOX_VERSION);
-	/* the worker's queries name every object; keep user schemas out */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
-	OutboxRelayAttach(dboid);
+	/*
+	 * Settings from postgresql.conf, ALTER DATABASE or ALTER ROLE that would
+	 * break a pass after it delivered (so that it is sent again, forever) do
+	 * not apply here: timeouts, a serializable or read-only default. The
+	 * worker's queries name every object; user schemas stay out.
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+#if PG_VERSION_NUM >= 170000
+	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+#endif
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	if (!OutboxRelayAttach(dboid))
+	{
+		ereport(LOG,
+				(errmsg("outbox relay for database %u not started: another relay serves it, or it is being dropped",
+						dboid)));
+		proc_exit(0);
+	}
 
 	wait_event = OutboxWaitEvent("OutboxRelayMain");
 

@@ -50,6 +50,12 @@ typedef struct OutboxEvent
  */
 #define OUTBOX_MAX_PAYLOAD_BYTES (64 * 1024 * 1024)
 
+/*
+ * A pass stops taking events once their payloads add up to this much, so
+ * that a batch of large events cannot exhaust the relay's memory.
+ */
+#define OUTBOX_PASS_PAYLOAD_BYTES (256 * 1024 * 1024)
+
 /* last_error of a parked event; outbox--*.sql's trigger matches it */
 #define OUTBOX_UNROUTABLE_ERROR "no enabled destination matches the event type"
 
@@ -74,7 +80,7 @@ extern PGDLLEXPORT OUTBOX_NORETURN_PRE void OutboxLauncherMain(Datum main_arg) O
 
 /* queue.c */
 extern bool OutboxQueueOpen(void);
-extern int	OutboxClaim(int batch_size, OutboxEvent **events);
+extern int	OutboxClaim(int batch_size, OutboxEvent **events, int *claimed);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkFailed(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);

@@ -142,22 +142,26 @@ relay_detach(int code pg_attribute_unused(), Datum arg)
 /*
  * Publishes the calling relay worker's latch for its database, so that
  * committing backends can wake it; the slot is cleared at process exit.
- * Called once by the relay after it connected. Raises ERROR when all slots
- * are taken (more than OUTBOX_MAX_RELAYS databases).
+ * Called once by the relay after it connected. Returns false, taking
+ * nothing, when another relay already serves the database (one left running
+ * by a launcher that was restarted) or a pause is in force (a DROP DATABASE
+ * is under way); the caller then exits. Raises ERROR when all slots are
+ * taken (more than OUTBOX_MAX_RELAYS databases).
  */
-void
+bool
 OutboxRelayAttach(Oid dboid)
 {
 	OutboxRelaySlot *slot;
-
+	bool		attached = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	SpinLockAcquire(&shared->mutex);
 	slot = find_slot(dboid, true, now);
-	if (slot != NULL)
+	if (slot != NULL && slot->pid == 0 && slot->paused_until <= now)
 	{
 		slot->pid = MyProcPid;
 		slot->latch = MyLatch;
+		attached = true;
 	}
 	SpinLockRelease(&shared->mutex);
 
@@ -167,7 +171,60 @@ OutboxRelayAttach(Oid dboid)
 				 errmsg("too many outbox relays"),
 				 errdetail("At most %d databases can have a relay at once.",
 						   OUTBOX_MAX_RELAYS)));
-	on_shmem_exit(relay_detach, ObjectIdGetDatum(dboid));
+	if (attached)
+		on_shmem_exit(relay_detach, ObjectIdGetDatum(dboid));
+	return attached;
+}
+
+/*
+ * The pid of the relay serving dboid, or 0. A slot's pid is cleared when its
+ * relay exits (and all of shared memory is reset by a crash restart), so a
+ * pid here is a live relay. Called by the launcher to adopt relays that a
+ * previous launcher started.
+ */
+pid_t
+OutboxRelayPid(Oid dboid)
+{
+	OutboxRelaySlot *slot;
+	pid_t		pid = 0;
+
+	SpinLockAcquire(&shared->mutex);
+	slot = find_slot(dboid, false, 0);
+	if (slot != NULL)
+		pid = slot->pid;
+	SpinLockRelease(&shared->mutex);
+	return pid;
+}
+
+/*
+ * Sends SIGTERM to every running relay whose database is not among the n in
+ * keep: relays of databases removed from outbox.databases, including those
+ * a previous launcher started (which the current one has no handle for).
+ * Called by the launcher.
+ */
+void
+OutboxStopRelaysExcept(const Oid *keep, int n)
+{
+	pid_t		doomed[OUTBOX_MAX_RELAYS];
+	int			ndoomed = 0;
+
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
+	{
+		OutboxRelaySlot *slot = &shared->slots[i];
+		bool		wanted = false;
+
+		if (slot->pid == 0)
+			continue;
+		for (int j = 0; j < n && !wanted; j++)
+			wanted = keep[j] == slot->dboid;
+		if (!wanted)
+			doomed[ndoomed++] = slot->pid;
+	}
+	SpinLockRelease(&shared->mutex);
+
+	for (int i = 0; i < ndoomed; i++)
+		kill(doomed[i], SIGTERM);
 }
 
 /*

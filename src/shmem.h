@@ -17,7 +17,9 @@
 
 extern void OutboxShmemInit(void);
 
-extern void OutboxRelayAttach(Oid dboid);
+extern bool OutboxRelayAttach(Oid dboid);
+extern pid_t OutboxRelayPid(Oid dboid);
+extern void OutboxStopRelaysExcept(const Oid *keep, int n);
 extern void OutboxWakeRelay(Oid dboid);
 extern void OutboxPauseRelay(Oid dboid, int pause_ms);
 extern bool OutboxRelayPaused(Oid dboid);

@@ -105,6 +105,20 @@ is($node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = 
 	'invalid HTTP header "x-evil"', 'with the reason, naming the header but not its value');
 is(scalar(grep { $_->{webhook_id} eq $bad } @{ $sink->requests }), 0, 'and never sent');
 
+# server-wide timeouts do not cut a pass short after it delivered (that
+# would send its events again and again): the relay overrides them
+$node->append_conf('postgresql.conf', "statement_timeout = '1s'\nlock_timeout = '1s'\n"
+	  . ($node->pg_version >= 17 ? "transaction_timeout = '1s'\n" : ''));
+$node->reload;
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET timeout_ms = 10000});
+$sink->reset;
+$sink->control(delay_ms => 2500);
+my $long = $node->safe_psql('postgres', q{SELECT outbox_emit('task.long', '{}')});
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_id = '$long'"),
+	'a pass longer than the server-wide timeouts completes');
+is(scalar(grep { $_->{webhook_id} eq $long } @{ $sink->requests }), 1, 'and sends the event once');
+
 $sink->stop;
 $node->stop;
 done_testing();

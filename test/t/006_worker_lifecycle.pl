@@ -219,6 +219,27 @@ ok( $node->poll_query_until('postgres',
 $pg_pid = $new_pid;
 
 ############################################################################
+# The launcher is terminated: the postmaster restarts it, and the new
+# launcher adopts the relay the old one started instead of starting a second
+# one (which would also escape the DROP DATABASE guard).
+
+my $launcher_of = "FROM pg_stat_activity WHERE backend_type = 'outbox launcher'";
+my $old_launcher = $node->safe_psql('postgres', "SELECT pid $launcher_of");
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($old_launcher)");
+ok( $node->poll_query_until('postgres', "SELECT count(*) = 1 AND min(pid) <> $old_launcher $launcher_of"),
+	'the launcher is restarted');
+# a reload makes the new launcher reconcile once more; then the system must
+# still deliver, through the one relay it had
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+my $adopt = emit('postgres', 'adopt.check', 1);
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$adopt->[0]'"),
+	'events are delivered after the launcher restart');
+is($node->safe_psql('postgres', "SELECT count(*) $relay_of AND datname = 'postgres'"),
+	'1', 'still one relay for postgres');
+is(relay_pid($node, 'postgres'), $pg_pid, 'the same relay, adopted by the new launcher');
+
+############################################################################
 # SIGTERM during a request that hangs for 10 minutes: the relay waits for
 # libcurl in slices with CHECK_FOR_INTERRUPTS, so it ends at once.
 
@@ -279,8 +300,14 @@ is( join("\n",
 		  split /\n/, $since_drop),
 	'', 'no error about the dropped database');
 unlike($since_drop, qr/could not start an outbox relay/, 'no failed relay start');
-my @not_started = ($since_drop =~ /outbox relay not started for database "plain"/g);
-is(scalar @not_started, 1, 'the launcher logs once that the named database is gone');
+# each launcher process (it was restarted in between) says so once, not at
+# every reconcile
+my @said_by = map { /\[(\d+)\]/ ? $1 : () }
+  grep { /no outbox relay for databases named in "outbox.databases": "plain"/ } split /\n/, $since_drop;
+my %per_launcher;
+$per_launcher{$_}++ for @said_by;
+ok(@said_by >= 1 && !grep({ $_ > 1 } values %per_launcher),
+	'each launcher logs once that the named database is gone');
 
 ############################################################################
 # Restart of the server: events pending while the sink answers 503 are
