@@ -21,6 +21,27 @@ END
 $roles$;
 
 /*
+ * True if every key of headers is an HTTP field name (an RFC 9110 token)
+ * and every value is free of control characters: the relay refuses to send
+ * anything else. Used to reject such headers when they are written rather
+ * than when every event they apply to fails.
+ */
+CREATE FUNCTION @extschema@._outbox_valid_headers(headers jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT headers IS NULL OR (
+        pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.=) 'object'
+        AND NOT EXISTS (
+            SELECT FROM pg_catalog.jsonb_each_text(headers) h
+             WHERE h.key OPERATOR(pg_catalog.!~) '^[!#$%&''*+.^_`|~0-9A-Za-z-]+$'
+                OR h.value OPERATOR(pg_catalog.~) '[\x01-\x08\x0a-\x1f\x7f]'))
+$$;
+
+COMMENT ON FUNCTION @extschema@._outbox_valid_headers(jsonb) IS
+    'Internal: whether a headers object has only valid HTTP field names and values';
+
+/*
  * The events. Written in the application's transaction by outbox_emit() (or a
  * plain INSERT), read and marked by the relay. WAL-logged on purpose: a
  * committed event must survive a crash.
@@ -32,7 +53,7 @@ CREATE TABLE @extschema@.outbox (
     aggregate_type  text,
     aggregate_id    text,
     payload         jsonb NOT NULL,
-    headers         jsonb CHECK (headers IS NULL OR pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.=) 'object'),
+    headers         jsonb CHECK (@extschema@._outbox_valid_headers(headers)),
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
     delivered_at    timestamptz,
     attempts        integer NOT NULL DEFAULT 0 CHECK (attempts OPERATOR(pg_catalog.>=) 0),
@@ -72,8 +93,10 @@ CREATE TABLE @extschema@.outbox_destinations (
     url         text CHECK (url OPERATOR(pg_catalog.~*) '^https?://[^[:space:]]+$'
                         AND pg_catalog.octet_length(url) OPERATOR(pg_catalog.<=) 8192),
     channel     text CHECK (pg_catalog.octet_length(channel) BETWEEN 1 AND 63),
-    headers     jsonb CHECK (headers IS NULL OR pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.=) 'object'),
-    secret      text CHECK (secret OPERATOR(pg_catalog.<>) ''),
+    headers     jsonb CHECK (@extschema@._outbox_valid_headers(headers)),
+    secret      text CHECK (secret OPERATOR(pg_catalog.<>) ''
+                            AND (secret OPERATOR(pg_catalog.!~) '^whsec_'
+                                 OR pg_catalog.substr(secret, 7) OPERATOR(pg_catalog.~) '^[A-Za-z0-9+/]+={0,2}$')),
     timeout_ms  integer CHECK (timeout_ms BETWEEN 1 AND 600000),
     enabled     boolean NOT NULL DEFAULT true,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -348,6 +371,7 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_accept(uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_purge(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_destinations_changed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_like_pattern(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_valid_headers(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_claim_query() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@._outbox_envelope(uuid, text, text, text, timestamptz, integer, jsonb) FROM PUBLIC;
 REVOKE ALL ON @extschema@.outbox, @extschema@.outbox_destinations,
@@ -362,13 +386,15 @@ GRANT USAGE ON SCHEMA @extschema@ TO outbox_writer, outbox_admin, outbox_consume
  */
 GRANT INSERT (event_id, event_type, aggregate_type, aggregate_id, payload, headers)
     ON @extschema@.outbox TO outbox_writer;
-GRANT EXECUTE ON FUNCTION @extschema@.outbox_emit(text, jsonb, text, text, jsonb) TO outbox_writer;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_emit(text, jsonb, text, text, jsonb),
+    @extschema@._outbox_valid_headers(jsonb) TO outbox_writer;
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.outbox, @extschema@.outbox_destinations TO outbox_admin;
 GRANT SELECT ON @extschema@.outbox_status TO outbox_admin;
 GRANT EXECUTE ON FUNCTION
     @extschema@.outbox_emit(text, jsonb, text, text, jsonb),
     @extschema@._outbox_like_pattern(text),
+    @extschema@._outbox_valid_headers(jsonb),
     @extschema@._outbox_claim_query(),
     @extschema@._outbox_envelope(uuid, text, text, text, timestamptz, integer, jsonb),
     @extschema@.outbox_relay(integer),

@@ -36,6 +36,9 @@ SELECT regress.try($$SELECT outbox_emit('task.created', NULL)$$);
 SELECT regress.try($$SELECT outbox_emit('task.created', '{"broken": ')$$);
 SELECT regress.try($$SELECT outbox_emit('task.created', '{}', headers => '[1, 2]')$$);
 SELECT regress.try($$SELECT outbox_emit('task.created', '{}', headers => '"text"')$$);
+-- headers the relay could not send are refused when written
+SELECT regress.try($$SELECT outbox_emit('task.created', '{}', headers => jsonb_build_object('x-evil', E'a\r\nx-injected: 1'))$$);
+SELECT regress.try($$SELECT outbox_emit('task.created', '{}', headers => '{"bad name": "v"}')$$);
 SELECT regress.try($$SELECT outbox_emit('task.huge', jsonb_build_object('a', repeat('x', 65 * 1024 * 1024)))$$);
 
 -- JSON null and scalars are valid payloads

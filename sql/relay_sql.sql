@@ -33,6 +33,13 @@ SELECT t, p, t LIKE _outbox_like_pattern(p) AS matches
                ('a%b', 'a%b'), ('axb', 'a%b'), ('a_b', 'a_b'), ('axb', 'a_b'),
                ('a\b', 'a\b'), ('order.paid', 'task.*'), ('x.task.y', '*.task.*')) v(t, p);
 
+-- destinations with headers or a secret the relay could not use are refused
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, headers) VALUES ('x', 'http://127.0.0.1:1/', '{"bad name": "v"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, headers) VALUES ('x', 'http://127.0.0.1:1/', jsonb_build_object('a', E'v\n'))$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, secret) VALUES ('x', 'http://127.0.0.1:1/', 'whsec_not base64!')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, secret, headers) VALUES ('x', 'http://127.0.0.1:1/', 'whsec_c2VjcmV0', '{"Authorization": "Bearer t", "x-empty": ""}')$$);
+DELETE FROM outbox_destinations;
+
 -- argument errors
 SELECT regress.try($$SELECT * FROM outbox_relay(0)$$);
 SELECT regress.try($$SELECT * FROM outbox_relay(10001)$$);

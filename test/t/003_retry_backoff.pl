@@ -95,15 +95,11 @@ ok( $node->poll_query_until('postgres',
 		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$slow'"),
 	'delivered once the endpoint is fast again');
 
-# header injection is refused: the event is dead-lettered, not sent
-my $bad = $node->safe_psql('postgres',
+# header injection is refused when the event is written
+my ($hret, $hout, $herr) = $node->psql('postgres',
 	q{SELECT outbox_emit('task.bad', '{}', headers => jsonb_build_object('x-evil', E'a\r\nx-injected: 1'))});
-ok( $node->poll_query_until('postgres',
-		"SELECT dead_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_id = '$bad'"),
-	'an event with a CR/LF in a header value is dead-lettered at once');
-is($node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = '$bad'"),
-	'invalid HTTP header "x-evil"', 'with the reason, naming the header but not its value');
-is(scalar(grep { $_->{webhook_id} eq $bad } @{ $sink->requests }), 0, 'and never sent');
+like($herr, qr/violates check constraint "outbox_headers_check"/,
+	'an event with a CR/LF in a header value is refused');
 
 # server-wide timeouts do not cut a pass short after it delivered (that
 # would send its events again and again): the relay overrides them
