@@ -34,6 +34,13 @@
 #define OUTBOX_MODULE_MAGIC PG_MODULE_MAGIC
 #endif
 
+/* IsBackgroundWorker became AmBackgroundWorkerProcess() in 17. */
+#if PG_VERSION_NUM >= 170000
+#define OutboxInBackgroundWorker() AmBackgroundWorkerProcess()
+#else
+#define OutboxInBackgroundWorker() IsBackgroundWorker
+#endif
+
 /* Ownership checks became generic in 16. */
 #if PG_VERSION_NUM >= 160000
 #define OutboxDatabaseOwnercheck(dboid, roleid) \

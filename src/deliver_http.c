@@ -448,7 +448,7 @@ OutboxDeliverHttp(OutboxEvent **events, int n)
 				curl_multi_poll(multi, NULL, 0, WAIT_SLICE_MS, NULL);
 			CHECK_FOR_INTERRUPTS();
 			/* a worker would otherwise outlive the postmaster for a whole pass */
-			if (IsBackgroundWorker && !PostmasterIsAlive())
+			if (OutboxInBackgroundWorker() && !PostmasterIsAlive())
 				proc_exit(1);
 		}
 	}
