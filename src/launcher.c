@@ -9,7 +9,8 @@
  * It reconciles on start, on reload (SIGHUP), when one of its relays starts
  * or stops (it is their bgw_notify_pid), and every LAUNCHER_NAP_MS to notice
  * databases created later. A relay that exits is started again after
- * RELAY_RESTART_DELAY_MS; one for a database that is being dropped is held
+ * RELAY_RESTART_DELAY_MS, doubling up to a minute while relays keep exiting
+ * quickly; one for a database that is being dropped is held
  * back while the pause set by utility.c is in force. Relays are dynamic
  * workers that the postmaster never restarts by itself, so the launcher alone
  * decides; the launcher itself is restarted by the postmaster.
@@ -49,6 +50,8 @@
 
 #define LAUNCHER_NAP_MS 10000
 #define RELAY_RESTART_DELAY_MS 1000
+#define RELAY_RESTART_DELAY_MAX_MS 60000
+#define RELAY_HEALTHY_RUN_MS 60000
 #define NO_SLOT_RETRY_MS 10000
 
 typedef struct RelayEntry
@@ -57,6 +60,8 @@ typedef struct RelayEntry
 	char		dbname[NAMEDATALEN];
 	BackgroundWorkerHandle *handle; /* NULL: not started */
 	TimestampTz next_start;		/* do not start before */
+	TimestampTz started_at;		/* when the current relay was started */
+	int			restart_delay;	/* ms; grows while relays exit quickly */
 	bool		wanted;
 } RelayEntry;
 
@@ -219,6 +224,8 @@ start_relay(RelayEntry *e, TimestampTz now)
 	worker.bgw_main_arg = ObjectIdGetDatum(e->dboid);
 	worker.bgw_notify_pid = MyProcPid;
 
+	e->started_at = now;
+
 	/* the handle outlives the loop's memory context */
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	registered = RegisterDynamicBackgroundWorker(&worker, &e->handle);
@@ -285,10 +292,20 @@ reconcile(void)
 
 		if (status == BGWH_STOPPED && e->handle != NULL)
 		{
-			/* it exited: start it again after a short delay */
+			/*
+			 * It exited: start it again after a delay, which doubles while
+			 * relays keep exiting within a minute (an error that every pass
+			 * meets), so that the log is not flooded; a relay that ran for
+			 * a while gets the short delay again.
+			 */
 			pfree(e->handle);
 			e->handle = NULL;
-			e->next_start = TimestampTzPlusMilliseconds(now, RELAY_RESTART_DELAY_MS);
+			if (TimestampDifferenceExceeds(e->started_at, now, RELAY_HEALTHY_RUN_MS) ||
+				e->restart_delay == 0)
+				e->restart_delay = RELAY_RESTART_DELAY_MS;
+			else
+				e->restart_delay = Min(e->restart_delay * 2, RELAY_RESTART_DELAY_MAX_MS);
+			e->next_start = TimestampTzPlusMilliseconds(now, e->restart_delay);
 		}
 		if (e->handle == NULL && OutboxRelayPid(e->dboid) != 0)
 		{

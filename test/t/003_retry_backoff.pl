@@ -115,6 +115,37 @@ ok( $node->poll_query_until('postgres',
 	'a pass longer than the server-wide timeouts completes');
 is(scalar(grep { $_->{webhook_id} eq $long } @{ $sink->requests }), 1, 'and sends the event once');
 
+# A pass that fails every time (here a trigger rejects the mark) ends the
+# relay each time; the launcher restarts it after 1 s, then 2 s, then 4 s,
+# instead of flooding the log every second. The event stays pending.
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION reject_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN RAISE EXCEPTION 'mark rejected for the test'; END $$;
+	CREATE TRIGGER reject_mark BEFORE UPDATE ON outbox FOR EACH ROW
+	    WHEN (NEW.event_type = 'poison.pill') EXECUTE FUNCTION reject_mark();
+	INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('a_poison', 'poison.*', 'poison');
+});
+my $log_offset = -s $node->logfile;
+my $poison = $node->safe_psql('postgres', q{SELECT outbox_emit('poison.pill', '{}')});
+my $starts = qr/^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) UTC \[\d+\] LOG:  outbox relay started/m;
+ok( wait_until(sub {
+		my @t = (slurp_file($node->logfile, $log_offset) =~ /$starts/g);
+		return @t >= 4;
+	}),
+	'the failing relay was restarted three times');
+my @times = map {
+	my ($h, $m, $sec) = /(\d\d):(\d\d):(\d\d\.\d+)$/;
+	$h * 3600 + $m * 60 + $sec
+} (slurp_file($node->logfile, $log_offset) =~ /$starts/g);
+$times[$_] += 86400 for grep { $times[$_] < $times[0] } 1 .. $#times;    # past midnight
+my ($gap1, $gap3) = ($times[1] - $times[0], $times[3] - $times[2]);
+note(sprintf('restart gaps: %.2f s, %.2f s, %.2f s', $gap1, $times[2] - $times[1], $gap3));
+cmp_ok($gap3, '>', 2 * $gap1, 'restarts of a relay that keeps failing slow down');
+is( $node->safe_psql('postgres',
+		"SELECT delivered_at IS NULL AND attempts = 0 FROM outbox WHERE event_id = '$poison'"),
+	't', 'the event stays pending, not marked');
+$node->safe_psql('postgres', q{DROP TRIGGER reject_mark ON outbox});
+
 $sink->stop;
 $node->stop;
 done_testing();
