@@ -127,9 +127,9 @@ static const char *const failed_sql =
  * not claimed again for as long as they have waited already (at least
  * UNROUTABLE_RECHECK, at most an hour), so that a relay woken by every
  * commit does not walk them on every pass, nor a large backlog of them
- * every few seconds. Routing is checked again here,
- * with this statement's newer snapshot, so a destination committed since
- * the claim keeps its events due. The trigger on outbox_destinations makes
+ * every few seconds. Routing is checked again here, with this statement's
+ * newer snapshot, so a destination committed since the claim keeps its
+ * events due. The trigger on outbox_destinations makes
  * parked events due again when a destination is added or changed (its
  * condition matches this last_error text); a pass running concurrently with
  * that change may still park a few until their next check.
@@ -360,7 +360,12 @@ OutboxClaim(int batch_size, OutboxEvent **events, int *claimed)
 		ev[i].id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
 		ev[i].event_id = SPI_getvalue(tuple, desc, 2);
 		ev[i].attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-		if (toast_raw_datum_size(d) > OUTBOX_MAX_PAYLOAD_BYTES)
+		ev[i].dest_name = SPI_getvalue(tuple, desc, 9);
+		if (ev[i].dest_name == NULL)
+		{
+			/* to be parked: no envelope needed */
+		}
+		else if (toast_raw_datum_size(d) > OUTBOX_MAX_PAYLOAD_BYTES)
 		{
 			/* stored by a plain INSERT: outbox_emit() refuses such payloads */
 			ev[i].permanent = true;
@@ -375,7 +380,6 @@ OutboxClaim(int batch_size, OutboxEvent **events, int *claimed)
 											 DatumGetTimestampTz(SPI_getbinval(tuple, desc, 7, &isnull)),
 											 ev[i].attempts + 1,
 											 DatumGetJsonbP(d));
-		ev[i].dest_name = SPI_getvalue(tuple, desc, 9);
 		ev[i].url = SPI_getvalue(tuple, desc, 10);
 		ev[i].channel = SPI_getvalue(tuple, desc, 11);
 		ev[i].secret = SPI_getvalue(tuple, desc, 12);
@@ -394,6 +398,18 @@ OutboxClaim(int batch_size, OutboxEvent **events, int *claimed)
 	}
 	*events = ev;
 	return n;
+}
+
+/* The claimed row versions of n events, as a tid[] for the mark statements. */
+static Datum
+tid_array(OutboxEvent **events, int n)
+{
+	Datum	   *tids = palloc(sizeof(Datum) * n);
+
+	for (int i = 0; i < n; i++)
+		tids[i] = PointerGetDatum(&events[i]->tid);
+	return PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData),
+										   false, TYPALIGN_SHORT));
 }
 
 /*
@@ -420,21 +436,16 @@ check_marked(int n, const char *what)
 void
 OutboxMarkDelivered(OutboxEvent **events, int n)
 {
-	Datum	   *tids;
 	Datum	   *dests;
 	Datum		values[2];
 	int			rc;
 
 	if (n == 0)
 		return;
-	tids = palloc(sizeof(Datum) * n);
 	dests = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
-	{
-		tids[i] = PointerGetDatum(&events[i]->tid);
 		dests[i] = CStringGetTextDatum(events[i]->dest_name);
-	}
-	values[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+	values[0] = tid_array(events, n);
 	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
 
 	rc = SPI_execute_plan(plans[PLAN_DELIVERED], values, NULL, false, 0);
@@ -451,16 +462,12 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 void
 OutboxMarkUnroutable(OutboxEvent **events, int n)
 {
-	Datum	   *tids;
 	Datum		values[1];
 	int			rc;
 
 	if (n == 0)
 		return;
-	tids = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < n; i++)
-		tids[i] = PointerGetDatum(&events[i]->tid);
-	values[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+	values[0] = tid_array(events, n);
 
 	rc = SPI_execute_plan(plans[PLAN_UNROUTABLE], values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
@@ -493,8 +500,7 @@ backoff_ms(int attempts)
 void
 OutboxMarkFailed(OutboxEvent **events, int n)
 {
-	Datum	   *tids,
-			   *dests,
+	Datum	   *dests,
 			   *errs,
 			   *delays,
 			   *dead;
@@ -503,7 +509,6 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 
 	if (n == 0)
 		return;
-	tids = palloc(sizeof(Datum) * n);
 	dests = palloc(sizeof(Datum) * n);
 	errs = palloc(sizeof(Datum) * n);
 	delays = palloc(sizeof(Datum) * n);
@@ -514,7 +519,6 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 		int			attempts = ev->attempts + 1;
 		bool		is_dead = ev->permanent || attempts >= outbox_max_attempts;
 
-		tids[i] = PointerGetDatum(&ev->tid);
 		dests[i] = CStringGetTextDatum(ev->dest_name);
 		errs[i] = CStringGetTextDatum(ev->error ? ev->error : "unknown error");
 		delays[i] = Float8GetDatum(is_dead ? 0.0 : backoff_ms(attempts));
@@ -530,7 +534,7 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 				 errdetail("Attempt %d of %d; the event will be retried.",
 						   attempts, outbox_max_attempts)));
 	}
-	values[0] = PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+	values[0] = tid_array(events, n);
 	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = PointerGetDatum(construct_array(errs, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[3] = PointerGetDatum(construct_array(delays, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));

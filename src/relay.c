@@ -81,13 +81,10 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	n = OutboxClaim(batch_size, &events, &result->claimed);
 
 	http = palloc(sizeof(OutboxEvent *) * Max(n, 1));
-	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		if (events[i].dest_name == NULL)
-			unroutable[nunroutable++] = &events[i];
-		else if (events[i].body == NULL)
-			continue;			/* failed already: no envelope (see OutboxClaim) */
+		if (events[i].dest_name == NULL || events[i].body == NULL)
+			continue;			/* unroutable, or failed already (see OutboxClaim) */
 		else if (events[i].channel != NULL)
 			OutboxDeliverNotify(&events[i]);
 		else
@@ -98,11 +95,12 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 
 	ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		if (events[i].dest_name == NULL)
-			continue;
-		if (events[i].ok)
+			unroutable[nunroutable++] = &events[i];
+		else if (events[i].ok)
 			ok[nok++] = &events[i];
 		else
 			failed[nfailed++] = &events[i];

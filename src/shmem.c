@@ -235,20 +235,16 @@ OutboxStopRelaysExcept(const Oid *keep, int n)
 void
 OutboxWakeRelay(Oid dboid)
 {
+	OutboxRelaySlot *slot;
 	Latch	   *latch = NULL;
 
 	if (shared == NULL)
 		return;
 
 	SpinLockAcquire(&shared->mutex);
-	for (int i = 0; i < OUTBOX_MAX_RELAYS; i++)
-	{
-		if (shared->slots[i].dboid == dboid)
-		{
-			latch = shared->slots[i].latch;
-			break;
-		}
-	}
+	slot = find_slot(dboid, false, 0);
+	if (slot != NULL)
+		latch = slot->latch;
 	SpinLockRelease(&shared->mutex);
 
 	/* A latch of an exited process is still valid memory: a spurious wake. */
