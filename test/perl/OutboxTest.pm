@@ -1,5 +1,7 @@
 # Shared helpers of the TAP tests: a cluster with the extension preloaded,
-# and the webhook sink of test/sink.py on 127.0.0.1.
+# the relay workers seen from pg_stat_activity, events, the server log, and
+# the webhook sink of test/sink.py on 127.0.0.1. Every helper takes the node
+# (and database) it works on as arguments.
 package OutboxTest;
 
 use strict;
@@ -15,7 +17,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(outbox_node start_sink wait_until);
+our @EXPORT = qw(outbox_node start_sink wait_until relay_pid wait_relay
+  wait_no_relay wait_idle_passes set_databases emit log_since error_lines);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 
@@ -52,6 +55,81 @@ sub wait_until
 		usleep(50_000);
 	}
 	return 0;
+}
+
+my $relay_of = "FROM pg_stat_activity WHERE backend_type = 'outbox relay'";
+
+# The pid of the relay of database $db on $node, '' if none runs.
+sub relay_pid
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql('postgres', "SELECT pid $relay_of AND datname = '$db'");
+}
+
+# Waits until exactly one relay runs in $db, not $old_pid if given; returns its pid, undef on timeout.
+sub wait_relay
+{
+	my ($node, $db, $old_pid) = @_;
+	my $cond = "datname = '$db'" . (defined $old_pid ? " AND pid <> $old_pid" : '');
+	return undef
+	  unless $node->poll_query_until('postgres', "SELECT count(*) = 1 $relay_of AND $cond");
+	return $node->safe_psql('postgres', "SELECT pid $relay_of AND $cond");
+}
+
+# Waits until no relay runs in $db; returns whether that happened before the timeout.
+sub wait_no_relay
+{
+	my ($node, $db) = @_;
+	return $node->poll_query_until('postgres', "SELECT count(*) = 0 $relay_of AND datname = '$db'");
+}
+
+# Waits until relay $pid, the same process, runs passes $secs s after now; false if it exits.
+sub wait_idle_passes
+{
+	my ($node, $pid, $secs) = @_;
+	my $t0 = $node->safe_psql('postgres', 'SELECT now()');
+	my $state = '';
+	wait_until(sub {
+		$state = $node->safe_psql('postgres', qq{
+			SELECT CASE WHEN count(*) = 0 THEN 'gone'
+			            WHEN bool_and(state_change > '$t0'::timestamptz + interval '$secs s') THEN 't'
+			            ELSE 'f' END
+			  FROM pg_stat_activity WHERE pid = $pid});
+		return $state ne 'f';
+	});
+	diag($state eq 'gone' ? "relay $pid exited" : "relay $pid ran no pass after the first $secs s")
+	  unless $state eq 't';
+	return $state eq 't';
+}
+
+# Sets outbox.databases of $node to $list (ALTER SYSTEM) and reloads it.
+sub set_databases
+{
+	my ($node, $list) = @_;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET outbox.databases = '$list'");
+	$node->reload;
+}
+
+# Emits $n events of type $type in one transaction in $db; returns a reference to their event_ids.
+sub emit
+{
+	my ($node, $db, $type, $n) = @_;
+	return [ split /\n/, $node->safe_psql($db,
+		"SELECT outbox_emit('$type', jsonb_build_object('n', g)) FROM generate_series(1, $n) g") ];
+}
+
+# What $node wrote to its server log from byte $offset on.
+sub log_since
+{
+	my ($node, $offset) = @_;
+	return slurp_file($node->logfile, $offset);
+}
+
+# The ERROR, FATAL and PANIC lines of log text $text, without statements echoed by log_statement.
+sub error_lines
+{
+	my ($text) = @_;
+	return grep { /\b(?:ERROR|FATAL|PANIC):\s/ && !/\bLOG:\s+statement:/ } split /\n/, $text;
 }
 
 # Starts test/sink.py on a free port of 127.0.0.1; returns an OutboxTest::Sink.
@@ -100,6 +178,13 @@ sub delivered
 {
 	my ($self, $path) = @_;
 	return [ grep { $_->{status} >= 200 && $_->{status} < 300 } @{ $self->requests($path) } ];
+}
+
+# The webhook-ids of the requests answered 2xx (to $path, if given), sorted.
+sub delivered_ids
+{
+	my ($self, $path) = @_;
+	return [ sort map { $_->{webhook_id} } @{ $self->delivered($path) } ];
 }
 
 # Waits until at least $n requests (to $path, if given) were answered 2xx.

@@ -1,0 +1,97 @@
+# The relay in a database without the extension: DROP EXTENSION while the
+# relay delivers lets the pass under way finish its deliveries, the relay
+# then runs its passes without an error loop, and after CREATE EXTENSION
+# events are delivered again, also those of a session that emitted before
+# the DROP; a database where the extension was never created gets a relay
+# that idles quietly.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = outbox_node('noext');
+my $sink = start_sink();
+my $url = $sink->url('/hook');
+ok(wait_relay($node, 'postgres'), 'relay runs in database postgres');
+
+############################################################################
+# DROP EXTENSION while the relay delivers (sink busy) and more events are
+# pending; the relay goes on with its passes; CREATE EXTENSION again works.
+{
+	$node->safe_psql('postgres', qq{
+		INSERT INTO outbox_destinations (name, event_types, url) VALUES ('hooks', '*', '$url')});
+	my $pg_pid = wait_relay($node, 'postgres');
+	# an application session that emits before DROP EXTENSION and after
+	# CREATE EXTENSION (outbox_emit keeps a prepared INSERT per session)
+	my $app = $node->background_psql('postgres');
+	$sink->reset;
+	$sink->control(delay_ms => 4000);
+	my $busy = emit($node, 'postgres', 'ext.before', 3);
+	ok( $node->poll_query_until('postgres', qq{
+			SELECT state = 'active' AND now() - query_start > interval '0.5 s'
+			  FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'postgres'}),
+		'relay is in a pass, waiting for the busy sink');
+	emit($node, 'postgres', 'ext.pending', 2);
+	$app->query_safe("SELECT outbox_emit('ext.pending', '{}')");
+	my $offset = -s $node->logfile;
+	my $drop_ext_ts = $node->safe_psql('postgres', 'SELECT now()');
+	my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP EXTENSION outbox');
+	is($ret, 0, 'DROP EXTENSION succeeds while the relay runs') or diag($stderr);
+	my %busy = map { $_ => 1 } @$busy;
+	is_deeply([ grep { $busy{$_} } @{ $sink->delivered_ids } ], [ sort @$busy ],
+		'the pass under way finished its deliveries first');
+	ok( $node->poll_query_until('postgres', qq{
+			SELECT count(*) = 1 FROM pg_stat_activity
+			 WHERE backend_type = 'outbox relay' AND datname = 'postgres'
+			   AND state_change > '$drop_ext_ts'::timestamptz + interval '1 s'}),
+		'a relay runs its passes in postgres after DROP EXTENSION');
+	my $ext_pid = relay_pid($node, 'postgres');
+	ok(wait_idle_passes($node, $ext_pid, 1), 'and idles without the extension, same pid');
+	note($ext_pid == $pg_pid ? 'the relay survived DROP EXTENSION'
+		: 'the relay was restarted after DROP EXTENSION');
+	my @errors = error_lines(log_since($node, $offset));
+	note("log errors around DROP EXTENSION:\n" . join("\n", @errors)) if @errors;
+	cmp_ok(scalar @errors, '<=', 1, 'at most one error (a restart), no error loop');
+
+	$sink->reset;
+	$node->safe_psql('postgres', qq{
+		CREATE EXTENSION outbox;
+		INSERT INTO outbox_destinations (name, event_types, url) VALUES ('hooks', '*', '$url')});
+	my $after = emit($node, 'postgres', 'ext.after', 3);
+	my ($app_id, $app_err) = $app->query("SELECT outbox_emit('ext.after', '{\"session\": true}')");
+	is($app_err, 0, 'the same session emits again after CREATE EXTENSION');
+	push @$after, $app_id;
+	$app->quit;
+	ok( $node->poll_query_until('postgres',
+			"SELECT count(*) = 4 FROM outbox WHERE event_type = 'ext.after' AND delivered_at IS NOT NULL"),
+		'events emitted after CREATE EXTENSION are delivered');
+	ok($sink->wait_delivered(4), 'the sink received them');
+	is_deeply($sink->delivered_ids, [ sort @$after ], 'exactly those events');
+}
+
+############################################################################
+# A database without the extension: its relay starts and idles quietly, and
+# the relay of postgres is not disturbed.
+{
+	my $pg_pid = wait_relay($node, 'postgres');
+	$node->safe_psql('postgres', 'CREATE DATABASE plain');
+	my $offset = -s $node->logfile;
+	set_databases($node, 'postgres, plain');
+	my $plain_pid = wait_relay($node, 'plain');
+	ok($plain_pid, 'relay started for a database without the extension');
+	$node->wait_for_log(qr/outbox relay started for database "plain"/, $offset);
+	# 1 s of passes at a poll interval of 200 ms
+	ok(wait_idle_passes($node, $plain_pid, 1), 'it keeps running its passes, same pid');
+	is(join("\n", error_lines(log_since($node, $offset))), '',
+		'no ERROR or FATAL in the log while it idles');
+	is(relay_pid($node, 'postgres'), $pg_pid, 'relay of postgres undisturbed');
+}
+
+$sink->stop;
+$node->stop;
+done_testing();
