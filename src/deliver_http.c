@@ -23,8 +23,9 @@
  *
  * Headers follow the Standard Webhooks specification: webhook-id (the
  * event_id, stable across retries), webhook-timestamp (Unix seconds of this
- * attempt) and, when the destination has a secret, webhook-signature:
- * "v1," followed by the base64 HMAC-SHA256 of "<id>.<timestamp>.<body>".
+ * attempt) and, when the destination has a secret, webhook-signature
+ * (signature.c). Then come the destination's headers and the event's own,
+ * merged here: where both name a header, the destination's wins.
  *
  * src/deliver_http.c
  *
@@ -36,17 +37,16 @@
 
 #include <curl/curl.h>
 
-#include "common/base64.h"
-#include "common/cryptohash.h"
-#include "common/hmac.h"
-#include "common/sha2.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
+#include "utils/formatting.h"
 
 #include "compat.h"
+#include "deliver_http.h"
 #include "guc.h"
-#include "relay.h"
+#include "headers.h"
+#include "signature.h"
 
 #define WAIT_SLICE_MS 100
 #define RESPONSE_SNIPPET_LEN 200
@@ -109,112 +109,89 @@ collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return len;
 }
 
-/*
- * Returns the key for a Standard Webhooks secret: the base64 text after
- * "whsec_", or the raw bytes of a secret without that prefix. NULL if the
- * base64 is invalid.
- */
-static char *
-secret_key(const char *secret, int *keylen)
-{
-	const char *b64;
-	int			b64len;
-	char	   *key;
-
-	if (strncmp(secret, "whsec_", 6) != 0)
-	{
-		*keylen = strlen(secret);
-		return pstrdup(secret);
-	}
-	b64 = secret + 6;
-	b64len = strlen(b64);
-	key = palloc(pg_b64_dec_len(b64len) + 1);
-	*keylen = pg_b64_decode(b64, b64len, OUTBOX_B64_BYTES(key), pg_b64_dec_len(b64len));
-	return *keylen < 0 ? NULL : key;
-}
-
-/* Returns the webhook-signature header for one attempt, or NULL on error. */
-static char *
-signature_header(OutboxEvent *ev, const char *timestamp)
-{
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	int			keylen;
-	char	   *key = secret_key(ev->secret, &keylen);
-	pg_hmac_ctx *ctx;
-	char	   *b64;
-	int			b64len;
-	bool		failed;
-
-	if (key == NULL)
-	{
-		ev->error = pstrdup("the destination's secret has the whsec_ prefix but is not valid base64");
-		return NULL;
-	}
-	ctx = pg_hmac_create(PG_SHA256);
-	if (ctx == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	failed = pg_hmac_init(ctx, (const uint8 *) key, keylen) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) ev->event_id, strlen(ev->event_id)) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) ".", 1) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) timestamp, strlen(timestamp)) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) ".", 1) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) ev->body, strlen(ev->body)) < 0 ||
-		pg_hmac_final(ctx, digest, sizeof(digest)) < 0;
-	if (failed)
-	{
-		const char *msg = pg_hmac_error(ctx);
-
-		pg_hmac_free(ctx);
-		elog(ERROR, "could not compute the webhook signature: %s", msg);
-	}
-	pg_hmac_free(ctx);
-
-	b64 = palloc(pg_b64_enc_len(sizeof(digest)) + 1);
-	b64len = pg_b64_encode(OUTBOX_B64_BYTES(digest), sizeof(digest), b64,
-						   pg_b64_enc_len(sizeof(digest)));
-	if (b64len < 0)
-		elog(ERROR, "could not encode the webhook signature");
-	b64[b64len] = '\0';
-	return psprintf("webhook-signature: v1,%s", b64);
-}
-
 /* Header names the relay sets itself; the same names from users are ignored. */
 static bool
-reserved_header(const char *line)
+reserved_header(const char *name)
 {
 	static const char *const reserved[] = {
 		"content-type", "content-length", "host", "transfer-encoding",
 		"expect", "webhook-id", "webhook-timestamp", "webhook-signature"
 	};
-	size_t		namelen = strcspn(line, ":");
 
 	for (size_t i = 0; i < lengthof(reserved); i++)
-		if (strlen(reserved[i]) == namelen &&
-			pg_strncasecmp(line, reserved[i], namelen) == 0)
+		if (pg_strcasecmp(name, reserved[i]) == 0)
 			return true;
 	return false;
 }
 
-/* True if line is "name: value" with a token name and no control characters. */
-static bool
-valid_header(const char *line)
+/* One header offered for a request, in merge_headers. */
+typedef struct MergeItem
 {
-	const char *p = line;
+	OutboxHeader *header;
+	char	   *lower;			/* name in lower case: HTTP names are not case-sensitive */
+	int			pos;			/* offer order: the destination's come first */
+	bool		keep;
+} MergeItem;
 
-	while (*p && *p != ':')
+static int
+merge_item_cmp(const void *a, const void *b)
+{
+	const MergeItem *x = *(MergeItem *const *) a;
+	const MergeItem *y = *(MergeItem *const *) b;
+	int			c = strcmp(x->lower, y->lower);
+
+	return c != 0 ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/*
+ * The headers to send with ev, in *out: the destination's, then the event's
+ * own whose name the destination does not use (compared without case);
+ * headers whose value is JSON null are left out. Returns how many. Sorting
+ * keeps this O(n log n) in the number of headers, which a writer controls.
+ */
+static int
+merge_headers(OutboxEvent *ev, OutboxHeader **out)
+{
+	OutboxHeader *lists[2] = {NULL, NULL};
+	int			counts[2] = {0, 0};
+	Jsonb	   *sources[2] = {ev->dest.headers, ev->headers};
+	MergeItem  *items;
+	MergeItem **sorted;
+	OutboxHeader *merged;
+	int			n = 0;
+	int			nmerged = 0;
+
+	for (int s = 0; s < 2; s++)
+		if (sources[s] != NULL && JB_ROOT_IS_OBJECT(sources[s]))
+			counts[s] = OutboxHeaderList(sources[s], &lists[s]);
+	items = palloc(sizeof(MergeItem) * Max(counts[0] + counts[1], 1));
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < counts[s]; i++)
+		{
+			if (lists[s][i].value == NULL)
+				continue;
+			items[n].header = &lists[s][i];
+			items[n].lower = asc_tolower(lists[s][i].name, strlen(lists[s][i].name));
+			items[n].pos = n;
+			items[n].keep = false;
+			n++;
+		}
+	sorted = palloc(sizeof(MergeItem *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		sorted[i] = &items[i];
+	qsort(sorted, n, sizeof(MergeItem *), merge_item_cmp);
+	for (int i = 0; i < n; i++)
+		sorted[i]->keep = i == 0 || strcmp(sorted[i]->lower, sorted[i - 1]->lower) != 0;
+
+	merged = palloc(sizeof(OutboxHeader) * Max(n, 1));
+	for (int i = 0; i < n; i++)
 	{
-		if (!(isalnum((unsigned char) *p) || strchr("!#$%&'*+-.^_`|~", *p)))
-			return false;
-		p++;
+		CHECK_FOR_INTERRUPTS();
+		if (items[i].keep)
+			merged[nmerged++] = *items[i].header;
 	}
-	if (p == line || *p != ':')
-		return false;
-	for (; *p; p++)
-		if (((unsigned char) *p < 0x20 && *p != '\t') || *p == 0x7f)
-			return false;
-	return true;
+	*out = merged;
+	return nmerged;
 }
 
 /* Adds a header line to the request; false when libcurl is out of memory. */
@@ -251,19 +228,23 @@ prepare_request(HttpRequest *req)
 {
 	OutboxEvent *ev = req->event;
 	char		timestamp[32];
-	long		timeout = ev->timeout_ms;
+	long		timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : outbox_http_timeout;
+	OutboxHeader *headers;
+	int			nheaders;
 	bool		ok;
 
 	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
 
-	for (int i = 0; i < ev->nheaders; i++)
+	nheaders = merge_headers(ev, &headers);
+	for (int i = 0; i < nheaders; i++)
 	{
-		if (!valid_header(ev->headers[i]))
+		if (!OutboxHeaderNameValid(headers[i].name, strlen(headers[i].name)) ||
+			!OutboxHeaderValueValid(headers[i].value, strlen(headers[i].value)))
 		{
 			/* the name only: the value may be a credential */
 			ev->permanent = true;
 			ev->error = psprintf("invalid HTTP header \"%s\"",
-								 printable(ev->headers[i], strcspn(ev->headers[i], ":")));
+								 printable(headers[i].name, strlen(headers[i].name)));
 			return false;
 		}
 	}
@@ -272,35 +253,36 @@ prepare_request(HttpRequest *req)
 		append_header(req, "Expect:") &&
 		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
 		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
-	if (ok && ev->secret != NULL)
+	if (ok && ev->dest.secret != NULL)
 	{
-		char	   *sig = signature_header(ev, timestamp);
+		char	   *sig = OutboxSignature(ev->dest.secret, ev->event_id, timestamp,
+										  ev->body, strlen(ev->body));
 
 		if (sig == NULL)
 		{
 			ev->permanent = true;
+			ev->error = pstrdup("the destination's secret has the whsec_ prefix but is not valid base64");
 			return false;
 		}
-		ok = append_header(req, sig);
+		ok = append_header(req, psprintf("webhook-signature: %s", sig));
 	}
-	for (int i = 0; ok && i < ev->nheaders; i++)
+	for (int i = 0; ok && i < nheaders; i++)
 	{
-		const char *line = ev->headers[i];
-		size_t		namelen = strcspn(line, ":");
+		const char *value = headers[i].value;
 
-		if (reserved_header(line))
+		if (reserved_header(headers[i].name))
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */
-		if (line[namelen + strspn(line + namelen + 1, " \t") + 1] == '\0')
-			ok = append_header(req, psprintf("%.*s;", (int) namelen, line));
+		if (value[strspn(value, " \t")] == '\0')
+			ok = append_header(req, psprintf("%s;", headers[i].name));
 		else
-			ok = append_header(req, line);
+			ok = append_header(req, psprintf("%s: %s", headers[i].name, value));
 	}
 
 	if (ok)
 		req->easy = curl_easy_init();
 	ok = ok && req->easy != NULL &&
-		curl_easy_setopt(req->easy, CURLOPT_URL, ev->url) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_URL, ev->dest.url) == CURLE_OK &&
 #if LIBCURL_VERSION_NUM >= 0x075500
 		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
 #else

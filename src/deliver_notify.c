@@ -15,7 +15,7 @@
 
 #include "commands/async.h"
 
-#include "relay.h"
+#include "deliver_notify.h"
 
 /*
  * The NOTIFY payload must be shorter than this many bytes (PostgreSQL docs
@@ -45,6 +45,6 @@ OutboxDeliverNotify(OutboxEvent *event)
 								len, OUTBOX_NOTIFY_PAYLOAD_LIMIT - 1);
 		return;
 	}
-	Async_Notify(event->channel, event->body);
+	Async_Notify(event->dest.channel, event->body);
 	event->ok = true;
 }

@@ -7,7 +7,7 @@
  * The insert runs through SPI as the calling role, so the role needs only
  * INSERT on the outbox table: the event_id is generated here rather than read
  * back with RETURNING, which would need SELECT. The prepared INSERT is kept
- * for the life of the backend, keyed by the extension's schema.
+ * by statements.c for the life of the backend.
  *
  * The wake-up is armed by a per-transaction flag; one transaction callback,
  * registered on first use in each backend, sets the relay's latch at COMMIT
@@ -24,41 +24,34 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 #include "emit.h"
-#include "relay.h"
+#include "event.h"
 #include "shmem.h"
+#include "statements.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 
 static bool wake_pending = false;
 static bool xact_callback_registered = false;
 
-static Oid	insert_plan_nsp = InvalidOid;
-static SPIPlanPtr insert_plan = NULL;
-static bool insert_plan_stale = false;
-static bool nsp_callback_registered = false;
-
-/*
- * The saved INSERT names the schema in its text; a renamed schema would
- * make it fail until the backend exits. Any change to pg_namespace marks it
- * for preparing again on next use.
- */
-static void
-nsp_changed(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
-			uint32 hashvalue pg_attribute_unused())
-{
-	insert_plan_stale = true;
-}
+/* The INSERT; its parameters follow outbox_emit's arguments, after the event_id. */
+static const Oid insert_argtypes[] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, JSONBOID};
+static OutboxStatement insert_stmt = {
+	.sql =
+		"INSERT INTO %1$s.outbox"
+		" (event_id, event_type, payload, aggregate_type, aggregate_id, headers)"
+		" VALUES ($1, $2, $3, $4, $5, $6)",
+	.nargs = 6,
+	.argtypes = insert_argtypes,
+	.cursor_options = 0
+};
 
 /* Sets the relay's latch at COMMIT if this transaction emitted. */
 static void
@@ -136,51 +129,6 @@ generate_uuidv7(pg_uuid_t *uuid)
 }
 
 /*
- * Returns the saved INSERT plan for the outbox table in schema nspoid. Its
- * parameters follow outbox_emit's arguments, after the event_id.
- */
-static SPIPlanPtr
-get_insert_plan(Oid nspoid)
-{
-	StringInfoData sql;
-	Oid			argtypes[6] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, JSONBOID};
-	SPIPlanPtr	plan;
-	char	   *nspname;
-
-	if (insert_plan != NULL && insert_plan_nsp == nspoid && !insert_plan_stale)
-		return insert_plan;
-	if (!nsp_callback_registered)
-	{
-		CacheRegisterSyscacheCallback(NAMESPACEOID, nsp_changed, (Datum) 0);
-		nsp_callback_registered = true;
-	}
-
-	nspname = get_namespace_name(nspoid);
-	if (nspname == NULL)
-		elog(ERROR, "cache lookup failed for namespace %u", nspoid);
-
-	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "INSERT INTO %s.outbox"
-					 " (event_id, event_type, payload, aggregate_type, aggregate_id, headers)"
-					 " VALUES ($1, $2, $3, $4, $5, $6)",
-					 quote_identifier(nspname));
-
-	plan = SPI_prepare(sql.data, 6, argtypes);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-
-	if (insert_plan != NULL)
-		SPI_freeplan(insert_plan);
-	insert_plan = plan;
-	insert_plan_nsp = nspoid;
-	insert_plan_stale = false;
-	return plan;
-}
-
-/*
  * outbox_emit(event_type text, payload jsonb, aggregate_type text,
  *			   aggregate_id text, headers jsonb) RETURNS uuid
  *
@@ -244,7 +192,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	plan = get_insert_plan(get_func_namespace(fcinfo->flinfo->fn_oid));
+	plan = OutboxStatementPlan(&insert_stmt, get_func_namespace(fcinfo->flinfo->fn_oid));
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));

@@ -26,7 +26,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "relay.h"
+#include "envelope.h"
 
 PG_FUNCTION_INFO_V1(_outbox_envelope);
 
@@ -41,28 +41,27 @@ append_string_or_null(StringInfo buf, const char *key, const char *value)
 }
 
 /*
- * Returns the envelope of one attempt, palloc'd in the current memory
- * context. event_id is the uuid's text form; agg_type and agg_id may be
- * NULL; attempt counts from 1. Runs in any backend or the relay, inside a
- * transaction (the timestamp uses the session's TimeZone).
+ * Returns the envelope of one attempt of ev, palloc'd in the current memory
+ * context, from the event's columns (event_id, event_type, the aggregate
+ * fields, which may be NULL, created_at and payload); attempt counts from
+ * 1. Runs in any backend or the relay, inside a transaction (the timestamp
+ * uses the session's TimeZone).
  */
 char *
-OutboxBuildEnvelope(const char *event_id, const char *type, const char *agg_type,
-					const char *agg_id, TimestampTz created_at, int attempt,
-					Jsonb *payload)
+OutboxBuildEnvelope(const OutboxEvent *ev, int attempt)
 {
 	StringInfoData buf;
 	char		ts[MAXDATELEN + 1];
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, "{\"id\": \"%s\"", event_id);
-	append_string_or_null(&buf, "type", type);
-	append_string_or_null(&buf, "aggregate_type", agg_type);
-	append_string_or_null(&buf, "aggregate_id", agg_id);
-	JsonEncodeDateTime(ts, TimestampTzGetDatum(created_at), TIMESTAMPTZOID, NULL);
+	appendStringInfo(&buf, "{\"id\": \"%s\"", ev->event_id);
+	append_string_or_null(&buf, "type", ev->event_type);
+	append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
+	append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
+	JsonEncodeDateTime(ts, TimestampTzGetDatum(ev->created_at), TIMESTAMPTZOID, NULL);
 	appendStringInfo(&buf, ", \"created_at\": \"%s\", \"attempt\": %d, \"payload\": ",
 					 ts, attempt);
-	JsonbToCString(&buf, &payload->root, VARSIZE(payload));
+	JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
 }
@@ -79,16 +78,18 @@ OutboxBuildEnvelope(const char *event_id, const char *type, const char *agg_type
 Datum
 _outbox_envelope(PG_FUNCTION_ARGS)
 {
+	OutboxEvent ev;
+
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(4) ||
 		PG_ARGISNULL(5) || PG_ARGISNULL(6))
 		PG_RETURN_NULL();
 
-	PG_RETURN_TEXT_P(cstring_to_text(OutboxBuildEnvelope(
-		DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(0))),
-		text_to_cstring(PG_GETARG_TEXT_PP(1)),
-		PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2)),
-		PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3)),
-		PG_GETARG_TIMESTAMPTZ(4),
-		PG_GETARG_INT32(5),
-		PG_GETARG_JSONB_P(6))));
+	memset(&ev, 0, sizeof(ev));
+	ev.event_id = DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(0)));
+	ev.event_type = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	ev.aggregate_type = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	ev.aggregate_id = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	ev.created_at = PG_GETARG_TIMESTAMPTZ(4);
+	ev.payload = PG_GETARG_JSONB_P(6);
+	PG_RETURN_TEXT_P(cstring_to_text(OutboxBuildEnvelope(&ev, PG_GETARG_INT32(5))));
 }

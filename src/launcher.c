@@ -45,7 +45,7 @@
 
 #include "compat.h"
 #include "guc.h"
-#include "relay.h"
+#include "launcher.h"
 #include "shmem.h"
 
 #define LAUNCHER_NAP_MS 10000

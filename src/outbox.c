@@ -20,7 +20,7 @@
 
 #include "compat.h"
 #include "guc.h"
-#include "relay.h"
+#include "launcher.h"
 #include "shmem.h"
 #include "utility.h"
 

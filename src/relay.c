@@ -44,11 +44,36 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
+#include "deliver_http.h"
+#include "deliver_notify.h"
+#include "envelope.h"
+#include "event.h"
 #include "guc.h"
+#include "queue.h"
 #include "relay.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
+
+/*
+ * Builds the body of a routed event. An event stored by a plain INSERT with
+ * a payload over OUTBOX_MAX_PAYLOAD_BYTES (outbox_emit() refuses those)
+ * gets none and fails permanently.
+ */
+static void
+build_body(OutboxEvent *ev)
+{
+	Size		size = VARSIZE(ev->payload);
+
+	if (size > OUTBOX_MAX_PAYLOAD_BYTES)
+	{
+		ev->permanent = true;
+		ev->error = psprintf("payload of %zu bytes is larger than the limit of %d bytes",
+							 (size_t) size, OUTBOX_MAX_PAYLOAD_BYTES);
+		return;
+	}
+	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1);
+}
 
 /*
  * Runs one relay pass: claims up to batch_size due events, delivers them and
@@ -83,9 +108,12 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	http = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		if (events[i].dest_name == NULL || events[i].body == NULL)
-			continue;			/* unroutable, or failed already (see OutboxClaim) */
-		else if (events[i].channel != NULL)
+		if (events[i].dest.name == NULL)
+			continue;			/* unroutable */
+		build_body(&events[i]);
+		if (events[i].body == NULL)
+			continue;			/* failed already */
+		else if (events[i].dest.channel != NULL)
 			OutboxDeliverNotify(&events[i]);
 		else
 			http[nhttp++] = &events[i];
@@ -98,7 +126,7 @@ OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		if (events[i].dest_name == NULL)
+		if (events[i].dest.name == NULL)
 			unroutable[nunroutable++] = &events[i];
 		else if (events[i].ok)
 			ok[nok++] = &events[i];

@@ -1,0 +1,99 @@
+/* outbox--1.0--1.1.sql: upgrade from 1.0 to 1.1 */
+
+\echo Use "ALTER EXTENSION outbox UPDATE TO '1.1'" to load this file. \quit
+
+/*
+ * Routing has one home: the destination an event goes to is the enabled one
+ * with the first name whose pattern matches its type. The relay's claim and
+ * its parking of unroutable events, and the outbox_status view, all call
+ * this function. A single SELECT, not STRICT, not VOLATILE and without SET
+ * clauses, so the planner inlines it into each query. The body is SQL-standard
+ * (BEGIN ATOMIC): parsed once, it refers to the objects themselves rather
+ * than to their names, so it keeps working if the schema is renamed.
+ */
+CREATE FUNCTION @extschema@._outbox_route(event_type text)
+RETURNS SETOF @extschema@.outbox_destinations
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE d.enabled
+       AND _outbox_route.event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(d.event_types)
+     ORDER BY d.name
+     LIMIT 1;
+END;
+
+COMMENT ON FUNCTION @extschema@._outbox_route(text) IS
+    'Internal: the destination that events of this type go to, if any';
+
+/*
+ * The rules for headers and secrets have one home, in C, shared with the
+ * relay that sends them: the check constraints call the library.
+ */
+CREATE OR REPLACE FUNCTION @extschema@._outbox_valid_headers(headers jsonb)
+RETURNS boolean
+AS 'MODULE_PATHNAME', '_outbox_valid_headers'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._outbox_valid_secret(secret text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', '_outbox_valid_secret'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_valid_secret(text) IS
+    'Internal: whether the relay can sign with a destination''s secret (whsec_<base64> or raw text)';
+
+/*
+ * NOT VALID: an existing destination whose secret cannot be used (the relay
+ * dead-letters its events) must not make the upgrade fail; it is refused
+ * from its next change on.
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    DROP CONSTRAINT outbox_destinations_secret_check,
+    ADD CONSTRAINT outbox_destinations_secret_check
+        CHECK (@extschema@._outbox_valid_secret(secret)) NOT VALID;
+
+/* The text that marks a parked event has one home too: the relay's. */
+CREATE FUNCTION @extschema@._outbox_unroutable_error()
+RETURNS text
+AS 'MODULE_PATHNAME', '_outbox_unroutable_error'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_unroutable_error() IS
+    'Internal: the last_error text of an event parked for want of a destination';
+
+CREATE OR REPLACE FUNCTION @extschema@._outbox_destinations_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE @extschema@.outbox
+       SET next_attempt_at = now()
+     WHERE delivered_at IS NULL AND dead_at IS NULL
+       AND next_attempt_at > now()
+       AND last_error = @extschema@._outbox_unroutable_error();
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE VIEW @extschema@.outbox_status AS
+SELECT o.event_type,
+       count(*) FILTER (WHERE o.dead_at IS NULL) AS pending,
+       count(*) FILTER (WHERE o.dead_at IS NULL AND o.attempts > 0) AS retrying,
+       count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead,
+       count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
+           SELECT FROM @extschema@._outbox_route(o.event_type))) AS unroutable,
+       min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending
+  FROM @extschema@.outbox o
+ WHERE o.delivered_at IS NULL
+ GROUP BY o.event_type;
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_route(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_valid_secret(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@._outbox_unroutable_error() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@._outbox_route(text),
+    @extschema@._outbox_valid_secret(text),
+    @extschema@._outbox_unroutable_error()
+TO outbox_admin;

@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * signature.h
+ *	  Standard Webhooks signing secrets and signatures.
+ *
+ * src/signature.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_SIGNATURE_H
+#define OUTBOX_SIGNATURE_H
+
+#include "fmgr.h"
+
+extern char *OutboxSecretKey(const char *secret, int *keylen);
+extern char *OutboxSignature(const char *secret, const char *msg_id,
+							 const char *timestamp, const char *body,
+							 size_t bodylen);
+
+extern Datum _outbox_valid_secret(PG_FUNCTION_ARGS);
+
+#endif							/* OUTBOX_SIGNATURE_H */
