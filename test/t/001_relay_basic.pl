@@ -19,9 +19,7 @@ use Test::More;
 my $node = outbox_node('basic', 'outbox.poll_interval' => "'1h'");
 my $sink = start_sink();
 
-ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'postgres'"),
-	'relay worker runs in database postgres');
+ok(wait_relay($node, 'postgres'), 'relay worker runs in database postgres');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox launcher'"),
 	'1', 'one launcher');

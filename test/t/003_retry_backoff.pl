@@ -20,8 +20,7 @@ my $url = $sink->url('/hook');
 # the relay can see the events.
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, url, enabled) VALUES ('hook', '$url', false)});
-my @ids = split /\n/, $node->safe_psql('postgres', q{
-	SELECT outbox_emit('task.created', jsonb_build_object('n', i)) FROM generate_series(1, 5) i});
+my @ids = @{ emit($node, 'postgres', 'task.created', 5) };
 is(scalar @ids, 5, 'five events emitted');
 
 # five events, the endpoint fails the third once

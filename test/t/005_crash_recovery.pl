@@ -1,5 +1,6 @@
 # Crash safety: every committed event reaches the endpoint at least once,
-# whatever happens to the server or the endpoint in between.
+# whatever happens to the server or the endpoint in between, and a crash
+# repeats at most the one batch a relay had in flight.
 #   a. kill -9 of the relay worker in the middle of a large batch
 #   b. immediate shutdown of the server while delivering, then start
 #   c. the endpoint answers 503 for a while: retries with backoff, then
@@ -19,11 +20,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $nbig = 2000;
+my $batch = 500;
 
 # The test framework turns restart_after_crash off; parts a and d need the
 # postmaster to reinitialize after a backend crash, as in production.
 my $node = outbox_node('crash',
-	'outbox.batch_size' => 500,
+	'outbox.batch_size' => $batch,
 	restart_after_crash => 'on');
 my $sink = start_sink();
 
@@ -32,25 +34,12 @@ my $dests = join(",\n", map { "('$_', '$_.*', '" . $sink->url("/$_") . "', " . (
 $node->safe_psql('postgres',
 	"INSERT INTO outbox_destinations (name, event_types, url, enabled) VALUES $dests");
 
-sub relay_pid
-{
-	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'");
-}
-
-sub emit_many
-{
-	my ($type, $n) = @_;
-	$node->safe_psql('postgres',
-		"SELECT count(outbox_emit('$type', jsonb_build_object('n', g))) FROM generate_series(1, $n) g");
-}
-
-# Waits until no event of $type is pending, then checks that the sink got
-# every event of $type, under its event_id, and nothing else; returns the
-# number of duplicate deliveries.
+# Waits until no event of $type is pending on $node, then checks that $sink
+# got every event of $type at $path, under its event_id, and nothing else;
+# returns the number of repeated deliveries.
 sub check_delivered
 {
-	my ($part, $type, $path, $n) = @_;
+	my ($node, $sink, $part, $type, $path, $n) = @_;
 
 	ok( $node->poll_query_until('postgres',
 			"SELECT count(*) FROM outbox WHERE event_type = '$type' AND delivered_at IS NULL", '0'),
@@ -72,27 +61,35 @@ sub check_delivered
 	is( scalar(grep { decode_json($_->{body})->{id} ne $_->{webhook_id} } @$got), 0,
 		"$part: every request, duplicates included, carries its event's id as webhook-id and in the body");
 
+	# Repeats are expected after a crash (delivery is at-least-once): say so,
+	# so that the count does not read as a failure.
 	my $dups = @$got - keys %times;
-	diag(sprintf('%s: %d requests for %d events, %d duplicates (%d events sent more than once)',
-			$part, scalar @$got, $n, $dups, scalar(grep { $_ > 1 } values %times)));
+	if ($dups == 0)
+	{
+		note("$part: no repeat, every event accepted once");
+	}
+	else
+	{
+		diag(sprintf('%s: %d events, %d requests: %d sent again after the crash, as expected '
+				. '(at-least-once delivery; at most one batch, outbox.batch_size = %s, per relay)',
+				$part, $n, scalar @$got, $dups, $node->safe_psql('postgres', 'SHOW outbox.batch_size')));
+	}
 	return $dups;
 }
 
-ok($node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'"),
-	'relay worker runs');
+ok(wait_relay($node, 'postgres'), 'relay worker runs');
 
-# Each request takes 20 ms at the sink: a batch of 500 over 16 connections
-# takes more than half a second, so the crashes below hit a pass in flight.
+# Each request takes 5 ms at the sink: a batch of 500 over 16 connections
+# takes 150 ms or more, so the crashes below hit a pass in flight.
 $sink->control(delay_ms => 5);
 
 ###
 ### a. kill -9 of the relay worker in the middle of a batch
 ###
 {
-	emit_many('a.created', $nbig);
+	emit($node, 'postgres', 'a.created', $nbig);
 	ok(wait_until(sub { $sink->stats('/a')->{requests} >= 100 }), 'a: delivery has started');
-	my $pid = relay_pid();
+	my $pid = relay_pid($node, 'postgres');
 	my $log_offset = -s $node->logfile;
 	kill 'KILL', $pid or die "kill $pid: $!";
 	my $sent = $sink->stats('/a')->{requests};
@@ -102,19 +99,18 @@ $sink->control(delay_ms => 5);
 	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset);
 	ok($node->log_contains(qr/\(PID $pid\) was terminated by signal 9/, $log_offset),
 		'a: the postmaster saw the relay killed and restarted');
-	ok( $node->poll_query_until('postgres',
-			"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $pid"),
-		'a: a new relay runs after the crash restart');
+	ok(wait_relay($node, 'postgres', $pid), 'a: a new relay runs after the crash restart');
 
-	my $dups = check_delivered('a', 'a.created', '/a', $nbig);
+	my $dups = check_delivered($node, $sink, 'a', 'a.created', '/a', $nbig);
 	cmp_ok($dups, '>', 0, 'a: the events sent by the killed pass were sent again');
+	cmp_ok($dups, '<=', $batch, 'a: at most one batch (outbox.batch_size) was sent again');
 }
 
 ###
 ### b. immediate shutdown while delivering, then start
 ###
 {
-	emit_many('b.created', $nbig);
+	emit($node, 'postgres', 'b.created', $nbig);
 	ok(wait_until(sub { $sink->stats('/b')->{requests} >= 100 }), 'b: delivery has started');
 	my $log_offset = -s $node->logfile;
 	$node->stop('immediate');
@@ -125,8 +121,9 @@ $sink->control(delay_ms => 5);
 	$node->start;
 	ok($node->log_contains(qr/database system was (?:interrupted|not properly shut down)/, $log_offset),
 		'b: the start ran crash recovery');
-	my $dups = check_delivered('b', 'b.created', '/b', $nbig);
+	my $dups = check_delivered($node, $sink, 'b', 'b.created', '/b', $nbig);
 	cmp_ok($dups, '>', 0, 'b: the events sent by the interrupted pass were sent again');
+	cmp_ok($dups, '<=', $batch, 'b: at most one batch (outbox.batch_size) was sent again');
 }
 
 ###
@@ -135,7 +132,7 @@ $sink->control(delay_ms => 5);
 {
 	my $n = 20;
 	$sink->control(status => 503, delay_ms => 0);
-	emit_many('c.created', $n);
+	emit($node, 'postgres', 'c.created', $n);
 
 	# backoff_base is 100ms: attempts 2, 3 and 4 come within a second or so
 	ok( $node->poll_query_until('postgres',
@@ -160,7 +157,7 @@ $sink->control(delay_ms => 5);
 	cmp_ok($spans[0], '>=', 0.25, 'c: retries are spaced by the exponential backoff');
 
 	$sink->control(status => 200);
-	check_delivered('c', 'c.created', '/c', $n);
+	check_delivered($node, $sink, 'c', 'c.created', '/c', $n);
 	is( $node->safe_psql('postgres',
 			"SELECT count(*) FROM outbox WHERE event_type = 'c.created' AND attempts > 1"),
 		$n, 'c: delivered after more than one attempt');
@@ -197,7 +194,7 @@ $sink->control(delay_ms => 5);
 
 	$node->safe_psql('postgres', "UPDATE outbox_destinations SET enabled = true WHERE name = 'd'");
 	ok($sink->wait_delivered(1, '/d'), 'd: delivered after recovery');
-	check_delivered('d', 'd.created', '/d', 1);
+	check_delivered($node, $sink, 'd', 'd.created', '/d', 1);
 	is($sink->delivered('/d')->[0]{webhook_id}, $event_id, 'd: with its event_id');
 }
 

@@ -26,18 +26,9 @@ $node->safe_psql('notify', q{
 	VALUES ('listen', 'note.*', 'outbox_events');
 });
 
-my $relay_of = "FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'notify'";
-
-sub set_databases
-{
-	my ($list) = @_;
-	$node->safe_psql('postgres', "ALTER SYSTEM SET outbox.databases = '$list'");
-	$node->reload;
-}
-
-set_databases('notify');
-ok($node->poll_query_until('postgres', "SELECT count(*) = 1 $relay_of"), 'relay runs in database notify');
-my $relay_pid = $node->safe_psql('postgres', "SELECT pid $relay_of");
+set_databases($node, 'notify');
+my $relay_pid = wait_relay($node, 'notify');
+ok($relay_pid, 'relay runs in database notify');
 
 # The listener. psql prints the notifications it has received after each
 # command, so a trivial query collects them.
@@ -129,8 +120,8 @@ is( $node->safe_psql('notify',
 # A relay pass that rolls back sends nothing: with the worker stopped, call
 # outbox_relay() in a transaction that is rolled back.
 
-set_databases('');
-ok($node->poll_query_until('postgres', "SELECT count(*) = 0 $relay_of"), 'worker stopped');
+set_databases($node, '');
+ok(wait_no_relay($node, 'notify'), 'worker stopped');
 
 @notes = ();
 my $rb_id = $node->safe_psql('notify', "SELECT outbox_emit('note.rolledback', '{\"n\": 0}')");
@@ -147,7 +138,7 @@ is( $node->safe_psql('notify',
 	't', 'the event is still pending, no attempt recorded');
 
 # the worker comes back and delivers it, once
-set_databases('notify');
+set_databases($node, 'notify');
 ok( $node->poll_query_until('notify',
 		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$rb_id'"),
 	'the worker delivers it once started again');
