@@ -8,7 +8,8 @@ of times, or answer slowly:
   POST /_control  {"status": 503}                  answer every event with 503
                   {"fail": {"<event-id>": 1}}       fail that event once (500)
                   {"delay_ms": 3000}                wait before answering
-  GET  /_requests  every request received: webhook-id, headers, body, status
+  GET  /_requests  every request received: webhook-id, headers, header_names
+                   (every header name as sent, repeats included), body, status
   GET  /_stats     {"requests": n, "delivered": n, "distinct": n}
                    (both take ?path=/p to count the requests to one path only)
   POST /_reset     forget requests and rules
@@ -95,6 +96,8 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path,
             "webhook_id": event_id,
             "headers": {k.lower(): v for k, v in self.headers.items()},
+            # a repeated header is one key above: keep every name to count them
+            "header_names": [k.lower() for k in self.headers.keys()],
             "body": body.decode("utf-8", "replace"),
             "status": status,
             "received_at": time.time(),
