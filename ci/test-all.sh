@@ -2,7 +2,7 @@
 # Sets up and runs every test, as root on Debian bookworm: installs the
 # dependencies, builds with warnings as errors, installs, and runs pg_regress
 # and the TAP suite on the host's PostgreSQL 15, then on PostgreSQL 17 and 18
-# in Debian chroots (test/matrix.sh). OUTBOX_VERSIONS="15 17 18" chooses.
+# in Debian chroots (ci/chroot.sh). OUTBOX_VERSIONS="15 17 18" chooses.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ versions=${OUTBOX_VERSIONS:-15 17 18}
 results=()
 failed=0
 
-bash test/deps.sh || exit 1
+bash ci/deps.sh || exit 1
 
 for v in $versions; do
     if [ "$v" = 15 ]; then
@@ -19,14 +19,14 @@ for v in $versions; do
         if make -s PG_CONFIG=$pg_config clean &&
            make -s PG_CONFIG=$pg_config PG_CFLAGS="-DUSE_ASSERT_CHECKING -Wall -Wextra -Werror" &&
            make -s PG_CONFIG=$pg_config install >/dev/null &&
-           PG_CONFIG=$pg_config bash test/check.sh; then
+           PG_CONFIG=$pg_config bash ci/check.sh; then
             results+=("PostgreSQL 15: PASS")
         else
             results+=("PostgreSQL 15: FAIL")
             failed=$((failed + 1))
         fi
     else
-        if bash test/matrix.sh "$v"; then
+        if bash ci/chroot.sh "$v"; then
             results+=("PostgreSQL $v: PASS")
         else
             results+=("PostgreSQL $v: FAIL")

@@ -21,7 +21,7 @@ if [ "$(id -u)" = 0 ]; then
         tar -cf - --exclude=.git --exclude=tmp_check --exclude=results . | tar -xf - -C "$work"
     fi
     chown -R "$user" "$work"
-    if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" bash "$work/test/check.sh"; then
+    if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0
     fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test/matrix.sh - build and test the outbox extension against several
+# ci/chroot.sh - build and test the outbox extension against several
 # PostgreSQL major versions, each inside its own Debian chroot.
 #
-# Usage: test/matrix.sh [17] [18]        (default: all of them, one after another)
+# Usage: ci/chroot.sh [17] [18]        (default: all of them, one after another)
 #
 #   PostgreSQL 17 comes from Debian trixie, PostgreSQL 18 from Debian sid.  The
 #   host (Debian bookworm) packages neither, so each version gets a minbase
@@ -14,7 +14,7 @@
 # Must run as root.  Environment:
 #   OUTBOX_CHROOT_DIR       where the chroots live  (/var/cache/outbox-matrix)
 #   OUTBOX_MATRIX_LOG_DIR   full log per version    (/tmp/outbox-matrix-logs)
-#   OUTBOX_MATRIX_TEST_CMD  test command, run in the build copy (bash test/check.sh)
+#   OUTBOX_MATRIX_TEST_CMD  test command, run in the build copy (bash ci/check.sh)
 #   OUTBOX_MATRIX_MIRROR    Debian mirror           (http://deb.debian.org/debian)
 #
 # The first run per version debootstraps (if needed) and installs packages,
@@ -24,7 +24,7 @@ set -euo pipefail
 
 CHROOT_BASE=${OUTBOX_CHROOT_DIR:-/var/cache/outbox-matrix}
 LOG_DIR=${OUTBOX_MATRIX_LOG_DIR:-/tmp/outbox-matrix-logs}
-TEST_CMD=${OUTBOX_MATRIX_TEST_CMD:-bash test/check.sh}
+TEST_CMD=${OUTBOX_MATRIX_TEST_CMD:-bash ci/check.sh}
 MIRROR=${OUTBOX_MATRIX_MIRROR:-http://deb.debian.org/debian}
 TEST_USER=outboxtest
 # Paths inside the chroot.  The packages marker holds the installed package list.
@@ -191,7 +191,7 @@ VERSIONS=("$@"); [ $# -gt 0 ] || VERSIONS=(17 18)
 for v in "${VERSIONS[@]}"; do
 	suite_for "$v" >/dev/null || { echo "unsupported PostgreSQL version '$v' (use 17 and/or 18)" >&2; exit 2; }
 done
-[ "$(id -u)" -eq 0 ] || { echo "test/matrix.sh must run as root (debootstrap, chroot, mount)" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "ci/chroot.sh must run as root (debootstrap, chroot, mount)" >&2; exit 2; }
 mkdir -p "$LOG_DIR"
 
 declare -A RESULT=()

@@ -2,7 +2,7 @@
 """Benchmarks of the outbox extension on a throwaway cluster.
 
 Prints figures with the parameters beside each; fails nothing. Run through
-test/bench.sh, which installs what it needs (as root): this script starts a
+bench/run.sh, which installs what it needs (as root): this script starts a
 PostgreSQL 15 cluster with the relay worker in a temporary directory, an
 nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
 (which records arrival times) for the latency figures.
@@ -170,7 +170,7 @@ http {{
 
 def start_sink(tmp):
     port_file = os.path.join(tmp, "sink.port")
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py"), "--port-file", port_file])
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "test", "sink.py"), "--port-file", port_file])
     for _ in range(200):
         if os.path.exists(port_file):
             break

@@ -1,11 +1,11 @@
 #!/bin/bash
 # Benchmarks, as root on Debian bookworm: installs what they need (nginx,
 # wrk, psycopg2 for the latency client), builds and installs the extension,
-# and runs test/bench.py on a throwaway cluster. Prints figures; the numbers
+# and runs bench/bench.py on a throwaway cluster. Prints figures; the numbers
 # are measurements, not pass/fail. Arguments go to bench.py (--quick, --only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash test/deps.sh
+bash ci/deps.sh
 missing=()
 for p in nginx-light wrk python3-psycopg2; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,4 +19,4 @@ fi
 export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 make -s PG_CONFIG=$PG_CONFIG >/dev/null
 make -s PG_CONFIG=$PG_CONFIG install >/dev/null
-exec /usr/bin/python3 test/bench.py "$@"
+exec /usr/bin/python3 bench/bench.py "$@"

@@ -2,7 +2,7 @@
 # The main job on a throwaway cluster, as root on Debian bookworm: installs
 # what is needed, builds and installs the extension, starts a PostgreSQL 15
 # cluster in a temporary directory with the relay worker preloaded and a
-# webhook endpoint on 127.0.0.1, runs the seed lesson's canon (test/canon.py)
+# webhook endpoint on 127.0.0.1, runs the seed lesson's canon (demo/canon.py)
 # against them, prints its three lines, and removes everything it started.
 set -euo pipefail
 
@@ -11,7 +11,7 @@ src=$(pwd)
 export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 bin=/usr/lib/postgresql/15/bin
 
-bash test/deps.sh
+bash ci/deps.sh
 echo "==> building and installing the extension"
 make -s PG_CONFIG=$PG_CONFIG >/dev/null
 make -s PG_CONFIG=$PG_CONFIG install >/dev/null
@@ -47,4 +47,4 @@ for _ in $(seq 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.1; done
 echo "==> webhook endpoint on http://127.0.0.1:$(cat "$tmp/sink.port")"
 echo "==> 100 tasks by a dual-write client, then 100 through outbox_emit(); every tenth client dies after COMMIT"
 echo
-PATH=$bin:$PATH python3 "$src/test/canon.py" --sink "http://127.0.0.1:$(cat "$tmp/sink.port")"
+PATH=$bin:$PATH python3 "$src/demo/canon.py" --sink "http://127.0.0.1:$(cat "$tmp/sink.port")"
