@@ -1,24 +1,21 @@
 #!/bin/bash
-# Installs what building and testing the extension needs on Debian bookworm,
-# as root: PostgreSQL 15 with its PGXS headers, libcurl, the Perl modules of
-# the TAP tests, Python for the test webhook endpoint, and debootstrap for
-# the PostgreSQL 17/18 chroots. Quiet when everything is already there.
+# ci/deps.sh - installs what building and testing the extension needs on
+# Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, libcurl, the
+# Perl modules of the TAP tests, Python for the test webhook endpoint, and
+# debootstrap for the PostgreSQL 17/18 chroots. Says first what it installs
+# and which installed packages that upgrades (postgresql-server-dev-15 can
+# bring a newer postgresql-15); apt's output goes to $OUTBOX_LOG_DIR/deps.log.
+# Quiet when everything is already there.
 set -euo pipefail
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev
-          libipc-run-perl make gcc python3 debootstrap ca-certificates)
+    libipc-run-perl make gcc python3 debootstrap ca-certificates)
 
 if [ "$(id -u)" != 0 ]; then
     echo "deps.sh: run as root (it installs Debian packages)" >&2
     exit 1
 fi
-
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "==> installing: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+mkdir -p "$LOG_DIR"
+install_packages "$LOG_DIR/deps.log" "${packages[@]}"

@@ -1,0 +1,128 @@
+# shellcheck shell=bash disable=SC2034 # variables used by the sourcing scripts
+# ci/lib.sh - helpers shared by the scripts in ci/, demo/ and bench/.
+# Sourced, not run. Every apt-get of these scripts goes through apt_get (or
+# apt_in_chroot in ci/chroot.sh), which waits a bounded, announced time for
+# another package manager (a freshly booted machine often runs
+# unattended-upgrades) instead of failing at once on "Could not get lock
+# /var/lib/dpkg/lock-frontend".
+#
+# Environment:
+#   OUTBOX_APT_LOCK_TIMEOUT  seconds to wait for apt/dpkg locks held by
+#                            another process (default 600)
+#   OUTBOX_LOG_DIR           where the scripts write their full logs
+#                            (default /tmp/outbox-logs)
+
+APT_LOCK_TIMEOUT=${OUTBOX_APT_LOCK_TIMEOUT:-600}
+LOG_DIR=${OUTBOX_LOG_DIR:-/tmp/outbox-logs}
+PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+step() { printf '==> %s\n' "$*"; }
+# note: a step line for the console even from inside quietly (fd 3).
+note() {
+    if { : >&3; } 2>/dev/null; then step "$@" >&3; else step "$@"; fi
+}
+
+# quietly LOG CMD...: runs CMD with its output appended to LOG only. On
+# failure prints the last lines of LOG and where the rest is.
+quietly() {
+    local log=$1 rc
+    shift
+    printf '\n$ %s\n' "$*" >>"$log"
+    "$@" </dev/null 3>&1 >>"$log" 2>&1 && return 0
+    rc=$?
+    echo "FAILED (exit status $rc): $*"
+    tail -n 25 "$log" | sed 's/^/    /'
+    echo "    (full log: $log)"
+    return "$rc"
+}
+
+# lock_holders FILE...: the pids holding a POSIX lock (apt and dpkg lock
+# with fcntl) on any of the files, one per line.
+lock_holders() {
+    local f inodes=" "
+    for f; do
+        [ -e "$f" ] && inodes+="$(stat -c %i "$f") "
+    done
+    [ "$inodes" != " " ] || return 0
+    # /proc/locks: "1: POSIX  ADVISORY  WRITE 1234 fe:00:131090 0 EOF",
+    # with "->" after the number for a waiting lock
+    awk -v want="$inodes" '{
+        i = ($2 == "->") ? 1 : 0
+        n = split($(6 + i), dev, ":")
+        if (index(want, " " dev[n] " ")) print $(5 + i)
+    }' /proc/locks | sort -u
+}
+
+# wait_for_apt [ROOT]: waits, at most APT_LOCK_TIMEOUT seconds, until no
+# other process holds the package manager's locks of the system at ROOT
+# (default /). apt-get's own DPkg::Lock::Timeout covers the dpkg lock only,
+# not the lists lock that "apt-get update" takes, so both are checked here.
+wait_for_apt() {
+    local root=${1:-} waited=0 pids who p
+    local locks=("$root/var/lib/dpkg/lock-frontend" "$root/var/lib/dpkg/lock"
+        "$root/var/lib/apt/lists/lock" "$root/var/cache/apt/archives/lock")
+    pids=$(lock_holders "${locks[@]}")
+    [ -n "$pids" ] || return 0
+    who=
+    for p in $pids; do who+=", $(cat "/proc/$p/comm" 2>/dev/null || echo '?') (pid $p)"; done
+    note "apt/dpkg of ${root:-the host} is busy (${who#, }): waiting up to ${APT_LOCK_TIMEOUT}s (OUTBOX_APT_LOCK_TIMEOUT)"
+    while [ -n "$(lock_holders "${locks[@]}")" ]; do
+        if [ "$waited" -ge "$APT_LOCK_TIMEOUT" ]; then
+            note "ERROR: the apt/dpkg locks of ${root:-/} are still held after ${APT_LOCK_TIMEOUT}s"
+            return 1
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+    note "the package manager is free after ${waited}s"
+}
+
+# apt_get ARGS...: apt-get on the host, non-interactive, waiting for locks.
+apt_get() {
+    wait_for_apt "" || return 1
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$APT_LOCK_TIMEOUT" "$@"
+}
+
+# missing_packages PKG...: those of PKG that are not installed.
+missing_packages() {
+    local p
+    for p; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+    done
+}
+
+# install_packages LOG PKG...: installs the missing PKGs on the host, with
+# apt's output in LOG. Says first which installed packages this upgrades:
+# postgresql-server-dev-15 can pull in a newer postgresql-15, and Debian
+# then restarts any cluster of it that is running.
+install_packages() {
+    local log=$1 missing upgrades
+    shift
+    missing=$(missing_packages "$@")
+    [ -n "$missing" ] || return 0
+    # shellcheck disable=SC2086 # one word per package
+    set -- $missing
+    step "installing Debian packages: $* (log: $log)"
+    quietly "$log" apt_get update || return 1
+    upgrades=$(apt-get -s install --no-install-recommends "$@" 2>/dev/null |
+        sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)\] (\([^ ]*\).*/\1 \2 -> \3/p' | paste -sd, - | sed 's/,/, /g')
+    [ -z "$upgrades" ] || step "this upgrades installed packages: $upgrades"
+    case " $* " in
+    *" postgresql-15 "*)
+        step "Debian's postgresql-15 package creates a cluster 15/main (port 5432) and starts it where it can" ;;
+    esac
+    quietly "$log" apt_get install -y --no-install-recommends "$@"
+}
+
+# result_text STATUS: a version's result from the exit status of
+# ci/build-and-check.sh or ci/chroot.sh.
+result_text() {
+    case $1 in
+    0) echo PASS ;;
+    3) echo "FAIL (build)" ;;
+    4) echo "FAIL (tests)" ;;
+    5) echo "FAIL (cleanup)" ;;
+    130 | 143) echo "FAIL (interrupted)" ;;
+    *) echo "FAIL (setup)" ;;
+    esac
+}
