@@ -1,14 +1,15 @@
 #!/bin/bash
-# Runs every test of the extension against an installed build:
+# ci/check.sh - runs every test of the extension against an installed build:
 # `make installcheck` runs pg_regress on a temporary instance, then the TAP
 # suite under test/t. PostgreSQL's initdb refuses to run as root, so when
 # started as root this runs the tests as OUTBOX_TEST_USER (default postgres)
-# on a copy of the source tree in /tmp, left in place if a test fails.
+# on a copy of the source tree in /tmp, left in place if a test fails. On
+# failure it prints regression.diffs and the end of every server log.
 #
-# Environment: PG_CONFIG (default: pg_config on PATH).
+# Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PG_CONFIG=${PG_CONFIG:-pg_config}
 
 if [ "$(id -u)" = 0 ]; then
@@ -21,14 +22,20 @@ if [ "$(id -u)" = 0 ]; then
         tar -cf - --exclude=.git --exclude=tmp_check --exclude=results . | tar -xf - -C "$work"
     fi
     chown -R "$user" "$work"
+    echo "==> tests as $user in $work"
     if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0
     fi
-    echo "check.sh: tests failed; logs are in $work/tmp_check/log" >&2
+    # in a chroot, ci/chroot.sh says where that is on the host
+    where=${OUTBOX_HOST_ROOT:-}$work
+    echo "check.sh: tests failed; regression.diffs and the server logs are in $where" \
+        "($where/regression.diffs, $where/tmp_check/log/)" >&2
     exit 1
 fi
 
+bindir=$("$PG_CONFIG" --bindir)
+export PATH="$bindir:$PATH"
 rm -rf tmp_check results regression.diffs regression.out
 if ! make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer"; then
     [ -f regression.diffs ] && cat regression.diffs
