@@ -3,13 +3,40 @@
 \echo Use "ALTER EXTENSION outbox UPDATE TO '1.1'" to load this file. \quit
 
 /*
+ * Relay v2: an HTTP event is leased while its request is in flight, and no
+ * transaction stays open meanwhile. claimed_by is the number of the relay
+ * that has it in flight (NULL otherwise); next_attempt_at is then the end
+ * of the lease, when the event is due again if that relay died.
+ */
+ALTER TABLE @extschema@.outbox ADD COLUMN claimed_by integer;
+
+COMMENT ON COLUMN @extschema@.outbox.claimed_by IS
+    'Number of the relay that has the event in flight; NULL when it is not';
+COMMENT ON COLUMN @extschema@.outbox.next_attempt_at IS
+    'The event is not claimed before this time (retry backoff, or the end of the lease of an event in flight)';
+COMMENT ON COLUMN @extschema@.outbox.attempts IS
+    'Deliveries started, counted when each starts (a crash cannot lose one)';
+
+/*
+ * A 4xx answer other than 408, 409, 425 and 429 dead-letters an event at
+ * once: the request itself is wrong. A destination can have them retried.
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN retry_client_errors boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.retry_client_errors IS
+    'Retry 4xx answers (other than 408, 409, 425, 429, always retried) like 5xx instead of dead-lettering at once';
+
+/*
  * Routing has one home: the destination an event goes to is the enabled one
  * with the first name whose pattern matches its type. The relay's claim and
  * its parking of unroutable events, and the outbox_status view, all call
  * this function. A single SELECT, not STRICT, not VOLATILE and without SET
  * clauses, so the planner inlines it into each query. The body is SQL-standard
  * (BEGIN ATOMIC): parsed once, it refers to the objects themselves rather
- * than to their names, so it keeps working if the schema is renamed.
+ * than to their names, so it keeps working if the schema is renamed. Its
+ * d.* is expanded when it is created: a later version that adds a column
+ * to outbox_destinations must create it again.
  */
 CREATE FUNCTION @extschema@._outbox_route(event_type text)
 RETURNS SETOF @extschema@.outbox_destinations
@@ -84,7 +111,8 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead,
        count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
            SELECT FROM @extschema@._outbox_route(o.event_type))) AS unroutable,
-       min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending
+       min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending,
+       count(*) FILTER (WHERE o.dead_at IS NULL AND o.claimed_by IS NOT NULL) AS in_flight
   FROM @extschema@.outbox o
  WHERE o.delivered_at IS NULL
  GROUP BY o.event_type;

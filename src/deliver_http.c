@@ -3,29 +3,35 @@
  * deliver_http.c
  *	  Delivery of events to webhooks with libcurl's multi interface.
  *
- * All the HTTP requests of a pass are in flight together, at most
- * outbox.http_max_connections at a time; the multi handle lives as long as
- * the process, so its connection cache keeps connections alive from one pass
- * to the next. Each request has one time limit (outbox.http_timeout or the
- * destination's timeout_ms) that covers name resolution, connection and the
- * whole transfer. Only http and https are allowed and redirects are not
- * followed: a 3xx answer is a failure. Success is a 2xx status.
+ * The relay hands events to this transport (OutboxHttpEnqueue) and collects
+ * their outcomes as they come (OutboxHttpRun); no database transaction is
+ * open meanwhile. Each destination has a queue. Requests are started from
+ * the queues in turn, at most outbox.http_max_connections at once, and a
+ * destination gets at most half of them while another one has events
+ * waiting, so that a slow endpoint cannot take every connection. The multi
+ * handle lives as long as the process: connections are kept alive.
  *
- * The wait for libcurl is cut in slices of at most WAIT_SLICE_MS with
- * CHECK_FOR_INTERRUPTS() between them, so SIGTERM (or a cancel in a backend
- * running outbox_relay()) ends a pass promptly even if an endpoint hangs.
+ * Each request has one time limit (outbox.http_timeout or the destination's
+ * timeout_ms) for name resolution, connection and the whole transfer. Only
+ * http and https are allowed and redirects are not followed. The outcome is
+ * decided by the status line (see http_outcome): a 2xx is reported as
+ * delivered as soon as the headers are in, even if the body is slow or
+ * endless; at most RESPONSE_SNIPPET_LEN bytes of a body are kept for
+ * last_error, and a transfer whose body passes RESPONSE_MAX_BYTES is cut.
  *
  * No PostgreSQL function that can throw is called from a libcurl callback:
- * the response is copied into a fixed buffer inside the request, and errors
- * are turned into text after libcurl returns. libcurl's own memory (handles,
- * header lists) is freed on every path, by PG_FINALLY on errors and by an
- * on_proc_exit callback for the multi handle.
+ * they only copy into fixed buffers inside the request, and errors are
+ * turned into text after libcurl returns. libcurl's own memory (handles,
+ * header lists, the copied body) is freed when each transfer ends, and the
+ * multi handle by an on_proc_exit callback.
  *
  * Headers follow the Standard Webhooks specification: webhook-id (the
  * event_id, stable across retries), webhook-timestamp (Unix seconds of this
  * attempt) and, when the destination has a secret, webhook-signature
  * (signature.c). Then come the destination's headers and the event's own,
  * merged here: where both name a header, the destination's wins.
+ *
+ * Runs in the relay worker, or in a backend running outbox_relay().
  *
  * src/deliver_http.c
  *
@@ -37,10 +43,13 @@
 
 #include <curl/curl.h>
 
+#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "utils/formatting.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 
 #include "compat.h"
 #include "deliver_http.h"
@@ -48,20 +57,46 @@
 #include "headers.h"
 #include "signature.h"
 
-#define WAIT_SLICE_MS 100
-#define RESPONSE_SNIPPET_LEN 200
+/* bytes of a response body kept for last_error */
+#define RESPONSE_SNIPPET_LEN 256
+/* a response body longer than this is not read to its end */
+#define RESPONSE_MAX_BYTES (64 * 1024)
+
+typedef struct HttpDest HttpDest;
 
 typedef struct HttpRequest
 {
-	OutboxEvent *event;
+	dlist_node	node;			/* in its destination's queue, then in running_list */
+	OutboxEvent *event;			/* NULL once its outcome was reported */
+	HttpDest   *dest;
 	CURL	   *easy;
 	struct curl_slist *headers;
-	char		errbuf[CURL_ERROR_SIZE];
-	char		response[RESPONSE_SNIPPET_LEN];
+	long		status;			/* from the status line, once headers are in */
+	bool		headers_done;
+	size_t		body_bytes;
 	size_t		response_len;
+	char		response[RESPONSE_SNIPPET_LEN];
+	char		errbuf[CURL_ERROR_SIZE];
 } HttpRequest;
 
+/* The requests of one destination, by name. */
+struct HttpDest
+{
+	char	   *name;
+	dlist_head	queue;			/* HttpRequest waiting to start */
+	int			queued;
+	int			running;		/* handles attached to the multi handle */
+	int			unreported;		/* enqueued, outcome not reported yet */
+};
+
 static CURLM *multi = NULL;
+static MemoryContext http_cxt = NULL;	/* requests and destinations */
+static MemoryContext prepare_cxt = NULL;	/* reset after each request is built */
+static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
+static List *dests = NIL;		/* of HttpDest, in http_cxt */
+static dlist_head running_list = DLIST_STATIC_INIT(running_list);
+static int	running = 0;		/* handles attached, all destinations */
+static int	next_dest = 0;		/* round-robin position */
 
 static void
 http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
@@ -72,7 +107,7 @@ http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 	curl_global_cleanup();
 }
 
-/* Initialises libcurl once per process, on first use. */
+/* Initialises libcurl and the transport's memory once per process. */
 static void
 http_init(void)
 {
@@ -87,12 +122,48 @@ http_init(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a libcurl multi handle")));
+	http_cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
+									 ALLOCSET_DEFAULT_SIZES);
+	prepare_cxt = AllocSetContextCreate(http_cxt, "outbox http request",
+										ALLOCSET_DEFAULT_SIZES);
 	on_proc_exit(http_at_exit, (Datum) 0);
 }
 
 /*
+ * libcurl header callback: notes the status of the final response (a 1xx
+ * is followed by another status line) and when its headers end. Must not
+ * throw or allocate.
+ */
+static size_t
+collect_header(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		len = size * nitems;
+
+	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
+	{
+		req->headers_done = false;
+		req->status = 0;
+	}
+	else if (len <= 2 && (buffer[0] == '\r' || buffer[0] == '\n'))
+	{
+		long		status = 0;
+
+		curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (status >= 200)
+		{
+			req->status = status;
+			req->headers_done = true;
+		}
+	}
+	return len;
+}
+
+/*
  * libcurl write callback: keeps the start of the response body for the
- * error text and discards the rest. Must not throw or allocate.
+ * error text, discards the rest, and stops a body that passes
+ * RESPONSE_MAX_BYTES (returning less than given aborts the transfer). Must
+ * not throw or allocate.
  */
 static size_t
 collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -106,7 +177,8 @@ collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
 		memcpy(req->response + req->response_len, ptr, Min(len, room));
 		req->response_len += Min(len, room);
 	}
-	return len;
+	req->body_bytes += len;
+	return req->body_bytes > RESPONSE_MAX_BYTES ? 0 : len;
 }
 
 /* Header names the relay sets itself; the same names from users are ignored. */
@@ -296,10 +368,13 @@ prepare_request(HttpRequest *req)
 #endif
 		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDS, ev->body) == CURLE_OK &&
+		/* libcurl keeps its own copy: the transfer may outlive the event */
 		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(ev->body)) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_COPYPOSTFIELDS, ev->body) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_HEADERFUNCTION, collect_header) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_HEADERDATA, req) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, collect_response) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf) == CURLE_OK &&
@@ -312,33 +387,124 @@ prepare_request(HttpRequest *req)
 	return true;
 }
 
-/* Records the outcome of a finished transfer in its event. */
+/*
+ * prepare_request with a resource owner in place: the worker builds
+ * requests between transactions, where there is none, and PostgreSQL's
+ * HMAC (with OpenSSL) registers its context with the current one.
+ */
+static bool
+prepare_with_owner(HttpRequest *req)
+{
+	ResourceOwner saved = CurrentResourceOwner;
+	bool		prepared;
+
+	if (saved == NULL)
+	{
+		if (http_owner == NULL)
+			http_owner = ResourceOwnerCreate(NULL, "outbox http");
+		CurrentResourceOwner = http_owner;
+	}
+	PG_TRY();
+	{
+		prepared = prepare_request(req);
+	}
+	PG_FINALLY();
+	{
+		CurrentResourceOwner = saved;
+	}
+	PG_END_TRY();
+	return prepared;
+}
+
+/*
+ * Whether an HTTP status is worth retrying. 5xx and the 4xx that say "not
+ * now" (408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
+ * Requests) are; any other 4xx says the request itself is wrong, and the
+ * same request will fail again, unless the destination asks otherwise.
+ * 3xx: redirects are not followed, and the endpoint may be moved back.
+ */
+static bool
+status_retryable(long status, const OutboxDestination *dest)
+{
+	if (status >= 400 && status < 500)
+		return status == 408 || status == 409 || status == 425 || status == 429 ||
+			dest->retry_client_errors;
+	return true;
+}
+
+/*
+ * Records the outcome of a request in its event: delivered for a 2xx
+ * status line, whatever happened to the body after it; otherwise the status
+ * (with the start of the body) or the transfer error, whether it is worth
+ * retrying, and the endpoint's Retry-After for 429 and 503.
+ */
 static void
-finish_request(HttpRequest *req, CURLcode result)
+http_outcome(HttpRequest *req, CURLcode result)
 {
 	OutboxEvent *ev = req->event;
-	long		status = 0;
+	long		status = req->status;
 
-	if (result != CURLE_OK)
+	if (req->headers_done && status >= 200 && status < 300)
+	{
+		ev->ok = true;
+		return;
+	}
+	if (!req->headers_done)
 	{
 		ev->error = psprintf("HTTP request failed: %s",
 							 req->errbuf[0] ? printable(req->errbuf, strlen(req->errbuf))
 							 : curl_easy_strerror(result));
 		return;
 	}
-	curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-	if (status >= 200 && status < 300)
-	{
-		ev->ok = true;
-		return;
-	}
 	ev->error = psprintf("HTTP status %ld%s%s%s", status,
 						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "",
 						 req->response_len > 0 ? ": " : "",
 						 printable(req->response, req->response_len));
+	ev->permanent = !status_retryable(status, &ev->dest);
+	if (status == 429 || status == 503)
+	{
+		curl_off_t	retry_after = 0;
+
+		/* libcurl reads both forms, seconds and an HTTP date (RFC 9110 10.2.3) */
+		if (curl_easy_getinfo(req->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+			retry_after > 0)
+			ev->retry_after_ms = (int64) retry_after * 1000;
+	}
 }
 
-/* Detaches and frees a request's libcurl handle and header list. */
+/* The queue of the destination called name, created on first use. */
+static HttpDest *
+find_dest(const char *name)
+{
+	ListCell   *lc;
+	HttpDest   *d;
+	MemoryContext old;
+
+	foreach(lc, dests)
+	{
+		d = lfirst(lc);
+		if (strcmp(d->name, name) == 0)
+			return d;
+	}
+	old = MemoryContextSwitchTo(http_cxt);
+	d = palloc0(sizeof(HttpDest));
+	d->name = pstrdup(name);
+	dlist_init(&d->queue);
+	dests = lappend(dests, d);
+	MemoryContextSwitchTo(old);
+	return d;
+}
+
+/* Hands the event's outcome back: appended to *done, the request forgets it. */
+static void
+report(HttpRequest *req, List **done)
+{
+	*done = lappend(*done, req->event);
+	req->event = NULL;
+	req->dest->unreported--;
+}
+
+/* Detaches and frees a request, its libcurl handle and header list. */
 static void
 release_request(HttpRequest *req)
 {
@@ -346,98 +512,226 @@ release_request(HttpRequest *req)
 	{
 		curl_multi_remove_handle(multi, req->easy);
 		curl_easy_cleanup(req->easy);
-		req->easy = NULL;
+		dlist_delete(&req->node);
+		req->dest->running--;
+		running--;
 	}
 	if (req->headers != NULL)
-	{
 		curl_slist_free_all(req->headers);
-		req->headers = NULL;
+	pfree(req);
+}
+
+/*
+ * Queues an event with an HTTP destination and its body built. The event
+ * must stay valid until OutboxHttpRun hands it back with its outcome; the
+ * request itself lives in the transport's own memory.
+ */
+void
+OutboxHttpEnqueue(OutboxEvent *ev)
+{
+	HttpRequest *req;
+
+	http_init();
+	req = MemoryContextAllocZero(http_cxt, sizeof(HttpRequest));
+	req->event = ev;
+	req->dest = find_dest(ev->dest.name);
+	dlist_push_tail(&req->dest->queue, &req->node);
+	req->dest->queued++;
+	req->dest->unreported++;
+}
+
+/*
+ * Starts waiting requests, visiting the destinations in turn: at most
+ * outbox.http_max_connections at once, and while more than one destination
+ * has requests waiting, at most half of them for any one destination. A
+ * request that cannot be prepared is reported at once.
+ */
+static void
+start_requests(List **done)
+{
+	int			limit = outbox_http_max_connections;
+	bool		progress = true;
+
+	while (progress && running < limit)
+	{
+		int			waiting = 0;
+		int			ndests = list_length(dests);
+		ListCell   *lc;
+
+		foreach(lc, dests)
+			waiting += ((HttpDest *) lfirst(lc))->queued > 0;
+		progress = false;
+		for (int k = 0; k < ndests && running < limit; k++)
+		{
+			HttpDest   *d = list_nth(dests, (next_dest + k) % ndests);
+			int			share = waiting > 1 ? Max(limit / 2, 1) : limit;
+			HttpRequest *req;
+			MemoryContext old;
+			bool		prepared;
+
+			if (d->queued == 0 || d->running >= share)
+				continue;
+			req = dlist_container(HttpRequest, node, dlist_pop_head_node(&d->queue));
+			d->queued--;
+			progress = true;
+
+			old = MemoryContextSwitchTo(prepare_cxt);
+			prepared = prepare_with_owner(req);
+			MemoryContextSwitchTo(old);
+			if (req->event->error != NULL)
+				req->event->error = pstrdup(req->event->error);
+			MemoryContextReset(prepare_cxt);
+			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
+			{
+				dlist_push_tail(&running_list, &req->node);
+				d->running++;
+				running++;
+				continue;
+			}
+			if (prepared)
+				req->event->error = "could not queue the HTTP request";
+			if (req->easy != NULL)
+			{
+				curl_easy_cleanup(req->easy);
+				req->easy = NULL;
+			}
+			report(req, done);
+			release_request(req);
+		}
+		next_dest = ndests > 0 ? (next_dest + 1) % ndests : 0;
 	}
 }
 
 /*
- * Sends each event (all with an url) as an HTTP POST of its envelope and
- * records the outcome in the event: ok, or the error text. Returns when all
- * transfers are done, each bounded by its timeout. Runs inside a relay pass,
- * with a transaction open; may exit the process on SIGTERM.
+ * Runs the transport: starts waiting requests, waits up to wait_ms for
+ * network activity (0: not at all), moves the transfers along, and returns
+ * the events whose outcome is now known (a List palloc'd in the current
+ * memory context, NIL if none). A 2xx is reported once its headers are in;
+ * its transfer goes on, holding its connection but not the event.
+ * Interruptible (CHECK_FOR_INTERRUPTS); in a worker, exits if the
+ * postmaster died. No transaction is needed.
  */
-void
-OutboxDeliverHttp(OutboxEvent **events, int n)
+List *
+OutboxHttpRun(long wait_ms)
 {
-	HttpRequest *reqs = palloc0(sizeof(HttpRequest) * n);
+	List	   *done = NIL;
+	int			still;
+	CURLMcode	mc;
+	CURLMsg    *msg;
+	int			left;
+	dlist_mutable_iter iter;
 
-	http_init();
+	if (multi == NULL)
+		return NIL;
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) outbox_http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) outbox_http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) outbox_http_max_connections);
 
-	PG_TRY();
+	start_requests(&done);
+	if (running == 0)
+		return done;
+	if (wait_ms > 0)
+		curl_multi_poll(multi, NULL, 0, (int) wait_ms, NULL);
+	mc = curl_multi_perform(multi, &still);
+	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
-		int			next = 0;	/* next event to start */
-		int			in_flight = 0;
+		HttpRequest *req;
 
-		for (;;)
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+		if (req->event != NULL)
 		{
-			CURLMcode	mc;
-			CURLMsg    *msg;
-			int			running;
-			int			left;
+			http_outcome(req, msg->data.result);
+			report(req, &done);
+		}
+		release_request(req);
+	}
+	if (mc != CURLM_OK)
+		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
 
-			/*
-			 * Start requests in claim order, no more than the limit at once:
-			 * with a limit of 1 the endpoint sees the events in order.
-			 */
-			while (next < n && in_flight < outbox_http_max_connections)
-			{
-				HttpRequest *req = &reqs[next++];
+	/* a 2xx is delivered once its headers are in, whatever the body does */
+	dlist_foreach_modify(iter, &running_list)
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
-				req->event = events[next - 1];
-				if (!prepare_request(req))
-					release_request(req);
-				else if (curl_multi_add_handle(multi, req->easy) != CURLM_OK)
-				{
-					req->event->error = pstrdup("could not queue the HTTP request");
-					release_request(req);
-				}
-				else
-					in_flight++;
-			}
-			if (in_flight == 0)
-				break;
-
-			mc = curl_multi_perform(multi, &running);
-			while ((msg = curl_multi_info_read(multi, &left)) != NULL)
-			{
-				HttpRequest *req;
-
-				if (msg->msg != CURLMSG_DONE)
-					continue;
-				curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
-				finish_request(req, msg->data.result);
-				release_request(req);
-				in_flight--;
-			}
-			if (mc != CURLM_OK)
-			{
-				const char *err = curl_multi_strerror(mc);
-
-				for (int i = 0; i < n; i++)
-					if (!events[i]->ok && events[i]->error == NULL)
-						events[i]->error = psprintf("HTTP transfer failed: %s", err);
-				break;
-			}
-			if (running > 0)
-				curl_multi_poll(multi, NULL, 0, WAIT_SLICE_MS, NULL);
-			CHECK_FOR_INTERRUPTS();
-			/* a worker would otherwise outlive the postmaster for a whole pass */
-			if (OutboxInBackgroundWorker() && !PostmasterIsAlive())
-				proc_exit(1);
+		if (req->event != NULL && req->headers_done &&
+			req->status >= 200 && req->status < 300)
+		{
+			http_outcome(req, CURLE_OK);
+			report(req, &done);
 		}
 	}
-	PG_FINALLY();
+	CHECK_FOR_INTERRUPTS();
+	/* a worker would otherwise outlive the postmaster while transfers last */
+	if (OutboxInBackgroundWorker() && !PostmasterIsAlive())
+		proc_exit(1);
+	return done;
+}
+
+/* Events handed to the transport whose outcome is not reported yet. */
+int
+OutboxHttpPending(void)
+{
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, dests)
+		n += ((HttpDest *) lfirst(lc))->unreported;
+	return n;
+}
+
+/*
+ * How many more events of destination name the relay should hand over now:
+ * outbox.http_max_connections in flight or waiting per destination, so
+ * that a slow destination's backlog stays in the table, where other
+ * destinations' events can overtake it.
+ */
+int
+OutboxHttpRoom(const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, dests)
 	{
-		for (int i = 0; i < n; i++)
-			release_request(&reqs[i]);
+		HttpDest   *d = lfirst(lc);
+
+		if (strcmp(d->name, name) == 0)
+			return Max(outbox_http_max_connections - d->unreported, 0);
 	}
-	PG_END_TRY();
+	return outbox_http_max_connections;
+}
+
+/* The names of the destinations that have no room (see OutboxHttpRoom). */
+List *
+OutboxHttpFull(void)
+{
+	List	   *full = NIL;
+	ListCell   *lc;
+
+	foreach(lc, dests)
+	{
+		HttpDest   *d = lfirst(lc);
+
+		if (d->unreported >= outbox_http_max_connections)
+			full = lappend(full, d->name);
+	}
+	return full;
+}
+
+/*
+ * Sends n events and returns once every outcome is in their events: the
+ * synchronous form, for outbox_relay(), which runs in the caller's
+ * transaction. Interruptible. Events already handed over for the worker's
+ * loop are not waited for (a backend never has any).
+ */
+void
+OutboxDeliverHttp(OutboxEvent **events, int n)
+{
+	int			pending = n;
+
+	for (int i = 0; i < n; i++)
+		OutboxHttpEnqueue(events[i]);
+	while (pending > 0)
+		pending -= list_length(OutboxHttpRun(100));
 }

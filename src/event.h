@@ -45,12 +45,15 @@ typedef struct OutboxDestination
 	char	   *secret;			/* signing secret, or NULL */
 	int			timeout_ms;		/* -1: the transport's default */
 	Jsonb	   *headers;		/* the destination's headers, or NULL */
+	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
 } OutboxDestination;
 
 /*
  * One claimed event and the outcome of this attempt. queue.c fills the
  * event's columns and its destination, relay.c the body, and the transport
- * the outcome.
+ * the outcome. Once the event is leased (OutboxLease), its row's attempts
+ * is attempts + 1: this attempt is counted before it starts, and outcomes
+ * are recorded only against that count.
  */
 typedef struct OutboxEvent
 {
@@ -70,10 +73,13 @@ typedef struct OutboxEvent
 	/* what is sent: the JSON envelope; NULL when it cannot be built */
 	char	   *body;
 
+	void	   *owner;			/* the claimer's bookkeeping (relay.c) */
+
 	/* outcome */
 	bool		ok;
 	bool		permanent;		/* dead-letter now, retrying cannot help */
 	char	   *error;
+	int64		retry_after_ms; /* the endpoint's Retry-After; -1: none */
 } OutboxEvent;
 
 #endif							/* OUTBOX_EVENT_H */

@@ -18,8 +18,10 @@
 #include "utils/guc.h"
 
 #include "guc.h"
+#include "shmem.h"
 
 char	   *outbox_databases = NULL;
+int			outbox_relays_per_database = 1;
 int			outbox_batch_size = 100;
 int			outbox_poll_interval = 1000;
 int			outbox_http_timeout = 5000;
@@ -45,6 +47,15 @@ OutboxDefineGucs(void)
 							   PGC_SIGHUP,
 							   GUC_LIST_INPUT,
 							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.relays_per_database",
+							"Sets the number of relay workers per database.",
+							"Where one relay's core is not enough. FOR UPDATE SKIP LOCKED keeps each event with one relay at a time. The launcher starts and stops relays on reload.",
+							&outbox_relays_per_database,
+							1, 1, OUTBOX_MAX_RELAYS_PER_DATABASE,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.batch_size",
 							"Sets the number of events claimed per relay pass.",

@@ -11,6 +11,7 @@
 #define OUTBOX_GUC_H
 
 extern char *outbox_databases;
+extern int	outbox_relays_per_database;
 extern int	outbox_batch_size;
 extern int	outbox_poll_interval;
 extern int	outbox_http_timeout;

@@ -57,6 +57,7 @@
 typedef struct RelayEntry
 {
 	Oid			dboid;
+	int			relay_no;		/* 0 .. outbox.relays_per_database - 1 */
 	char		dbname[NAMEDATALEN];
 	BackgroundWorkerHandle *handle; /* NULL: not started */
 	TimestampTz next_start;		/* do not start before */
@@ -65,7 +66,7 @@ typedef struct RelayEntry
 	bool		wanted;
 } RelayEntry;
 
-static RelayEntry relays[OUTBOX_MAX_RELAYS];
+static RelayEntry relays[OUTBOX_MAX_RELAYS * OUTBOX_MAX_RELAYS_PER_DATABASE];
 static int	nrelays = 0;
 static bool warned_no_slot = false;
 
@@ -89,14 +90,25 @@ OutboxRegisterLauncher(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* The launcher's entry for database dboid, or NULL. */
+/* The launcher's entry for relay relay_no of database dboid, or NULL. */
 static RelayEntry *
-find_entry(Oid dboid)
+find_entry(Oid dboid, int relay_no)
 {
 	for (int i = 0; i < nrelays; i++)
-		if (relays[i].dboid == dboid)
+		if (relays[i].dboid == dboid && relays[i].relay_no == relay_no)
 			return &relays[i];
 	return NULL;
+}
+
+/* How many databases have entries. */
+static int
+count_databases(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < nrelays; i++)
+		n += relays[i].relay_no == 0;
+	return n;
 }
 
 /*
@@ -176,19 +188,21 @@ mark_wanted_databases(void)
 			continue;
 		foreach(lc, names)
 		{
-			RelayEntry *e;
-
 			if (strcmp((char *) lfirst(lc), NameStr(db->datname)) != 0)
 				continue;
-			e = find_entry(db->oid);
-			if (e == NULL && nrelays < OUTBOX_MAX_RELAYS)
+			if (find_entry(db->oid, 0) == NULL && count_databases() >= OUTBOX_MAX_RELAYS)
+				continue;
+			for (int r = 0; r < outbox_relays_per_database; r++)
 			{
-				e = &relays[nrelays++];
-				memset(e, 0, sizeof(*e));
-				e->dboid = db->oid;
-			}
-			if (e != NULL)
-			{
+				RelayEntry *e = find_entry(db->oid, r);
+
+				if (e == NULL)
+				{
+					e = &relays[nrelays++];
+					memset(e, 0, sizeof(*e));
+					e->dboid = db->oid;
+					e->relay_no = r;
+				}
 				strlcpy(e->dbname, NameStr(db->datname), NAMEDATALEN);
 				e->wanted = true;
 			}
@@ -219,9 +233,14 @@ start_relay(RelayEntry *e, TimestampTz now)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker.bgw_library_name, "outbox", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "OutboxRelayMain", BGW_MAXLEN);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay for database %s", e->dbname);
+	if (e->relay_no == 0)
+		snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay for database %s", e->dbname);
+	else
+		snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay %d for database %s",
+				 e->relay_no, e->dbname);
 	strlcpy(worker.bgw_type, "outbox relay", BGW_MAXLEN);
 	worker.bgw_main_arg = ObjectIdGetDatum(e->dboid);
+	memcpy(worker.bgw_extra, &e->relay_no, sizeof(int));
 	worker.bgw_notify_pid = MyProcPid;
 
 	e->started_at = now;
@@ -246,14 +265,19 @@ start_relay(RelayEntry *e, TimestampTz now)
 	warned_no_slot = true;
 }
 
-/* The databases that should have a relay (valid until the next reconcile). */
+/*
+ * The databases that should have relays (valid until the next reconcile),
+ * and their number in *n.
+ */
 static Oid *
-wanted_dboids(void)
+wanted_dboids(int *n)
 {
 	Oid		   *oids = palloc(sizeof(Oid) * Max(nrelays, 1));
 
+	*n = 0;
 	for (int i = 0; i < nrelays; i++)
-		oids[i] = relays[i].dboid;
+		if (relays[i].relay_no == 0)
+			oids[(*n)++] = relays[i].dboid;
 	return oids;
 }
 
@@ -267,6 +291,8 @@ reconcile(void)
 	TimestampTz now = GetCurrentTimestamp();
 	long		nap = LAUNCHER_NAP_MS;
 	int			keep = 0;
+	Oid		   *dboids;
+	int			ndboids;
 
 	mark_wanted_databases();
 
@@ -307,7 +333,7 @@ reconcile(void)
 				e->restart_delay = Min(e->restart_delay * 2, RELAY_RESTART_DELAY_MAX_MS);
 			e->next_start = TimestampTzPlusMilliseconds(now, e->restart_delay);
 		}
-		if (e->handle == NULL && OutboxRelayPid(e->dboid) != 0)
+		if (e->handle == NULL && OutboxRelayPid(e->dboid, e->relay_no) != 0)
 		{
 			/*
 			 * A relay started by a previous launcher still serves it: adopt
@@ -331,7 +357,8 @@ reconcile(void)
 		relays[keep++] = *e;
 	}
 	nrelays = keep;
-	OutboxStopRelaysExcept(wanted_dboids(), nrelays);
+	dboids = wanted_dboids(&ndboids);
+	OutboxStopRelaysExcept(dboids, ndboids, outbox_relays_per_database);
 	return nap;
 }
 

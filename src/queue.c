@@ -62,26 +62,31 @@ static Oid	ext_nspoid = InvalidOid;
 
 /*
  * The claim: due, live events in due order, each with the destination that
- * _outbox_route() chooses for its type, or NULLs when none does. It returns
- * each row's ctid: the rows stay locked by the pass, so no one else can
- * move them, and marking them by TID scan costs about a third less than by
- * primary key lookups. Columns are decoded by the Anum_claim_* numbers
- * below, which must follow the select list.
+ * _outbox_route() chooses for its type, or NULLs when none does; $2 names
+ * destinations to leave alone for now (their queue in the relay is full),
+ * and $3, when not NULL, takes the one event with that id. It returns each
+ * row's ctid: the rows stay locked until the claim's transaction ends, and
+ * marking them by TID scan costs about a third less than by primary key
+ * lookups. Columns are decoded by the Anum_claim_* numbers below, which
+ * must follow the select list.
  */
-static const Oid claim_argtypes[] = {INT4OID};
+static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8OID};
 static OutboxStatement claim_stmt = {
 	.sql =
 		"SELECT o.id, o.ctid, o.event_id::text, o.attempts, o.event_type,"
 		"       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,"
-		"       d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers"
+		"       d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers,"
+		"       d.retry_client_errors"
 		"  FROM %1$s.outbox o"
 		"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true"
 		" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
 		"   AND o.next_attempt_at <= now()"
+		"   AND (d.name IS NULL OR d.name <> ALL ($2))"
+		"   AND ($3 IS NULL OR o.id = $3)"
 		" ORDER BY o.next_attempt_at, o.id"
 		" LIMIT $1"
 		"   FOR UPDATE OF o SKIP LOCKED",
-	.nargs = 1,
+	.nargs = 3,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
@@ -104,7 +109,8 @@ enum
 	Anum_claim_dest_secret,
 	Anum_claim_dest_timeout_ms,
 	Anum_claim_dest_headers,
-	Natts_claim = Anum_claim_dest_headers
+	Anum_claim_dest_retry_client_errors,
+	Natts_claim = Anum_claim_dest_retry_client_errors
 };
 
 static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID};
@@ -112,7 +118,7 @@ static OutboxStatement delivered_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1,"
-		"       last_error = NULL, destination = u.dest"
+		"       last_error = NULL, destination = u.dest, claimed_by = NULL"
 		"  FROM unnest($1::tid[], $2::text[]) AS u(tid, dest)"
 		" WHERE o.ctid = u.tid",
 	.nargs = 2,
@@ -120,22 +126,6 @@ static OutboxStatement delivered_stmt = {
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
-static const Oid failed_argtypes[] = {TIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-FLOAT8ARRAYOID, BOOLARRAYOID};
-static OutboxStatement failed_stmt = {
-	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET attempts = o.attempts + 1, last_error = u.err, destination = u.dest,"
-		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
-		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
-		"       dead_at = CASE WHEN u.dead THEN now() END"
-		"  FROM unnest($1::tid[], $2::text[], $3::text[], $4::float8[], $5::bool[])"
-		"       AS u(tid, dest, err, delay_ms, dead)"
-		" WHERE o.ctid = u.tid",
-	.nargs = 5,
-	.argtypes = failed_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
-};
 
 /*
  * Events that no destination takes are parked: pending, attempts unchanged,
@@ -173,6 +163,100 @@ static OutboxStatement next_due_stmt = {
 		" LIMIT 1",
 	.nargs = 0,
 	.argtypes = NULL,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * The lease of HTTP events, in the claim's transaction: the attempt is
+ * counted before it starts (a crash cannot lose it), the relay's number is
+ * recorded, and next_attempt_at moves past the time the request can take,
+ * so that no one claims the event while it is in flight; if the relay dies,
+ * the event is due again then, or at once when that relay starts again
+ * (release_stmt).
+ */
+static const Oid lease_argtypes[] = {TIDARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, INT4OID};
+static OutboxStatement lease_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET attempts = o.attempts + 1, destination = u.dest, claimed_by = $4,"
+		"       next_attempt_at = now() + make_interval(secs => u.lease_ms / 1000.0)"
+		"  FROM unnest($1::tid[], $2::text[], $3::float8[]) AS u(tid, dest, lease_ms)"
+		" WHERE o.ctid = u.tid",
+	.nargs = 4,
+	.argtypes = lease_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * Outcomes of leased events, each in a short transaction of its own after
+ * the request: matched by id and by the attempt count of the lease, so an
+ * outcome that arrives after the lease was given up (a restart released it,
+ * an admin redelivered the event) changes nothing.
+ */
+static const Oid recorded_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID};
+static OutboxStatement recorded_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET delivered_at = now(), last_error = NULL, claimed_by = NULL"
+		"  FROM unnest($1::bigint[], $2::int[]) AS u(id, attempts)"
+		" WHERE o.id = u.id AND o.attempts = u.attempts"
+		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+	.nargs = 2,
+	.argtypes = recorded_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * A failed attempt, by id: expected is the attempt count the row must still
+ * have (the claim's, or the lease's), attempts the count to record.
+ */
+static const Oid failure_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
+TEXTARRAYOID, FLOAT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
+static OutboxStatement failure_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET attempts = u.attempts, last_error = u.err, claimed_by = NULL,"
+		"       destination = coalesce(u.dest, o.destination),"
+		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
+		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
+		"       dead_at = CASE WHEN u.dead THEN now() END"
+		"  FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[],"
+		"              $6::bool[], $7::text[])"
+		"       AS u(id, expected, attempts, err, delay_ms, dead, dest)"
+		" WHERE o.id = u.id AND o.attempts = u.expected"
+		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+	.nargs = 7,
+	.argtypes = failure_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/* Gives back the leases a relay with this number held when it stopped. */
+static const Oid release_argtypes[] = {INT4OID};
+static OutboxStatement release_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET next_attempt_at = now(), claimed_by = NULL"
+		" WHERE o.claimed_by = $1"
+		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+	.nargs = 1,
+	.argtypes = release_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/* The next event the claim would take, without locking it. */
+static const Oid next_pending_argtypes[] = {TEXTARRAYOID};
+static OutboxStatement next_pending_stmt = {
+	.sql =
+		"SELECT o.id, o.attempts"
+		"  FROM %1$s.outbox o"
+		"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true"
+		" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
+		"   AND o.next_attempt_at <= now()"
+		"   AND (d.name IS NULL OR d.name <> ALL ($1))"
+		" ORDER BY o.next_attempt_at, o.id"
+		" LIMIT 1",
+	.nargs = 1,
+	.argtypes = next_pending_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
@@ -292,14 +376,24 @@ text_or_null(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
-/* The jsonb in column col, detoasted, or NULL. */
+/* A copy of the jsonb in column col, detoasted, or NULL. */
 static Jsonb *
 jsonb_or_null(HeapTuple tuple, TupleDesc desc, int col)
 {
 	bool		isnull;
 	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
 
-	return isnull ? NULL : DatumGetJsonbP(d);
+	return isnull ? NULL : DatumGetJsonbPCopy(d);
+}
+
+/* The size in memory of the value in column col; 0 for NULL. */
+static Size
+value_size(HeapTuple tuple, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
+
+	return isnull ? 0 : toast_raw_datum_size(d);
 }
 
 /* Decodes one row of the claim into ev (zeroed by the caller). */
@@ -327,26 +421,45 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	d = SPI_getbinval(tuple, desc, Anum_claim_dest_timeout_ms, &isnull);
 	ev->dest.timeout_ms = isnull ? -1 : DatumGetInt32(d);
 	ev->dest.headers = jsonb_or_null(tuple, desc, Anum_claim_dest_headers);
+	d = SPI_getbinval(tuple, desc, Anum_claim_dest_retry_client_errors, &isnull);
+	ev->dest.retry_client_errors = !isnull && DatumGetBool(d);
+	ev->retry_after_ms = -1;
 }
 
 /*
- * Claims up to batch_size due events and returns them in *events (allocated
- * in the current memory context, which is SPI's: valid until SPI_finish).
- * An event without a destination has dest.name NULL. Sets *claimed to the
- * number of rows the claim locked, and returns the number of events to
- * process, fewer when their payloads exceed the pass's memory budget.
+ * Claims up to batch_size due events and returns them in *events, decoded
+ * into memory context cxt (the rows' values are copied: the events outlive
+ * the claim's transaction). Events whose destination is named in skip (a
+ * List of names) are left for later; only_id, if not 0, claims that one
+ * event. An event without a destination has dest.name NULL. Sets *claimed to
+ * the number of rows the claim locked, and returns the number of events to
+ * process, fewer when their sizes exceed the pass's memory budget (the rest
+ * are unlocked unchanged when the transaction ends). Caller has a
+ * transaction open, SPI connected and OutboxQueueOpen() done.
  */
 int
-OutboxClaim(int batch_size, OutboxEvent **events, int *claimed)
+OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
+			OutboxEvent **events, int *claimed)
 {
-	Size		payload_bytes = 0;
-	Datum		values[1] = {Int32GetDatum(batch_size)};
+	Size		bytes = 0;
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', only_id != 0 ? ' ' : 'n'};
+	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
+	int			nnames = 0;
+	ListCell   *lc;
 	int			rc;
 	int			n;
 	OutboxEvent *ev;
 	TupleDesc	desc;
+	MemoryContext old;
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&claim_stmt, ext_nspoid), values, NULL, false, 0);
+	foreach(lc, skip)
+		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
+	values[0] = Int32GetDatum(batch_size);
+	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = Int64GetDatum(only_id);
+
+	rc = SPI_execute_plan(OutboxStatementPlan(&claim_stmt, ext_nspoid), values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
 	desc = SPI_tuptable->tupdesc;
@@ -355,28 +468,35 @@ OutboxClaim(int batch_size, OutboxEvent **events, int *claimed)
 
 	n = (int) SPI_processed;
 	*claimed = n;
+	old = MemoryContextSwitchTo(cxt);
 	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		HeapTuple	tuple = SPI_tuptable->vals[i];
-		bool		isnull;
 
 		/*
-		 * Bound the memory of a pass: once the payloads taken so far reach
-		 * OUTBOX_PASS_PAYLOAD_BYTES, leave the rest of the batch alone. Those
-		 * rows are unlocked unchanged at COMMIT and claimed by the next pass.
+		 * Bound the memory of a pass: once the events taken so far reach
+		 * OUTBOX_PASS_PAYLOAD_BYTES, leave the rest of the batch alone.
 		 */
-		payload_bytes += toast_raw_datum_size(SPI_getbinval(tuple, desc, Anum_claim_payload, &isnull));
-		if (i > 0 && payload_bytes > OUTBOX_PASS_PAYLOAD_BYTES)
+		bytes += value_size(tuple, desc, Anum_claim_payload) +
+			value_size(tuple, desc, Anum_claim_headers) +
+			value_size(tuple, desc, Anum_claim_event_type) +
+			value_size(tuple, desc, Anum_claim_aggregate_type) +
+			value_size(tuple, desc, Anum_claim_aggregate_id);
+		if (i > 0 && bytes > OUTBOX_PASS_PAYLOAD_BYTES)
 		{
 			n = i;
 			break;
 		}
 		decode_event(tuple, desc, &ev[i]);
 	}
+	MemoryContextSwitchTo(old);
 	*events = ev;
 	return n;
 }
+
+static uint64 record_failures(OutboxEvent **events, int n, bool counted);
+
 /* The claimed row versions of n events, as a tid[] for the mark statements. */
 static Datum
 tid_array(OutboxEvent **events, int n)
@@ -468,64 +588,243 @@ backoff_ms(int attempts)
 }
 
 /*
- * Records a failed attempt of each event: attempts + 1, the error text, and
- * either the time of the next attempt or, when the event failed permanently
- * or has used up outbox.max_attempts, the dead-letter mark. Each failure is
- * logged (LOG, or WARNING for a dead letter). Same context and errors as
- * OutboxMarkDelivered.
+ * Decides what a failed attempt of ev means and logs it (LOG, or WARNING
+ * for a dead letter): returns true if the event is dead-lettered now, else
+ * sets *delay_ms, the wait before the next attempt. attempts counts this
+ * attempt. A Retry-After from the endpoint replaces the backoff, capped at
+ * outbox.backoff_max.
+ */
+static bool
+failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
+{
+	bool		dead = ev->permanent || attempts >= outbox_max_attempts;
+	const char *error = ev->error ? ev->error : "unknown error";
+
+	*delay_ms = 0.0;
+	if (!dead)
+		*delay_ms = ev->retry_after_ms >= 0
+			? (double) Min(ev->retry_after_ms, (int64) outbox_backoff_max)
+			: backoff_ms(attempts);
+
+	ereport(dead ? WARNING : LOG,
+			(ev->dest.name != NULL ?
+			 errmsg("could not deliver event %s to destination \"%s\": %s",
+					ev->event_id, ev->dest.name, error) :
+			 errmsg("could not deliver event %s: %s", ev->event_id, error),
+			 dead ?
+			 (ev->permanent ?
+			  errdetail("The event was dead-lettered: retrying cannot help.") :
+			  errdetail_plural("The event was dead-lettered after %d attempt.",
+							   "The event was dead-lettered after %d attempts.",
+							   attempts, attempts)) :
+			 errdetail("Attempt %d of %d; the event will be retried in %.0f ms.",
+					   attempts, outbox_max_attempts, *delay_ms)));
+	return dead;
+}
+
+/*
+ * Records a failed attempt of each claimed (locked) event, in the claim's
+ * transaction: attempts + 1, the error text, and either the time of the next
+ * attempt or the dead-letter mark (see failed_attempt). Same context and
+ * errors as OutboxMarkDelivered.
  */
 void
 OutboxMarkFailed(OutboxEvent **events, int n)
 {
-	Datum	   *dests,
-			   *errs,
-			   *delays,
-			   *dead;
-	Datum		values[5];
+	if (n == 0)
+		return;
+	if (record_failures(events, n, false) != (uint64) n)
+		check_marked(n, "failed");
+}
+
+/*
+ * Leases n claimed (locked) HTTP events to relay number relay (-1: none,
+ * for outbox_relay()), each for lease_ms[i] milliseconds, in the claim's
+ * transaction: see lease_stmt. Same context and errors as
+ * OutboxMarkDelivered.
+ */
+void
+OutboxLease(OutboxEvent **events, int n, int relay, const double *lease_ms)
+{
+	Datum	   *dests;
+	Datum	   *leases;
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', relay < 0 ? 'n' : ' '};
 	int			rc;
 
 	if (n == 0)
 		return;
 	dests = palloc(sizeof(Datum) * n);
-	errs = palloc(sizeof(Datum) * n);
-	delays = palloc(sizeof(Datum) * n);
-	dead = palloc(sizeof(Datum) * n);
+	leases = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
 	{
-		OutboxEvent *ev = events[i];
-		int			attempts = ev->attempts + 1;
-		bool		is_dead = ev->permanent || attempts >= outbox_max_attempts;
-
-		dests[i] = CStringGetTextDatum(ev->dest.name);
-		errs[i] = CStringGetTextDatum(ev->error ? ev->error : "unknown error");
-		delays[i] = Float8GetDatum(is_dead ? 0.0 : backoff_ms(attempts));
-		dead[i] = BoolGetDatum(is_dead);
-
-		ereport(is_dead ? WARNING : LOG,
-				(errmsg("could not deliver event %s to destination \"%s\": %s",
-						ev->event_id, ev->dest.name, ev->error ? ev->error : "unknown error"),
-				 is_dead ?
-				 errdetail_plural("The event was dead-lettered after %d attempt.",
-								  "The event was dead-lettered after %d attempts.",
-								  attempts, attempts) :
-				 errdetail("Attempt %d of %d; the event will be retried.",
-						   attempts, outbox_max_attempts)));
+		dests[i] = CStringGetTextDatum(events[i]->dest.name);
+		leases[i] = Float8GetDatum(lease_ms[i]);
 	}
 	values[0] = tid_array(events, n);
 	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(errs, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(delays, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[4] = PointerGetDatum(construct_array(dead, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	values[2] = PointerGetDatum(construct_array(leases, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = Int32GetDatum(relay);
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&failed_stmt, ext_nspoid), values, NULL, false, 0);
+	rc = SPI_execute_plan(OutboxStatementPlan(&lease_stmt, ext_nspoid), values, nulls, false, 0);
 	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
-	check_marked(n, "failed");
+		elog(ERROR, "could not lease events: %s", SPI_result_code_string(rc));
+	check_marked(n, "in flight");
 }
 
 /*
- * Milliseconds until the earliest scheduled retry, or -1 when none is
- * waiting. Lets an idle relay wake up for a retry due before its next poll.
+ * Records failed attempts by id: for each event, counted says whether its
+ * lease counted this attempt already (then the row must have attempts + 1)
+ * or not (the row must still have attempts; it gets attempts + 1). Returns
+ * how many rows changed; an event whose row moved on is left alone.
+ */
+static uint64
+record_failures(OutboxEvent **events, int n, bool counted)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *expected = palloc(sizeof(Datum) * n);
+	Datum	   *attempts = palloc(sizeof(Datum) * n);
+	Datum	   *errs = palloc(sizeof(Datum) * n);
+	Datum	   *delays = palloc(sizeof(Datum) * n);
+	Datum	   *dead = palloc(sizeof(Datum) * n);
+	Datum	   *dests = palloc(sizeof(Datum) * n);
+	bool	   *dest_nulls = palloc(sizeof(bool) * n);
+	Datum		values[7];
+	int			rc;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < n; i++)
+	{
+		OutboxEvent *ev = events[i];
+		double		delay;
+
+		ids[i] = Int64GetDatum(ev->id);
+		expected[i] = Int32GetDatum(counted ? ev->attempts + 1 : ev->attempts);
+		attempts[i] = Int32GetDatum(ev->attempts + 1);
+		errs[i] = CStringGetTextDatum(ev->error ? ev->error : "unknown error");
+		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
+		delays[i] = Float8GetDatum(delay);
+		dest_nulls[i] = ev->dest.name == NULL;
+		dests[i] = dest_nulls[i] ? (Datum) 0 : CStringGetTextDatum(ev->dest.name);
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(expected, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(errs, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[4] = PointerGetDatum(construct_array(delays, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[5] = PointerGetDatum(construct_array(dead, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	values[6] = PointerGetDatum(construct_md_array(dests, dest_nulls, 1, dims, lbs,
+												   TEXTOID, -1, false, TYPALIGN_INT));
+
+	rc = SPI_execute_plan(OutboxStatementPlan(&failure_stmt, ext_nspoid), values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * Records the outcomes of n leased events, by id and lease (see
+ * recorded_stmt): delivered, or a failed attempt (see failed_attempt).
+ * Caller has a transaction open and SPI connected; ERROR if SPI fails.
+ */
+void
+OutboxRecordOutcomes(OutboxEvent **events, int n)
+{
+	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
+	int			nok = 0;
+	int			nfailed = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!events[i]->ok)
+		{
+			failed[nfailed++] = events[i];
+			continue;
+		}
+		ids[nok] = Int64GetDatum(events[i]->id);
+		attempts[nok] = Int32GetDatum(events[i]->attempts + 1);
+		nok++;
+	}
+	if (nok > 0)
+	{
+		Datum		values[2];
+		int			rc;
+
+		values[0] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[1] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
+		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, ext_nspoid), values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));
+	}
+	if (nfailed > 0)
+		(void) record_failures(failed, nfailed, true);
+}
+
+/*
+ * Records a failed attempt of one event by id, outside the normal path:
+ * after an ERROR that the event caused. counted: whether its lease counted
+ * the attempt already. Returns false if the row had moved on.
+ */
+bool
+OutboxRecordFailure(OutboxEvent *ev, bool counted)
+{
+	return record_failures(&ev, 1, counted) == 1;
+}
+
+/*
+ * Gives back the leases of relay number relay (see release_stmt): run by a
+ * relay when it starts, so that what its predecessor had in flight is due
+ * at once. Returns how many events it released.
+ */
+uint64
+OutboxReleaseClaims(int relay)
+{
+	Datum		values[1] = {Int32GetDatum(relay)};
+	int			rc;
+
+	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, ext_nspoid), values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not release events in flight: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * Finds the event the claim would take next (skip as for OutboxClaim),
+ * without locking it: its id and attempt count. Returns false if none is
+ * due.
+ */
+bool
+OutboxNextPending(List *skip, int64 *id, int32 *attempts)
+{
+	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
+	int			nnames = 0;
+	ListCell   *lc;
+	Datum		values[1];
+	bool		isnull;
+	int			rc;
+
+	foreach(lc, skip)
+		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
+	values[0] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, ext_nspoid), values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	*id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
+}
+
+/*
+ * Milliseconds until the earliest scheduled attempt (a retry, a parked
+ * event, or the end of a lease), or -1 when none is waiting. Run with a
+ * snapshot of its own (not read-only), so that it sees this transaction's
+ * writes and whatever was committed meanwhile: a decision about when to look
+ * again must never rest on an older picture.
  */
 double
 OutboxNextDueMs(void)
@@ -534,7 +833,7 @@ OutboxNextDueMs(void)
 	bool		isnull;
 	Datum		d;
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_due_stmt, ext_nspoid), NULL, NULL, true, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_due_stmt, ext_nspoid), NULL, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next retry: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * queue.h
- *	  The relay's statements against the outbox table: claim, mark, park,
- *	  find the next retry.
+ *	  The relay's statements against the outbox table: claim, lease, mark,
+ *	  park, record outcomes, find the next due event.
  *
  * src/queue.h
  *
@@ -12,14 +12,21 @@
 #define OUTBOX_QUEUE_H
 
 #include "fmgr.h"
+#include "nodes/pg_list.h"
 
 #include "event.h"
 
 extern bool OutboxQueueOpen(void);
-extern int	OutboxClaim(int batch_size, OutboxEvent **events, int *claimed);
+extern int	OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
+						OutboxEvent **events, int *claimed);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkFailed(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
+extern void OutboxLease(OutboxEvent **events, int n, int relay, const double *lease_ms);
+extern void OutboxRecordOutcomes(OutboxEvent **events, int n);
+extern bool OutboxRecordFailure(OutboxEvent *ev, bool counted);
+extern uint64 OutboxReleaseClaims(int relay);
+extern bool OutboxNextPending(List *skip, int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);
 
 extern Datum _outbox_claim_query(PG_FUNCTION_ARGS);

@@ -1,21 +1,46 @@
 /*-------------------------------------------------------------------------
  *
  * relay.c
- *	  The relay: one pass claims due events, delivers them and marks them;
- *	  the relay worker runs passes in a loop; outbox_relay() runs one pass
- *	  in the calling session.
+ *	  The relay: claims due events, delivers them and records each outcome,
+ *	  with no transaction open while it waits on the network. The relay
+ *	  worker runs this as a loop; outbox_relay() runs one pass in the
+ *	  calling session.
  *
- * A pass is one transaction. Events are claimed with FOR UPDATE SKIP LOCKED,
- * NOTIFY deliveries are queued in that transaction, HTTP deliveries run
- * concurrently, then successes and failures are marked, each event on its
- * own: a failed event is recorded as a failure and never rolls back the
- * others. A crash anywhere before COMMIT leaves every claimed event pending,
- * so it is delivered again (at-least-once; the webhook-id stays the same).
+ * The worker's state machine, per event:
+ *
+ *	 due --claim--> [NOTIFY] delivered, in the claim's own transaction
+ *				   [none]   parked (see queue.c)
+ *				   [HTTP]   leased: attempts + 1, next_attempt_at past the
+ *							request's time limit, claimed_by = this relay
+ *	 leased --request--> delivered | retry later | dead-lettered,
+ *						 each recorded in a short transaction as it comes
+ *
+ * A claim is one short transaction: FOR UPDATE SKIP LOCKED over due events,
+ * NOTIFY queued and marked, HTTP events leased, COMMIT; only then are the
+ * HTTP requests started. The transport (deliver_http.c) returns outcomes as
+ * they arrive, and the loop records them at once and claims more while
+ * others are in flight, so a slow endpoint delays no one else's marks and
+ * holds no lock or snapshot. A crash leaves a leased event due again when
+ * its lease ends, or at once when the relay starts again (it releases what
+ * it held): at-least-once, with the same webhook-id.
+ *
+ * Faults. Every transaction runs under PG_TRY: an ERROR (a user trigger, a
+ * failed COMMIT, a full NOTIFY queue, out of memory) aborts that
+ * transaction only, and the worker goes on. Since nothing was sent for a
+ * claim that did not commit, a failed claim costs no delivery; the relay
+ * then claims one event per transaction until it has passed the one that
+ * fails, and records that event's failure (retried with backoff, then
+ * dead-lettered, the error in last_error). A batch of outcomes that cannot
+ * be recorded is recorded one by one; an event whose outcome cannot be
+ * recorded gets a failed attempt instead, written with user triggers off
+ * (session_replication_role = replica) if they are what fails. So after a
+ * fault every other event is sent at most twice, and the worker never
+ * restarts over it; errors are logged at most once per ERROR_LOG_INTERVAL_MS.
  *
  * The worker sleeps on its latch, which a committing backend sets when its
- * transaction emitted an event (emit.c); the poll interval is the fallback
- * for events inserted without outbox_emit(). Errors are not caught: an ERROR
- * in the worker ends it and the launcher starts it again.
+ * transaction emitted (emit.c); the next due time, read with a fresh
+ * snapshot after each step, bounds the sleep, and outbox.poll_interval is
+ * the fallback for events inserted without outbox_emit().
  *
  * src/relay.c
  *
@@ -41,6 +66,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "compat.h"
@@ -54,6 +80,45 @@
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
+
+/* A lease lasts the request's time limit, per round it may wait, plus this. */
+#define LEASE_MARGIN_MS 30000
+/* While requests are in flight, new work is looked for this often. */
+#define IN_FLIGHT_SLICE_MS 10
+/* Caught errors are logged at most this often. */
+#define ERROR_LOG_INTERVAL_MS 10000
+/* The wait after a step failed, doubled while failures go on. */
+#define ERROR_BACKOFF_MIN_MS 100
+#define ERROR_BACKOFF_MAX_MS 60000
+
+/* The events of one claim that are still in the HTTP transport. */
+typedef struct ClaimBatch
+{
+	MemoryContext cxt;			/* the events and their strings */
+	int			open;			/* leased events whose outcome is not recorded */
+} ClaimBatch;
+
+/* What a claim did (dispatch). */
+typedef struct Dispatch
+{
+	bool		opened;			/* the extension was there to work on */
+	int			claimed;		/* rows locked */
+	int			delivered;		/* NOTIFY */
+	int			failed;
+	int			unroutable;
+	bool		room_limited;	/* HTTP events were left for lack of room */
+	OutboxEvent **http;			/* leased, to be sent */
+	int			nhttp;
+	double		next_due_ms;	/* <0: nothing scheduled */
+} Dispatch;
+
+/* Per-destination room left during one dispatch. */
+typedef struct DestRoom
+{
+	const char *name;
+	int			room;
+	int			taken;
+} DestRoom;
 
 /*
  * Builds the body of a routed event. An event stored by a plain INSERT with
@@ -75,82 +140,165 @@ build_body(OutboxEvent *ev)
 	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1);
 }
 
+/* The room entry of a destination in rooms (a List of DestRoom), added if new. */
+static DestRoom *
+room_of(List **rooms, const char *name)
+{
+	ListCell   *lc;
+	DestRoom   *r;
+
+	foreach(lc, *rooms)
+	{
+		r = lfirst(lc);
+		if (strcmp(r->name, name) == 0)
+			return r;
+	}
+	r = palloc0(sizeof(DestRoom));
+	r->name = name;
+	r->room = OutboxHttpRoom(name);
+	*rooms = lappend(*rooms, r);
+	return r;
+}
+
 /*
- * Runs one relay pass: claims up to batch_size due events, delivers them and
- * records each outcome; events that no destination takes are parked (see
- * OutboxMarkUnroutable). Caller has a transaction open and SPI connected; all
- * allocations go to SPI's context and are gone at SPI_finish. When
- * want_next_due is set and the pass was not full, result->next_due_ms tells
- * when the next retry is due.
+ * The lease of an HTTP event, in ms: its time limit for each round of
+ * requests it may wait behind in the transport, plus LEASE_MARGIN_MS.
  */
-void
-OutboxRelayPass(int batch_size, bool want_next_due, OutboxPassResult *result)
+static double
+lease_ms(const OutboxEvent *ev, int ahead)
+{
+	int			timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : outbox_http_timeout;
+	int			share = Max(outbox_http_max_connections / 2, 1);
+
+	return (double) timeout * (1 + ahead / share) + LEASE_MARGIN_MS;
+}
+
+/*
+ * The claim: claims up to batch_size due events (skip and only_id as for
+ * OutboxClaim) into memory context cxt, queues NOTIFY deliveries, parks
+ * events without a destination, fails those that cannot be sent, and leases
+ * HTTP events to relay number relay, as many as the transport has room for
+ * when limit_room is set. Fills *d. Caller has a transaction open and SPI
+ * connected; NOTIFY deliveries and every mark take effect at its COMMIT,
+ * and the leased events must not be sent before it.
+ */
+static void
+dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
+		 MemoryContext cxt, bool want_next_due, Dispatch *d)
 {
 	OutboxEvent *events;
-	OutboxEvent **http;
-	OutboxEvent **ok;
-	OutboxEvent **failed;
-	OutboxEvent **unroutable;
+	OutboxEvent **ok,
+			  **failed,
+			  **unroutable;
+	double	   *leases;
+	List	   *rooms = NIL;
 	int			n;
-	int			nunroutable = 0;
-	int			nhttp = 0;
-	int			nok = 0;
-	int			nfailed = 0;
+	int			nok = 0,
+				nfailed = 0,
+				nunroutable = 0;
+	MemoryContext old;
 
-	memset(result, 0, sizeof(*result));
-	result->next_due_ms = -1;
-
+	memset(d, 0, sizeof(*d));
+	d->next_due_ms = -1;
 	if (!OutboxQueueOpen())
 		return;
+	d->opened = true;
 
-	n = OutboxClaim(batch_size, &events, &result->claimed);
-
-	http = palloc(sizeof(OutboxEvent *) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		if (events[i].dest.name == NULL)
-			continue;			/* unroutable */
-		build_body(&events[i]);
-		if (events[i].body == NULL)
-			continue;			/* failed already */
-		else if (events[i].dest.channel != NULL)
-			OutboxDeliverNotify(&events[i]);
-		else
-			http[nhttp++] = &events[i];
-	}
-	if (nhttp > 0)
-		OutboxDeliverHttp(http, nhttp);
-
+	n = OutboxClaim(batch_size, skip, only_id, cxt, &events, &d->claimed);
 	ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	d->http = MemoryContextAlloc(cxt, sizeof(OutboxEvent *) * Max(n, 1));
+	leases = palloc(sizeof(double) * Max(n, 1));
+
 	for (int i = 0; i < n; i++)
 	{
-		if (events[i].dest.name == NULL)
-			unroutable[nunroutable++] = &events[i];
-		else if (events[i].ok)
-			ok[nok++] = &events[i];
+		OutboxEvent *ev = &events[i];
+
+		CHECK_FOR_INTERRUPTS();
+		if (ev->dest.name == NULL)
+		{
+			unroutable[nunroutable++] = ev;
+			continue;
+		}
+		old = MemoryContextSwitchTo(cxt);
+		build_body(ev);
+		MemoryContextSwitchTo(old);
+		if (ev->body == NULL)
+			failed[nfailed++] = ev;
+		else if (ev->dest.channel != NULL)
+		{
+			OutboxDeliverNotify(ev);
+			if (ev->ok)
+				ok[nok++] = ev;
+			else
+				failed[nfailed++] = ev;
+		}
 		else
-			failed[nfailed++] = &events[i];
+		{
+			DestRoom   *r = room_of(&rooms, ev->dest.name);
+
+			if (limit_room && r->taken >= r->room)
+			{
+				d->room_limited = true;
+				continue;		/* unlocked unchanged at COMMIT */
+			}
+			leases[d->nhttp] = lease_ms(ev, outbox_http_max_connections - r->room + r->taken);
+			r->taken++;
+			d->http[d->nhttp++] = ev;
+		}
 	}
 	OutboxMarkDelivered(ok, nok);
 	OutboxMarkFailed(failed, nfailed);
 	OutboxMarkUnroutable(unroutable, nunroutable);
-	result->delivered = nok;
-	result->failed = nfailed;
-	result->unroutable = nunroutable;
+	OutboxLease(d->http, d->nhttp, relay, leases);
+	d->delivered = nok;
+	d->failed = nfailed;
+	d->unroutable = nunroutable;
+	/* a full batch is followed by another claim at once: no need to know */
+	if (want_next_due && d->claimed < batch_size)
+		d->next_due_ms = OutboxNextDueMs();
+}
 
-	if (want_next_due && result->claimed < batch_size)
-		result->next_due_ms = OutboxNextDueMs();
+/*
+ * Runs one relay pass in the current transaction: claims up to batch_size
+ * due events, delivers them and records each outcome, all before returning
+ * (the requests are sent while the caller's transaction is open: this is
+ * for outbox_relay(), not the worker). Caller has SPI connected; all
+ * allocations go to SPI's context. ERROR aborts the caller's transaction,
+ * and with it every lease and mark of the pass.
+ */
+void
+OutboxRelayPass(int batch_size, OutboxPassResult *result)
+{
+	Dispatch	d;
+
+	memset(result, 0, sizeof(*result));
+	dispatch(batch_size, NIL, 0, -1, false, CurrentMemoryContext, false, &d);
+	if (!d.opened)
+		return;
+	OutboxDeliverHttp(d.http, d.nhttp);
+	OutboxRecordOutcomes(d.http, d.nhttp);
+	result->claimed = d.claimed;
+	result->delivered = d.delivered;
+	result->failed = d.failed;
+	result->unroutable = d.unroutable;
+	for (int i = 0; i < d.nhttp; i++)
+	{
+		if (d.http[i]->ok)
+			result->delivered++;
+		else
+			result->failed++;
+	}
 }
 
 /*
  * outbox_relay(batch_size integer) RETURNS (delivered integer, failed integer)
  *
- * SQL-callable: one relay pass in the calling session's transaction, the same
- * code the worker runs. batch_size NULL means outbox.batch_size. Needs the
- * privileges of outbox_admin. Errors: batch_size out of 1..10000 (22023);
- * called during recovery (25006).
+ * SQL-callable: one relay pass in the calling session's transaction, with
+ * the worker's claim, transports and marks. batch_size NULL means
+ * outbox.batch_size. Needs the privileges of outbox_admin. Errors:
+ * batch_size out of 1..10000 (22023); called during recovery (25006).
  */
 Datum
 outbox_relay(PG_FUNCTION_ARGS)
@@ -175,7 +323,7 @@ outbox_relay(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	OutboxRelayPass(batch_size, false, &result);
+	OutboxRelayPass(batch_size, &result);
 	SPI_finish();
 
 	values[0] = Int32GetDatum(result.delivered);
@@ -183,32 +331,392 @@ outbox_relay(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
-/* One pass in its own transaction, as the worker runs it. */
+/* ---------------------------------------------------------------------
+ * The worker
+ * ---------------------------------------------------------------------
+ */
+
+static int	relay_no = 0;		/* this relay's number in its database */
+static MemoryContext relay_cxt = NULL;	/* parent of the claim batches */
+static TimestampTz last_error_log = 0;
+static int	errors_not_logged = 0;
+static bool claims_released = false;
+
+/* A step of the worker: runs inside a transaction with SPI connected. */
+typedef void (*StepFn) (void *arg);
+
+/*
+ * Logs an error caught by run_step, at most once per ERROR_LOG_INTERVAL_MS
+ * (counting the ones left out), so that a fault met on every step cannot
+ * flood the log.
+ */
 static void
-relay_transaction(OutboxPassResult *result)
+log_caught(const char *what, ErrorData *edata)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (last_error_log != 0 &&
+		!TimestampDifferenceExceeds(last_error_log, now, ERROR_LOG_INTERVAL_MS))
+	{
+		errors_not_logged++;
+		return;
+	}
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("outbox relay could not %s: %s", what, edata->message),
+			 errors_not_logged > 0 ?
+			 errdetail("%d more such errors were not logged in the last %d seconds.",
+					   errors_not_logged, ERROR_LOG_INTERVAL_MS / 1000) : 0,
+			 errhint("The relay goes on; the event that causes the error is retried and dead-lettered on its own.")));
+	last_error_log = now;
+	errors_not_logged = 0;
+}
+
+/*
+ * Runs fn in a transaction of its own and commits it. On ERROR (in fn or
+ * at COMMIT) the transaction is rolled back, the error logged (log_caught),
+ * its message copied into *error (current memory context) if error is not
+ * NULL, and false returned; the worker goes on. FATAL still ends the
+ * process (SIGTERM, for one). Called by the worker outside any transaction.
+ */
+static bool
+run_step(const char *what, StepFn fn, void *arg, char **error)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
 	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	debug_query_string = "outbox relay pass";
-	pgstat_report_activity(STATE_RUNNING, debug_query_string);
+	debug_query_string = what;
+	pgstat_report_activity(STATE_RUNNING, what);
+	PG_TRY();
+	{
+		StartTransactionCommand();
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		fn(arg);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
 
-	OutboxRelayPass(outbox_batch_size, true, result);
-
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		RESUME_INTERRUPTS();
+		log_caught(what, edata);
+		if (error != NULL)
+			*error = pstrdup(edata->message);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
 	debug_query_string = NULL;
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return ok;
+}
+
+/* Arguments and result of claim_step. */
+typedef struct ClaimStep
+{
+	int			batch_size;
+	List	   *skip;
+	int64		only_id;		/* one event at a time: its id */
+	int32		only_attempts;	/* and its attempts, when it was found */
+	ClaimBatch *batch;
+	Dispatch	d;
+} ClaimStep;
+
+/* Finds the event that a claim of one would take (isolation). */
+static void
+next_pending_step(void *arg)
+{
+	ClaimStep  *c = arg;
+
+	c->only_id = 0;
+	if (OutboxQueueOpen() &&
+		!OutboxNextPending(c->skip, &c->only_id, &c->only_attempts))
+		c->only_id = 0;
+}
+
+static void
+claim_step(void *arg)
+{
+	ClaimStep  *c = arg;
+
+	if (!claims_released && OutboxQueueOpen())
+	{
+		uint64		n = OutboxReleaseClaims(relay_no);
+
+		if (n > 0)
+			ereport(LOG,
+					(errmsg("outbox relay released %llu events left in flight by its previous run",
+							(unsigned long long) n)));
+		claims_released = true;
+	}
+	dispatch(c->batch_size, c->skip, c->only_id, relay_no, true, c->batch->cxt,
+			 true, &c->d);
+}
+
+/* Arguments of record_step. */
+typedef struct RecordStep
+{
+	OutboxEvent **events;
+	int			n;
+	bool		single_failure; /* record events[0] as failed, not counted */
+	bool		counted;		/* with single_failure: lease counted it */
+	bool		replica;		/* with single_failure: user triggers off */
+	bool		recorded;
+	double		next_due_ms;
+} RecordStep;
+
+static void
+record_step(void *arg)
+{
+	RecordStep *r = arg;
+
+	r->next_due_ms = -1;
+	if (!OutboxQueueOpen())
+		return;					/* dropped meanwhile: nothing to record */
+	if (r->single_failure)
+	{
+		if (r->replica)
+			(void) set_config_option("session_replication_role", "replica",
+									 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+									 true, 0, false);
+		r->recorded = OutboxRecordFailure(r->events[0], r->counted);
+	}
+	else
+		OutboxRecordOutcomes(r->events, r->n);
+	r->next_due_ms = OutboxNextDueMs();
+}
+
+/*
+ * Records a failed attempt of ev after an ERROR that it caused (its text in
+ * error): first plainly, then, if that fails too and the relay may, with
+ * user triggers off. counted: whether its lease counted the attempt. Returns
+ * false if nothing could be recorded.
+ */
+static bool
+record_isolated_failure(OutboxEvent *ev, bool counted, const char *what, const char *error)
+{
+	RecordStep	r;
+
+	ev->ok = false;
+	ev->permanent = false;
+	ev->retry_after_ms = -1;
+	ev->error = psprintf("could not %s: %s", what, error);
+	memset(&r, 0, sizeof(r));
+	r.events = &ev;
+	r.n = 1;
+	r.single_failure = true;
+	r.counted = counted;
+	if (run_step("record the failure of an event", record_step, &r, NULL))
+		return true;
+	if (!superuser())
+		return false;
+	r.replica = true;
+	return run_step("record the failure of an event", record_step, &r, NULL);
+}
+
+/* Creates the batch that a claim's events live in. */
+static ClaimBatch *
+new_batch(void)
+{
+	ClaimBatch *b;
+	MemoryContext cxt = AllocSetContextCreate(relay_cxt, "outbox claim",
+											  ALLOCSET_DEFAULT_SIZES);
+
+	b = MemoryContextAllocZero(cxt, sizeof(ClaimBatch));
+	b->cxt = cxt;
+	return b;
+}
+
+/* Drops one leased event's hold on its batch; frees the batch with the last. */
+static void
+batch_done(OutboxEvent *ev)
+{
+	ClaimBatch *b = ev->owner;
+
+	if (--b->open == 0)
+		MemoryContextDelete(b->cxt);
+}
+
+/* The worker's view between steps. */
+typedef struct RelayState
+{
+	bool		look;			/* claim again as soon as possible */
+	bool		room_limited;	/* the last claim left events for lack of room */
+	TimestampTz next_look;		/* claim again by then at the latest */
+	TimestampTz not_before;		/* but not before (after failed steps) */
+	int			isolate;		/* claims left to make one event at a time */
+	int			error_backoff_ms;	/* after failed steps; 0 after success */
+} RelayState;
+
+/* Looks again no later than due_ms from now (<0: poll interval only). */
+static void
+look_again_in(RelayState *st, double due_ms)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		ms = outbox_poll_interval;
+
+	if (due_ms >= 0 && due_ms < ms)
+		ms = (long) ceil(due_ms) + 1;
+	st->next_look = Min(st->next_look, TimestampTzPlusMilliseconds(now, ms));
+}
+
+/* After a failed step: wait before claiming again, longer each time. */
+static void
+step_failed(RelayState *st)
+{
+	st->error_backoff_ms = st->error_backoff_ms == 0 ? ERROR_BACKOFF_MIN_MS
+		: Min(st->error_backoff_ms * 2, ERROR_BACKOFF_MAX_MS);
+	st->look = true;
+	st->not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), st->error_backoff_ms);
+}
+
+/*
+ * One claim by the worker, in a transaction of its own, then the leased
+ * events handed to the transport. On ERROR nothing was sent: the worker
+ * then claims one event per transaction (st->isolate) and records the
+ * failure of the one whose claim fails.
+ */
+static void
+worker_claim(RelayState *st)
+{
+	ClaimStep	c;
+	char	   *error = NULL;
+
+	memset(&c, 0, sizeof(c));
+	c.batch_size = outbox_batch_size;
+	c.skip = OutboxHttpFull();
+	st->next_look = DT_NOEND;
+
+	if (st->isolate > 0)
+	{
+		/* find the next event first, so that its failure can be recorded */
+		if (!run_step("find the next event", next_pending_step, &c, NULL))
+		{
+			step_failed(st);
+			return;
+		}
+		if (c.only_id == 0)
+		{
+			st->isolate = 0;
+			st->look = false;
+			look_again_in(st, -1);
+			return;
+		}
+		c.batch_size = 1;
+	}
+
+	c.batch = new_batch();
+	if (!run_step("claim events", claim_step, &c, &error))
+	{
+		MemoryContextDelete(c.batch->cxt);
+		if (st->isolate == 0)
+		{
+			st->isolate = outbox_batch_size;
+			st->look = true;
+			return;
+		}
+		/* this one event fails its claim: record that, then go on */
+		{
+			OutboxEvent ev;
+
+			memset(&ev, 0, sizeof(ev));
+			ev.id = c.only_id;
+			ev.attempts = c.only_attempts;
+			ev.event_id = psprintf("with id %lld", (long long) c.only_id);
+			ev.dest.name = NULL;
+			if (!record_isolated_failure(&ev, false, "claim the event", error))
+			{
+				step_failed(st);
+				return;
+			}
+		}
+		st->isolate--;
+		st->look = true;
+		return;
+	}
+	st->error_backoff_ms = 0;
+	if (st->isolate > 0)
+		st->isolate--;
+
+	for (int i = 0; i < c.d.nhttp; i++)
+	{
+		c.d.http[i]->owner = c.batch;
+		c.batch->open++;
+		OutboxHttpEnqueue(c.d.http[i]);
+	}
+	if (c.batch->open == 0)
+		MemoryContextDelete(c.batch->cxt);
+
+	/* events were held back for room: outcomes, not the clock, bring more */
+	st->room_limited = c.d.room_limited || c.skip != NIL;
+	st->look = st->isolate > 0 || c.d.claimed >= c.batch_size;
+	if (!st->look)
+		look_again_in(st, c.d.room_limited ? -1 : c.d.next_due_ms);
+}
+
+/*
+ * Records the outcomes the transport returned: all in one transaction or,
+ * if that fails, one per transaction; an event whose outcome cannot be
+ * recorded gets a failed attempt instead (record_isolated_failure). Then
+ * the events' batches are let go.
+ */
+static void
+worker_record(RelayState *st, List *done)
+{
+	int			n = list_length(done);
+	OutboxEvent **events = palloc(sizeof(OutboxEvent *) * n);
+	RecordStep	r;
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, done)
+		events[i++] = lfirst(lc);
+	memset(&r, 0, sizeof(r));
+	r.events = events;
+	r.n = n;
+	if (run_step("record outcomes", record_step, &r, NULL))
+		look_again_in(st, r.next_due_ms);
+	else
+	{
+		for (i = 0; i < n; i++)
+		{
+			RecordStep	one;
+			char	   *error = NULL;
+
+			memset(&one, 0, sizeof(one));
+			one.events = &events[i];
+			one.n = 1;
+			if (run_step("record the outcome of an event", record_step, &one, &error))
+				look_again_in(st, one.next_due_ms);
+			else if (!record_isolated_failure(events[i], true, "record the outcome", error))
+				step_failed(st);	/* its lease runs out, then it is retried */
+		}
+	}
+	for (i = 0; i < n; i++)
+		batch_done(events[i]);
+	/* room was freed: events held back for lack of it can come now */
+	if (st->room_limited)
+		st->look = true;
 }
 
 /*
  * Entry point of a relay worker, started by the launcher for one database
- * (main_arg: its OID). Runs as the bootstrap superuser. Never returns: exits
- * on SIGTERM or postmaster death, and on ERROR (the launcher restarts it).
+ * (main_arg: its OID; bgw_extra: the relay's number in it, an int). Runs as
+ * the bootstrap superuser. Never returns: exits
+ * on SIGTERM or postmaster death; errors in its steps are caught (see the
+ * file's header), so the launcher restarts it only after a FATAL.
  */
 void
 OutboxRelayMain(Datum main_arg)
@@ -216,7 +724,9 @@ OutboxRelayMain(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	MemoryContext loop_cxt;
 	uint32		wait_event;
+	RelayState	st;
 
+	memcpy(&relay_no, MyBgworkerEntry->bgw_extra, sizeof(int));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -226,9 +736,9 @@ OutboxRelayMain(Datum main_arg)
 
 	/*
 	 * Settings from postgresql.conf, ALTER DATABASE or ALTER ROLE that would
-	 * break a pass after it delivered (so that it is sent again, forever) do
-	 * not apply here: timeouts, a serializable or read-only default. The
-	 * worker's queries name every object; user schemas stay out.
+	 * break a step do not apply here: timeouts, a serializable or read-only
+	 * default. The worker's queries name every object; user schemas stay
+	 * out.
 	 */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
@@ -240,29 +750,39 @@ OutboxRelayMain(Datum main_arg)
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
-	if (!OutboxRelayAttach(dboid))
+	if (!OutboxRelayAttach(dboid, relay_no))
 	{
 		ereport(LOG,
-				(errmsg("outbox relay for database %u not started: another relay serves it, or it is being dropped",
-						dboid)));
+				(errmsg("outbox relay %d for database %u not started: another process is that relay, or the database is being dropped",
+						relay_no, dboid)));
 		proc_exit(0);
 	}
 
 	wait_event = OutboxWaitEvent("OutboxRelayMain");
 
+	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay",
+									  ALLOCSET_DEFAULT_SIZES);
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay loop",
 									 ALLOCSET_DEFAULT_SIZES);
 	StartTransactionCommand();
-	ereport(LOG,
-			(errmsg("outbox relay started for database \"%s\"",
-					get_database_name(dboid))));
+	if (relay_no == 0)
+		ereport(LOG,
+				(errmsg("outbox relay started for database \"%s\"",
+						get_database_name(dboid))));
+	else
+		ereport(LOG,
+				(errmsg("outbox relay %d started for database \"%s\"",
+						relay_no, get_database_name(dboid))));
 	CommitTransactionCommand();
+
+	memset(&st, 0, sizeof(st));
+	st.look = true;
 
 	for (;;)
 	{
-		OutboxPassResult result;
-		long		timeout;
-		MemoryContext old;
+		TimestampTz now;
+		TimestampTz until;
+		long		wait_ms = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -270,22 +790,43 @@ OutboxRelayMain(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		MemoryContextSwitchTo(loop_cxt);
 
-		old = MemoryContextSwitchTo(loop_cxt);
-		relay_transaction(&result);
-		MemoryContextSwitchTo(old);
+		/* reset before claiming: a commit during the claim sets it again */
+		if (MyLatch->is_set)
+		{
+			ResetLatch(MyLatch);
+			st.look = true;
+		}
+		now = GetCurrentTimestamp();
+		if (now >= st.next_look)
+			st.look = true;
+		if (st.look && now >= st.not_before)
+			worker_claim(&st);
+
+		until = st.look ? st.not_before : st.next_look;
+		now = GetCurrentTimestamp();
+		if (until > now)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(now, until, &secs, &usecs);
+			wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
+		}
+
+		if (OutboxHttpPending() > 0)
+		{
+			List	   *done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
+
+			if (done != NIL)
+				worker_record(&st, done);
+		}
+		else if (wait_ms > 0)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 wait_ms, wait_event);
+
+		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(loop_cxt);
-
-		/* a full batch: more events are probably due, go on at once */
-		if (result.claimed >= outbox_batch_size)
-			continue;
-
-		timeout = outbox_poll_interval;
-		if (result.next_due_ms >= 0 && result.next_due_ms < timeout)
-			timeout = (long) ceil(result.next_due_ms) + 1;
-
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout, wait_event);
-		ResetLatch(MyLatch);
 	}
 }

@@ -20,11 +20,9 @@ typedef struct OutboxPassResult
 	int			delivered;
 	int			failed;
 	int			unroutable;
-	double		next_due_ms;	/* ms until the next retry is due; <0: none */
 } OutboxPassResult;
 
-extern void OutboxRelayPass(int batch_size, bool want_next_due,
-							OutboxPassResult *result);
+extern void OutboxRelayPass(int batch_size, OutboxPassResult *result);
 extern Datum outbox_relay(PG_FUNCTION_ARGS);
 extern PGDLLEXPORT OUTBOX_NORETURN_PRE void OutboxRelayMain(Datum main_arg) OUTBOX_NORETURN_POST;
 

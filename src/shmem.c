@@ -2,7 +2,7 @@
  *
  * shmem.c
  *	  The small shared-memory area of the extension: one slot per database
- *	  with a relay, holding the relay's pid and latch.
+ *	  with relays, holding each relay's pid and latch.
  *
  * Backends read a slot to wake the relay of their database at COMMIT; the
  * DROP DATABASE guard (utility.c) writes a pause into it; the relay fills it
@@ -32,12 +32,17 @@
 
 #include "shmem.h"
 
+typedef struct OutboxRelayProc
+{
+	pid_t		pid;			/* 0: no relay running */
+	Latch	   *latch;			/* the relay's MyLatch, NULL when not running */
+} OutboxRelayProc;
+
 typedef struct OutboxRelaySlot
 {
 	Oid			dboid;			/* InvalidOid: free */
-	pid_t		pid;			/* 0: no relay running */
-	Latch	   *latch;			/* the relay's MyLatch, NULL when not running */
 	TimestampTz paused_until;	/* launcher must not start a relay before */
+	OutboxRelayProc relays[OUTBOX_MAX_RELAYS_PER_DATABASE];	/* by number */
 } OutboxRelaySlot;
 
 typedef struct OutboxShared
@@ -91,9 +96,19 @@ OutboxShmemInit(void)
 	shmem_startup_hook = outbox_shmem_startup;
 }
 
+/* True if no relay of the slot runs. Caller holds the spinlock. */
+static bool
+slot_idle(const OutboxRelaySlot *slot)
+{
+	for (int i = 0; i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
+		if (slot->relays[i].pid != 0)
+			return false;
+	return true;
+}
+
 /*
  * Finds the slot of dboid, or claims a free one when create is set; NULL if
- * there is none. A slot is free when its relay is gone and no pause is in
+ * there is none. A slot is free when its relays are gone and no pause is in
  * force. Caller holds the spinlock.
  */
 static OutboxRelaySlot *
@@ -109,15 +124,13 @@ find_slot(Oid dboid, bool create, TimestampTz now)
 			return slot;
 		if (free_slot == NULL &&
 			(slot->dboid == InvalidOid ||
-			 (slot->pid == 0 && slot->paused_until <= now)))
+			 (slot_idle(slot) && slot->paused_until <= now)))
 			free_slot = slot;
 	}
 	if (create && free_slot != NULL)
 	{
+		memset(free_slot, 0, sizeof(OutboxRelaySlot));
 		free_slot->dboid = dboid;
-		free_slot->pid = 0;
-		free_slot->latch = NULL;
-		free_slot->paused_until = 0;
 	}
 	return create ? free_slot : NULL;
 }
@@ -131,36 +144,40 @@ relay_detach(int code pg_attribute_unused(), Datum arg)
 
 	SpinLockAcquire(&shared->mutex);
 	slot = find_slot(dboid, false, 0);
-	if (slot != NULL && slot->pid == MyProcPid)
+	for (int i = 0; slot != NULL && i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
 	{
-		slot->pid = 0;
-		slot->latch = NULL;
+		if (slot->relays[i].pid == MyProcPid)
+		{
+			slot->relays[i].pid = 0;
+			slot->relays[i].latch = NULL;
+		}
 	}
 	SpinLockRelease(&shared->mutex);
 }
 
 /*
- * Publishes the calling relay worker's latch for its database, so that
- * committing backends can wake it; the slot is cleared at process exit.
- * Called once by the relay after it connected. Returns false, taking
- * nothing, when another relay already serves the database (one left running
- * by a launcher that was restarted) or a pause is in force (a DROP DATABASE
- * is under way); the caller then exits. Raises ERROR when all slots are
- * taken (more than OUTBOX_MAX_RELAYS databases).
+ * Publishes the calling relay worker's latch as relay number relay_no of its
+ * database, so that committing backends can wake it; it is cleared at
+ * process exit. Called once by the relay after it connected. Returns false,
+ * taking nothing, when another process already is that relay (one left
+ * running by a launcher that was restarted) or a pause is in force (a DROP
+ * DATABASE is under way); the caller then exits. Raises ERROR when all
+ * slots are taken (more than OUTBOX_MAX_RELAYS databases).
  */
 bool
-OutboxRelayAttach(Oid dboid)
+OutboxRelayAttach(Oid dboid, int relay_no)
 {
 	OutboxRelaySlot *slot;
 	bool		attached = false;
 	TimestampTz now = GetCurrentTimestamp();
 
+	Assert(relay_no >= 0 && relay_no < OUTBOX_MAX_RELAYS_PER_DATABASE);
 	SpinLockAcquire(&shared->mutex);
 	slot = find_slot(dboid, true, now);
-	if (slot != NULL && slot->pid == 0 && slot->paused_until <= now)
+	if (slot != NULL && slot->relays[relay_no].pid == 0 && slot->paused_until <= now)
 	{
-		slot->pid = MyProcPid;
-		slot->latch = MyLatch;
+		slot->relays[relay_no].pid = MyProcPid;
+		slot->relays[relay_no].latch = MyLatch;
 		attached = true;
 	}
 	SpinLockRelease(&shared->mutex);
@@ -177,13 +194,13 @@ OutboxRelayAttach(Oid dboid)
 }
 
 /*
- * The pid of the relay serving dboid, or 0. A slot's pid is cleared when its
+ * The pid of relay number relay_no of dboid, or 0. A pid is cleared when its
  * relay exits (and all of shared memory is reset by a crash restart), so a
  * pid here is a live relay. Called by the launcher to adopt relays that a
  * previous launcher started.
  */
 pid_t
-OutboxRelayPid(Oid dboid)
+OutboxRelayPid(Oid dboid, int relay_no)
 {
 	OutboxRelaySlot *slot;
 	pid_t		pid = 0;
@@ -191,21 +208,22 @@ OutboxRelayPid(Oid dboid)
 	SpinLockAcquire(&shared->mutex);
 	slot = find_slot(dboid, false, 0);
 	if (slot != NULL)
-		pid = slot->pid;
+		pid = slot->relays[relay_no].pid;
 	SpinLockRelease(&shared->mutex);
 	return pid;
 }
 
 /*
  * Sends SIGTERM to every running relay whose database is not among the n in
- * keep: relays of databases removed from outbox.databases, including those
+ * keep, or whose number is relays_per_database or more: relays of databases
+ * removed from outbox.databases or beyond a lowered count, including those
  * a previous launcher started (which the current one has no handle for).
  * Called by the launcher.
  */
 void
-OutboxStopRelaysExcept(const Oid *keep, int n)
+OutboxStopRelaysExcept(const Oid *keep, int n, int relays_per_database)
 {
-	pid_t		doomed[OUTBOX_MAX_RELAYS];
+	pid_t		doomed[OUTBOX_MAX_RELAYS * OUTBOX_MAX_RELAYS_PER_DATABASE];
 	int			ndoomed = 0;
 
 	SpinLockAcquire(&shared->mutex);
@@ -214,12 +232,11 @@ OutboxStopRelaysExcept(const Oid *keep, int n)
 		OutboxRelaySlot *slot = &shared->slots[i];
 		bool		wanted = false;
 
-		if (slot->pid == 0)
-			continue;
 		for (int j = 0; j < n && !wanted; j++)
 			wanted = keep[j] == slot->dboid;
-		if (!wanted)
-			doomed[ndoomed++] = slot->pid;
+		for (int r = 0; r < OUTBOX_MAX_RELAYS_PER_DATABASE; r++)
+			if (slot->relays[r].pid != 0 && (!wanted || r >= relays_per_database))
+				doomed[ndoomed++] = slot->relays[r].pid;
 	}
 	SpinLockRelease(&shared->mutex);
 
@@ -228,33 +245,35 @@ OutboxStopRelaysExcept(const Oid *keep, int n)
 }
 
 /*
- * Sets the latch of the relay of dboid, if one runs. Called by any backend at
- * COMMIT of a transaction that emitted (emit.c), so it must not fail: no
+ * Sets the latches of the relays of dboid, if any run. Called by any backend
+ * at COMMIT of a transaction that emitted (emit.c), so it must not fail: no
  * allocation, no ERROR. A no-op without the shared area.
  */
 void
 OutboxWakeRelay(Oid dboid)
 {
 	OutboxRelaySlot *slot;
-	Latch	   *latch = NULL;
+	Latch	   *latches[OUTBOX_MAX_RELAYS_PER_DATABASE];
+	int			n = 0;
 
 	if (shared == NULL)
 		return;
 
 	SpinLockAcquire(&shared->mutex);
 	slot = find_slot(dboid, false, 0);
-	if (slot != NULL)
-		latch = slot->latch;
+	for (int i = 0; slot != NULL && i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
+		if (slot->relays[i].latch != NULL)
+			latches[n++] = slot->relays[i].latch;
 	SpinLockRelease(&shared->mutex);
 
 	/* A latch of an exited process is still valid memory: a spurious wake. */
-	if (latch != NULL)
-		SetLatch(latch);
+	for (int i = 0; i < n; i++)
+		SetLatch(latches[i]);
 }
 
 /*
- * Stops the relay of dboid, if any, and keeps the launcher from starting one
- * for pause_ms milliseconds. Called by a backend about to run a command that
+ * Stops the relays of dboid, if any, and keeps the launcher from starting
+ * one for pause_ms milliseconds. Called by a backend about to run a command that
  * needs the database to itself (DROP DATABASE and the like, utility.c); the
  * command's own wait for other sessions to leave covers the relay's exit.
  */
@@ -262,7 +281,8 @@ void
 OutboxPauseRelay(Oid dboid, int pause_ms)
 {
 	OutboxRelaySlot *slot;
-	pid_t		pid = 0;
+	pid_t		pids[OUTBOX_MAX_RELAYS_PER_DATABASE];
+	int			n = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (shared == NULL)
@@ -273,12 +293,14 @@ OutboxPauseRelay(Oid dboid, int pause_ms)
 	if (slot != NULL)
 	{
 		slot->paused_until = TimestampTzPlusMilliseconds(now, pause_ms);
-		pid = slot->pid;
+		for (int i = 0; i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
+			if (slot->relays[i].pid != 0)
+				pids[n++] = slot->relays[i].pid;
 	}
 	SpinLockRelease(&shared->mutex);
 
-	if (pid != 0)
-		kill(pid, SIGTERM);
+	for (int i = 0; i < n; i++)
+		kill(pids[i], SIGTERM);
 }
 
 /* True while a pause set by OutboxPauseRelay is in force; launcher only. */

@@ -12,14 +12,16 @@
 
 #include "datatype/timestamp.h"
 
-/* At most this many databases can have a running relay at once. */
+/* At most this many databases can have running relays at once. */
 #define OUTBOX_MAX_RELAYS 64
+/* At most this many relays per database (outbox.relays_per_database). */
+#define OUTBOX_MAX_RELAYS_PER_DATABASE 16
 
 extern void OutboxShmemInit(void);
 
-extern bool OutboxRelayAttach(Oid dboid);
-extern pid_t OutboxRelayPid(Oid dboid);
-extern void OutboxStopRelaysExcept(const Oid *keep, int n);
+extern bool OutboxRelayAttach(Oid dboid, int relay_no);
+extern pid_t OutboxRelayPid(Oid dboid, int relay_no);
+extern void OutboxStopRelaysExcept(const Oid *keep, int n, int relays_per_database);
 extern void OutboxWakeRelay(Oid dboid);
 extern void OutboxPauseRelay(Oid dboid, int pause_ms);
 extern bool OutboxRelayPaused(Oid dboid);
