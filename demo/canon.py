@@ -11,11 +11,12 @@ again, so deduplicating by it still counts 100.
 
 Connection: the usual libpq variables (PGHOST, PGPORT, PGDATABASE, PGUSER).
 Prints three lines; with --json, one JSON object with the figures instead.
-Exits 1 if the outbox lost an event.
+Exits 1 if the outbox lost an event. Ctrl-C stops it without a traceback.
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ import urllib.request
 import uuid
 
 TASKS = 100
+client_pid = None  # the client process in flight, if any
 
 
 def psql(sql):
@@ -37,18 +39,40 @@ def http(method, url, body=None, headers=None):
         return json.loads(resp.read() or b"{}")
 
 
+def on_ctrl_c(signum, frame):
+    """Ctrl-C: stops at once, without a traceback. Ends the client in flight
+    (one forked just as the signal came missed it, and would fail noisily
+    once the demo stops the server), then dies of SIGINT, so that the shell
+    that started this stops too."""
+    if client_pid:
+        try:
+            os.kill(client_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def in_child(work):
     """Runs work() in a child process, as a separate client would; returns
     its exit status. A client that 'dies' calls os._exit itself."""
+    global client_pid
+    # SIGINT waits until client_pid names the new child
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid == 0:
         try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a client just dies
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             work()
             os._exit(0)
         except Exception as e:  # the client failed for real
             print(f"client error: {e}", file=sys.stderr)
             os._exit(2)
+    client_pid = pid
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _, status = os.waitpid(pid, 0)
+    client_pid = None
     return os.waitstatus_to_exitcode(status)
 
 
@@ -66,6 +90,7 @@ def wait_for(cond, timeout=120):
 
 
 def main():
+    signal.signal(signal.SIGINT, on_ctrl_c)
     ap = argparse.ArgumentParser()
     ap.add_argument("--sink", required=True, help="base URL of the webhook sink")
     ap.add_argument("--json", action="store_true")
