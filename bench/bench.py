@@ -170,7 +170,9 @@ http {{
 
 def start_sink(tmp):
     port_file = os.path.join(tmp, "sink.port")
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "test", "sink.py"), "--port-file", port_file])
+    # Ctrl-C is for this script, whose finally block stops the sink
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "test", "sink.py"), "--port-file", port_file],
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     for _ in range(200):
         if os.path.exists(port_file):
             break
@@ -487,4 +489,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the finally block has cleaned up; no traceback
+        sys.exit(130)

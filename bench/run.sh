@@ -1,22 +1,32 @@
 #!/bin/bash
-# Benchmarks, as root on Debian bookworm: installs what they need (nginx,
-# wrk, psycopg2 for the latency client), builds and installs the extension,
-# and runs bench/bench.py on a throwaway cluster. Prints figures; the numbers
-# are measurements, not pass/fail. Arguments go to bench.py (--quick, --only).
+# Benchmarks, as root on Debian bookworm: installs what they need (ci/deps.sh,
+# then nginx, wrk, psycopg2 for the latency client), builds the extension
+# without assertions and installs it into the system's PostgreSQL 15, and
+# runs bench/bench.py on a throwaway cluster. Prints figures; the numbers are
+# measurements, not pass/fail. Arguments go to bench.py (--quick, --only).
+# apt's and the build's output go to $OUTBOX_LOG_DIR/bench-setup.log.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=ci/lib.sh
+. ci/lib.sh
+log=$LOG_DIR/bench-setup.log
+mkdir -p "$LOG_DIR"
+
 bash ci/deps.sh
-missing=()
-for p in nginx-light wrk python3-psycopg2; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    # the package starts a system nginx; the benchmark runs its own
+new_nginx=$(missing_packages nginx-light)
+install_packages "$log" nginx-light wrk python3-psycopg2
+if [ -n "$new_nginx" ]; then
+    step "disabling the system nginx that the package started (the benchmark runs its own)"
     systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true
 fi
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-make -s PG_CONFIG=$PG_CONFIG >/dev/null
-make -s PG_CONFIG=$PG_CONFIG install >/dev/null
+
+export PG_CONFIG=$PG15_CONFIG
+step "building the extension (no assertions) and installing it into the system's PostgreSQL 15" \
+    "($("$PG_CONFIG" --pkglibdir), $("$PG_CONFIG" --sharedir)/extension)"
+build() {
+    make -s PG_CONFIG="$PG_CONFIG" clean &&
+        make -s PG_CONFIG="$PG_CONFIG" &&
+        make -s PG_CONFIG="$PG_CONFIG" install
+}
+quietly "$log" build
 exec /usr/bin/python3 bench/bench.py "$@"
