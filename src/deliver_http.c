@@ -50,6 +50,7 @@
 #include "utils/formatting.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "deliver_http.h"
@@ -61,6 +62,8 @@
 #define RESPONSE_SNIPPET_LEN 256
 /* a response body longer than this is not read to its end */
 #define RESPONSE_MAX_BYTES (64 * 1024)
+/* the rest of a 2xx body is read this long, for keep-alive, then cut */
+#define BODY_GRACE_MS 1000
 
 typedef struct HttpDest HttpDest;
 
@@ -73,6 +76,7 @@ typedef struct HttpRequest
 	struct curl_slist *headers;
 	long		status;			/* from the status line, once headers are in */
 	bool		headers_done;
+	TimestampTz reported_at;	/* outcome handed back while the body came */
 	size_t		body_bytes;
 	size_t		response_len;
 	char		response[RESPONSE_SNIPPET_LEN];
@@ -620,6 +624,7 @@ OutboxHttpRun(long wait_ms)
 	CURLMsg    *msg;
 	int			left;
 	dlist_mutable_iter iter;
+	TimestampTz now;
 
 	if (multi == NULL)
 		return NIL;
@@ -650,7 +655,12 @@ OutboxHttpRun(long wait_ms)
 	if (mc != CURLM_OK)
 		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
 
-	/* a 2xx is delivered once its headers are in, whatever the body does */
+	/*
+	 * A 2xx is delivered once its headers are in, whatever the body does;
+	 * the body is read on for BODY_GRACE_MS, so that a normal answer keeps
+	 * its connection alive, then the transfer is cut.
+	 */
+	now = GetCurrentTimestamp();
 	dlist_foreach_modify(iter, &running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
@@ -660,13 +670,28 @@ OutboxHttpRun(long wait_ms)
 		{
 			http_outcome(req, CURLE_OK);
 			report(req, &done);
+			req->reported_at = now;
 		}
+		else if (req->event == NULL &&
+				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
+			release_request(req);
 	}
 	CHECK_FOR_INTERRUPTS();
 	/* a worker would otherwise outlive the postmaster while transfers last */
 	if (OutboxInBackgroundWorker() && !PostmasterIsAlive())
 		proc_exit(1);
 	return done;
+}
+
+/*
+ * Whether the transport has work: events whose outcome is not reported, or
+ * transfers still attached (the rest of a 2xx body), which only
+ * OutboxHttpRun moves along and ends.
+ */
+bool
+OutboxHttpBusy(void)
+{
+	return running > 0 || OutboxHttpPending() > 0;
 }
 
 /* Events handed to the transport whose outcome is not reported yet. */
@@ -734,4 +759,7 @@ OutboxDeliverHttp(OutboxEvent **events, int n)
 		OutboxHttpEnqueue(events[i]);
 	while (pending > 0)
 		pending -= list_length(OutboxHttpRun(100));
+	/* the rest of 2xx bodies: within BODY_GRACE_MS */
+	while (OutboxHttpBusy())
+		(void) OutboxHttpRun(100);
 }

@@ -815,7 +815,7 @@ OutboxRelayMain(Datum main_arg)
 			wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
 		}
 
-		if (OutboxHttpPending() > 0)
+		if (OutboxHttpBusy())
 		{
 			List	   *done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
 
