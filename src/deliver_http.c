@@ -706,14 +706,9 @@ OutboxHttpPending(void)
 	return n;
 }
 
-/*
- * How many more events of destination name the relay should hand over now:
- * outbox.http_max_connections in flight or waiting per destination, so
- * that a slow destination's backlog stays in the table, where other
- * destinations' events can overtake it.
- */
+/* Events of destination name handed over whose outcome is not reported. */
 int
-OutboxHttpRoom(const char *name)
+OutboxHttpQueued(const char *name)
 {
 	ListCell   *lc;
 
@@ -722,12 +717,17 @@ OutboxHttpRoom(const char *name)
 		HttpDest   *d = lfirst(lc);
 
 		if (strcmp(d->name, name) == 0)
-			return Max(outbox_http_max_connections - d->unreported, 0);
+			return d->unreported;
 	}
-	return outbox_http_max_connections;
+	return 0;
 }
 
-/* The names of the destinations that have no room (see OutboxHttpRoom). */
+/*
+ * The names of the destinations that hold outbox.http_max_connections
+ * events or more in the transport: the relay claims none of theirs for
+ * now, so that a slow destination's backlog stays in the table, where
+ * other destinations' events can overtake it.
+ */
 List *
 OutboxHttpFull(void)
 {

@@ -18,7 +18,7 @@ extern void OutboxHttpEnqueue(OutboxEvent *ev);
 extern List *OutboxHttpRun(long wait_ms);
 extern int	OutboxHttpPending(void);
 extern bool OutboxHttpBusy(void);
-extern int	OutboxHttpRoom(const char *name);
+extern int	OutboxHttpQueued(const char *name);
 extern List *OutboxHttpFull(void);
 extern void OutboxDeliverHttp(OutboxEvent **events, int n);
 

@@ -63,29 +63,39 @@ static Oid	ext_nspoid = InvalidOid;
 /*
  * The claim: due, live events in due order, each with the destination that
  * _outbox_route() chooses for its type, or NULLs when none does; $2 names
- * destinations to leave alone for now (their queue in the relay is full),
- * and $3, when not NULL, takes the one event with that id. It returns each
- * row's ctid: the rows stay locked until the claim's transaction ends, and
- * marking them by TID scan costs about a third less than by primary key
- * lookups. Columns are decoded by the Anum_claim_* numbers below, which
- * must follow the select list.
+ * destinations to leave alone for now (their queue in the relay is full).
+ * It returns each row's ctid: the rows stay locked until the claim's
+ * transaction ends, and marking them by TID scan costs about a third less
+ * than by primary key lookups. Columns are decoded by the Anum_claim_*
+ * numbers below, which must follow the select list. claim_one_stmt takes
+ * the one event with id $3 (isolation after an error): a separate
+ * statement, as an "id = $3 or any" test would spoil the generic plan of
+ * the normal claim (it walks the pending index in order, without sorting).
  */
+#define CLAIM_SELECT \
+	"SELECT o.id, o.ctid, o.event_id::text, o.attempts, o.event_type," \
+	"       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers," \
+	"       d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers," \
+	"       d.retry_client_errors" \
+	"  FROM %1$s.outbox o" \
+	"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true" \
+	" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL" \
+	"   AND o.next_attempt_at <= now()" \
+	"   AND (d.name IS NULL OR d.name <> ALL ($2))"
+#define CLAIM_LOCK \
+	" ORDER BY o.next_attempt_at, o.id" \
+	" LIMIT $1" \
+	"   FOR UPDATE OF o SKIP LOCKED"
+
 static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8OID};
 static OutboxStatement claim_stmt = {
-	.sql =
-		"SELECT o.id, o.ctid, o.event_id::text, o.attempts, o.event_type,"
-		"       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,"
-		"       d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers,"
-		"       d.retry_client_errors"
-		"  FROM %1$s.outbox o"
-		"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true"
-		" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
-		"   AND o.next_attempt_at <= now()"
-		"   AND (d.name IS NULL OR d.name <> ALL ($2))"
-		"   AND ($3 IS NULL OR o.id = $3)"
-		" ORDER BY o.next_attempt_at, o.id"
-		" LIMIT $1"
-		"   FOR UPDATE OF o SKIP LOCKED",
+	.sql = CLAIM_SELECT CLAIM_LOCK,
+	.nargs = 2,
+	.argtypes = claim_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+static OutboxStatement claim_one_stmt = {
+	.sql = CLAIM_SELECT " AND o.id = $3" CLAIM_LOCK,
 	.nargs = 3,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -191,7 +201,11 @@ static OutboxStatement lease_stmt = {
  * Outcomes of leased events, each in a short transaction of its own after
  * the request: matched by id and by the attempt count of the lease, so an
  * outcome that arrives after the lease was given up (a restart released it,
- * an admin redelivered the event) changes nothing.
+ * an admin redelivered the event) changes nothing. The generic plan must
+ * look the ids up in the primary key whatever the statistics say about the
+ * pending rows: "o.id = ANY ($1)" offers that path, and the pending test is
+ * written so that it does not match the partial index's predicate (a scan
+ * of every pending row, in a hash join, was chosen otherwise).
  */
 static const Oid recorded_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID};
 static OutboxStatement recorded_stmt = {
@@ -199,8 +213,8 @@ static OutboxStatement recorded_stmt = {
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), last_error = NULL, claimed_by = NULL"
 		"  FROM unnest($1::bigint[], $2::int[]) AS u(id, attempts)"
-		" WHERE o.id = u.id AND o.attempts = u.attempts"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.attempts"
+		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL",
 	.nargs = 2,
 	.argtypes = recorded_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -223,8 +237,8 @@ static OutboxStatement failure_stmt = {
 		"  FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[],"
 		"              $6::bool[], $7::text[])"
 		"       AS u(id, expected, attempts, err, delay_ms, dead, dest)"
-		" WHERE o.id = u.id AND o.attempts = u.expected"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.expected"
+		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL",
 	.nargs = 7,
 	.argtypes = failure_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -443,7 +457,6 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 {
 	Size		bytes = 0;
 	Datum		values[3];
-	char		nulls[3] = {' ', ' ', only_id != 0 ? ' ' : 'n'};
 	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
 	int			nnames = 0;
 	ListCell   *lc;
@@ -459,7 +472,9 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = Int64GetDatum(only_id);
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&claim_stmt, ext_nspoid), values, nulls, false, 0);
+	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
+											  ext_nspoid),
+						  values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
 	desc = SPI_tuptable->tupdesc;

@@ -85,6 +85,13 @@ PG_FUNCTION_INFO_V1(outbox_relay);
 #define LEASE_MARGIN_MS 30000
 /* While requests are in flight, new work is looked for this often. */
 #define IN_FLIGHT_SLICE_MS 10
+/*
+ * Outcomes are recorded together: once this many are in, or the first has
+ * waited RECORD_DELAY_MS, or nothing else is in flight (so an idle relay
+ * records at once).
+ */
+#define RECORD_BATCH 64
+#define RECORD_DELAY_MS 5
 /* Caught errors are logged at most this often. */
 #define ERROR_LOG_INTERVAL_MS 10000
 /* The wait after a step failed, doubled while failures go on. */
@@ -106,19 +113,17 @@ typedef struct Dispatch
 	int			delivered;		/* NOTIFY */
 	int			failed;
 	int			unroutable;
-	bool		room_limited;	/* HTTP events were left for lack of room */
 	OutboxEvent **http;			/* leased, to be sent */
 	int			nhttp;
 	double		next_due_ms;	/* <0: nothing scheduled */
 } Dispatch;
 
-/* Per-destination room left during one dispatch. */
-typedef struct DestRoom
+/* Events of one destination ahead of the next one leased, in one dispatch. */
+typedef struct DestLoad
 {
 	const char *name;
-	int			room;
-	int			taken;
-} DestRoom;
+	int			ahead;
+} DestLoad;
 
 /*
  * Builds the body of a routed event. An event stored by a plain INSERT with
@@ -140,24 +145,24 @@ build_body(OutboxEvent *ev)
 	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1);
 }
 
-/* The room entry of a destination in rooms (a List of DestRoom), added if new. */
-static DestRoom *
-room_of(List **rooms, const char *name)
+/* The load entry of a destination in loads (a List of DestLoad), added if new. */
+static DestLoad *
+load_of(List **loads, const char *name)
 {
 	ListCell   *lc;
-	DestRoom   *r;
+	DestLoad   *l;
 
-	foreach(lc, *rooms)
+	foreach(lc, *loads)
 	{
-		r = lfirst(lc);
-		if (strcmp(r->name, name) == 0)
-			return r;
+		l = lfirst(lc);
+		if (strcmp(l->name, name) == 0)
+			return l;
 	}
-	r = palloc0(sizeof(DestRoom));
-	r->name = name;
-	r->room = OutboxHttpRoom(name);
-	*rooms = lappend(*rooms, r);
-	return r;
+	l = palloc0(sizeof(DestLoad));
+	l->name = name;
+	l->ahead = OutboxHttpQueued(name);
+	*loads = lappend(*loads, l);
+	return l;
 }
 
 /*
@@ -177,13 +182,13 @@ lease_ms(const OutboxEvent *ev, int ahead)
  * The claim: claims up to batch_size due events (skip and only_id as for
  * OutboxClaim) into memory context cxt, queues NOTIFY deliveries, parks
  * events without a destination, fails those that cannot be sent, and leases
- * HTTP events to relay number relay, as many as the transport has room for
- * when limit_room is set. Fills *d. Caller has a transaction open and SPI
- * connected; NOTIFY deliveries and every mark take effect at its COMMIT,
- * and the leased events must not be sent before it.
+ * HTTP events to relay number relay, each for as long as it may wait behind
+ * those of its destination already in the transport. Fills *d. Caller has a
+ * transaction open and SPI connected; NOTIFY deliveries and every mark take
+ * effect at its COMMIT, and the leased events must not be sent before it.
  */
 static void
-dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
+dispatch(int batch_size, List *skip, int64 only_id, int relay,
 		 MemoryContext cxt, bool want_next_due, Dispatch *d)
 {
 	OutboxEvent *events;
@@ -191,7 +196,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
 			  **failed,
 			  **unroutable;
 	double	   *leases;
-	List	   *rooms = NIL;
+	List	   *loads = NIL;
 	int			n;
 	int			nok = 0,
 				nfailed = 0,
@@ -236,15 +241,9 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
 		}
 		else
 		{
-			DestRoom   *r = room_of(&rooms, ev->dest.name);
+			DestLoad   *l = load_of(&loads, ev->dest.name);
 
-			if (limit_room && r->taken >= r->room)
-			{
-				d->room_limited = true;
-				continue;		/* unlocked unchanged at COMMIT */
-			}
-			leases[d->nhttp] = lease_ms(ev, outbox_http_max_connections - r->room + r->taken);
-			r->taken++;
+			leases[d->nhttp] = lease_ms(ev, l->ahead++);
 			d->http[d->nhttp++] = ev;
 		}
 	}
@@ -274,7 +273,7 @@ OutboxRelayPass(int batch_size, OutboxPassResult *result)
 	Dispatch	d;
 
 	memset(result, 0, sizeof(*result));
-	dispatch(batch_size, NIL, 0, -1, false, CurrentMemoryContext, false, &d);
+	dispatch(batch_size, NIL, 0, -1, CurrentMemoryContext, false, &d);
 	if (!d.opened)
 		return;
 	OutboxDeliverHttp(d.http, d.nhttp);
@@ -461,8 +460,7 @@ claim_step(void *arg)
 							(unsigned long long) n)));
 		claims_released = true;
 	}
-	dispatch(c->batch_size, c->skip, c->only_id, relay_no, true, c->batch->cxt,
-			 true, &c->d);
+	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, true, &c->d);
 }
 
 /* Arguments of record_step. */
@@ -553,7 +551,9 @@ batch_done(OutboxEvent *ev)
 typedef struct RelayState
 {
 	bool		look;			/* claim again as soon as possible */
-	bool		room_limited;	/* the last claim left events for lack of room */
+	int			nfull;			/* destinations the last claim left out, full */
+	List	   *outcomes;		/* not recorded yet, in outcome_cxt */
+	TimestampTz first_outcome;	/* when the oldest of them came */
 	TimestampTz next_look;		/* claim again by then at the latest */
 	TimestampTz not_before;		/* but not before (after failed steps) */
 	int			isolate;		/* claims left to make one event at a time */
@@ -659,11 +659,11 @@ worker_claim(RelayState *st)
 	if (c.batch->open == 0)
 		MemoryContextDelete(c.batch->cxt);
 
-	/* events were held back for room: outcomes, not the clock, bring more */
-	st->room_limited = c.d.room_limited || c.skip != NIL;
+	/* destinations were left out, full: outcomes, not the clock, bring more */
+	st->nfull = list_length(c.skip);
 	st->look = st->isolate > 0 || c.d.claimed >= c.batch_size;
 	if (!st->look)
-		look_again_in(st, c.d.room_limited ? -1 : c.d.next_due_ms);
+		look_again_in(st, c.d.next_due_ms);
 }
 
 /*
@@ -706,8 +706,8 @@ worker_record(RelayState *st, List *done)
 	}
 	for (i = 0; i < n; i++)
 		batch_done(events[i]);
-	/* room was freed: events held back for lack of it can come now */
-	if (st->room_limited)
+	/* a full destination has room again: its events can come now */
+	if (st->nfull > 0 && list_length(OutboxHttpFull()) < st->nfull)
 		st->look = true;
 }
 
@@ -723,6 +723,7 @@ OutboxRelayMain(Datum main_arg)
 {
 	Oid			dboid = DatumGetObjectId(main_arg);
 	MemoryContext loop_cxt;
+	MemoryContext outcome_cxt;
 	uint32		wait_event;
 	RelayState	st;
 
@@ -750,6 +751,16 @@ OutboxRelayMain(Datum main_arg)
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
+	/*
+	 * The relay's own commits (leases, marks) need not wait for the WAL to
+	 * be flushed: one lost in a crash only means that its events are sent
+	 * again, which at-least-once delivery allows, while waiting for a flush
+	 * per short transaction would bound the relay to the disk's flush rate.
+	 * The events themselves are committed by the application, with its
+	 * own settings.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
 	if (!OutboxRelayAttach(dboid, relay_no))
 	{
 		ereport(LOG,
@@ -764,6 +775,8 @@ OutboxRelayMain(Datum main_arg)
 									  ALLOCSET_DEFAULT_SIZES);
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay loop",
 									 ALLOCSET_DEFAULT_SIZES);
+	outcome_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay outcomes",
+										ALLOCSET_DEFAULT_SIZES);
 	StartTransactionCommand();
 	if (relay_no == 0)
 		ereport(LOG,
@@ -817,14 +830,29 @@ OutboxRelayMain(Datum main_arg)
 
 		if (OutboxHttpBusy())
 		{
-			List	   *done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
+			List	   *done;
 
-			if (done != NIL)
-				worker_record(&st, done);
+			if (st.outcomes != NIL)
+				wait_ms = 0;
+			MemoryContextSwitchTo(outcome_cxt);
+			done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
+			if (done != NIL && st.outcomes == NIL)
+				st.first_outcome = GetCurrentTimestamp();
+			st.outcomes = list_concat(st.outcomes, done);
+			MemoryContextSwitchTo(loop_cxt);
 		}
 		else if (wait_ms > 0)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 wait_ms, wait_event);
+
+		if (st.outcomes != NIL &&
+			(list_length(st.outcomes) >= RECORD_BATCH || OutboxHttpPending() == 0 ||
+			 TimestampDifferenceExceeds(st.first_outcome, GetCurrentTimestamp(), RECORD_DELAY_MS)))
+		{
+			worker_record(&st, st.outcomes);
+			st.outcomes = NIL;
+			MemoryContextReset(outcome_cxt);
+		}
 
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(loop_cxt);
