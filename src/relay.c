@@ -483,6 +483,16 @@ record_step(void *arg)
 	r->next_due_ms = -1;
 	if (!OutboxQueueOpen())
 		return;					/* dropped meanwhile: nothing to record */
+
+	/*
+	 * An outcome's commit need not wait for the WAL flush: one lost in a
+	 * crash only sends its event again, which at-least-once allows, while a
+	 * flush per outcome batch would bound the relay to the disk's flush
+	 * rate. Claims stay synchronous: a lease must survive a crash, so that
+	 * the attempt is counted and the restarted relay releases it.
+	 */
+	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 	if (r->single_failure)
 	{
 		if (r->replica)
@@ -751,15 +761,6 @@ OutboxRelayMain(Datum main_arg)
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
-	/*
-	 * The relay's own commits (leases, marks) need not wait for the WAL to
-	 * be flushed: one lost in a crash only means that its events are sent
-	 * again, which at-least-once delivery allows, while waiting for a flush
-	 * per short transaction would bound the relay to the disk's flush rate.
-	 * The events themselves are committed by the application, with its
-	 * own settings.
-	 */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	if (!OutboxRelayAttach(dboid, relay_no))
 	{
