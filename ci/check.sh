@@ -37,10 +37,25 @@ fi
 bindir=$("$PG_CONFIG" --bindir)
 export PATH="$bindir:$PATH"
 rm -rf tmp_check results regression.diffs regression.out
-if ! make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer"; then
-    [ -f regression.diffs ] && cat regression.diffs
-    for f in tmp_check/log/*; do
-        [ -f "$f" ] && { echo "== $f"; tail -n 150 "$f"; }
-    done
-    exit 1
+out=$(mktemp /tmp/outbox-check-output.XXXXXX)
+trap 'rm -f "$out"' EXIT
+if make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer" 2>&1 | tee "$out"; then
+    exit 0
 fi
+# The logs of what failed: pg_regress's server for regression.diffs, and
+# for each TAP script that prove's summary names, its own logs. All logs
+# if neither can be told.
+logs=()
+if [ -f regression.diffs ]; then
+    cat regression.diffs
+    logs+=(tmp_check/log/postmaster.log)
+fi
+# shellcheck disable=SC2013 # script names have no spaces
+for t in $(sed -n 's#^test/t/\([^ ]*\)\.pl  *(Wstat.*#\1#p' "$out"); do
+    logs+=(tmp_check/log/*"$t"*)
+done
+[ ${#logs[@]} -gt 0 ] || logs=(tmp_check/log/*)
+for f in "${logs[@]}"; do
+    [ -f "$f" ] && { echo "== $f (last 150 lines)"; tail -n 150 "$f"; }
+done
+exit 1
