@@ -125,3 +125,49 @@ GRANT EXECUTE ON FUNCTION
     @extschema@._outbox_valid_secret(text),
     @extschema@._outbox_unroutable_error()
 TO outbox_admin;
+
+/*
+ * Settings a database owner can change must not change what the extension
+ * does. The 1.0 body of _outbox_like_pattern was text, parsed on each use
+ * with the session's settings: with standard_conforming_strings = off, its
+ * backslashes made every routing decision (the relay's claim, outbox_status)
+ * fail. Its body is now SQL-standard, parsed once, here, and it spells its
+ * backslashes as E'' literals, which mean the same under either setting.
+ * It is still a single expression without SET clauses, so it is inlined.
+ */
+CREATE OR REPLACE FUNCTION @extschema@._outbox_like_pattern(pattern text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+           pattern, E'\\', E'\\\\'), '%', E'\\%'), '_', E'\\_'), '*', '%');
+
+/*
+ * What the relay reads: every undelivered, live event with the destination
+ * that _outbox_route() chooses for it (NULLs when none does). The relay's
+ * statements name only tables and this view, never a function: a function
+ * name can be made ambiguous by anyone who may create functions in the
+ * extension's schema (the owner of public, from PostgreSQL 15 on the
+ * database's owner) with an overload such as _outbox_route(text, int
+ * DEFAULT 0), which would stop the relay; a relation name cannot, and the
+ * view's own references were bound here, by OID. security_invoker: those
+ * who run outbox_relay() need the privileges on the tables themselves, as
+ * before. A later version that adds a column the relay needs must create
+ * it again.
+ */
+CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
+SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
+       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
+       o.next_attempt_at,
+       d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
+       d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
+       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors
+  FROM @extschema@.outbox o
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
+ WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
+
+COMMENT ON VIEW @extschema@._outbox_pending IS
+    'Internal: undelivered, live events with the destination each goes to, as the relay reads them';
+
+REVOKE ALL ON @extschema@._outbox_pending FROM PUBLIC;
+-- UPDATE: the relay's claim locks the events FOR UPDATE through the view
+GRANT SELECT, UPDATE ON @extschema@._outbox_pending TO outbox_admin;

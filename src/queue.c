@@ -9,10 +9,18 @@
  * tables with the extension's schema, looked up from the catalog, and are
  * kept prepared by statements.c.
  *
- * Routing has one home, the SQL function _outbox_route(), which every
- * statement here (and the outbox_status view) calls. So has the text that
- * marks a parked event: the trigger on outbox_destinations reads it with
- * _outbox_unroutable_error().
+ * Routing has one home, the SQL function _outbox_route(), which the view
+ * _outbox_pending (read by the statements here) and the outbox_status view
+ * call. So has the text that marks a parked event: the trigger on
+ * outbox_destinations reads it with _outbox_unroutable_error().
+ *
+ * The statements name tables and views only, never a function or operator
+ * outside pg_catalog, and run with search_path = pg_catalog, pg_temp (the
+ * worker pins it; outbox_relay() has it as a SET clause): whoever may
+ * create objects in the extension's schema (the owner of public, say) can
+ * add a function overload that makes a call by name ambiguous, but cannot
+ * add a relation under a name that is taken, and pg_catalog comes before
+ * anything else for types, functions and operators.
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
@@ -62,30 +70,29 @@ static Oid	ext_nspoid = InvalidOid;
 
 /*
  * The claim: due, live events in due order, each with the destination that
- * _outbox_route() chooses for its type, or NULLs when none does; $2 names
- * destinations to leave alone for now (their queue in the relay is full).
- * It returns each row's ctid: the rows stay locked until the claim's
- * transaction ends, and marking them by TID scan costs about a third less
- * than by primary key lookups. Columns are decoded by the Anum_claim_*
- * numbers below, which must follow the select list. claim_one_stmt takes
- * the one event with id $3 (isolation after an error): a separate
- * statement, as an "id = $3 or any" test would spoil the generic plan of
- * the normal claim (it walks the pending index in order, without sorting).
+ * routing chooses for its type, or NULLs when none does (the view
+ * _outbox_pending); $2 names destinations to leave alone for now (their
+ * queue in the relay is full). It returns each row's ctid: the rows stay
+ * locked until the claim's transaction ends, and marking them by TID scan
+ * costs about a third less than by primary key lookups. Columns are decoded
+ * by the Anum_claim_* numbers below, which must follow the select list.
+ * claim_one_stmt takes the one event with id $3 (isolation after an
+ * error): a separate statement, as an "id = $3 or any" test would spoil the
+ * generic plan of the normal claim (it walks the pending index in order,
+ * without sorting).
  */
 #define CLAIM_SELECT \
-	"SELECT o.id, o.ctid, o.event_id::text, o.attempts, o.event_type," \
-	"       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers," \
-	"       d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers," \
-	"       d.retry_client_errors" \
-	"  FROM %1$s.outbox o" \
-	"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true" \
-	" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL" \
-	"   AND o.next_attempt_at <= now()" \
-	"   AND (d.name IS NULL OR d.name <> ALL ($2))"
+	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
+	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
+	"       p.dest_name, p.dest_url, p.dest_channel, p.dest_secret," \
+	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors" \
+	"  FROM %1$s._outbox_pending p" \
+	" WHERE p.next_attempt_at <= now()" \
+	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))"
 #define CLAIM_LOCK \
-	" ORDER BY o.next_attempt_at, o.id" \
+	" ORDER BY p.next_attempt_at, p.id" \
 	" LIMIT $1" \
-	"   FOR UPDATE OF o SKIP LOCKED"
+	"   FOR UPDATE OF p SKIP LOCKED"
 
 static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8OID};
 static OutboxStatement claim_stmt = {
@@ -95,7 +102,7 @@ static OutboxStatement claim_stmt = {
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 static OutboxStatement claim_one_stmt = {
-	.sql = CLAIM_SELECT " AND o.id = $3" CLAIM_LOCK,
+	.sql = CLAIM_SELECT " AND p.id = $3" CLAIM_LOCK,
 	.nargs = 3,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -157,7 +164,8 @@ static OutboxStatement unroutable_stmt = {
 		"           greatest(interval '" UNROUTABLE_RECHECK "', now() - o.created_at)),"
 		"       last_error = '" UNROUTABLE_ERROR "'"
 		" WHERE o.ctid = ANY($1)"
-		"   AND NOT EXISTS (SELECT FROM %1$s._outbox_route(o.event_type))",
+		"   AND NOT EXISTS (SELECT FROM %1$s._outbox_pending p"
+		"                    WHERE p.id = o.id AND p.dest_name IS NOT NULL)",
 	.nargs = 1,
 	.argtypes = unroutable_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -261,13 +269,11 @@ static OutboxStatement release_stmt = {
 static const Oid next_pending_argtypes[] = {TEXTARRAYOID};
 static OutboxStatement next_pending_stmt = {
 	.sql =
-		"SELECT o.id, o.attempts"
-		"  FROM %1$s.outbox o"
-		"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true"
-		" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
-		"   AND o.next_attempt_at <= now()"
-		"   AND (d.name IS NULL OR d.name <> ALL ($1))"
-		" ORDER BY o.next_attempt_at, o.id"
+		"SELECT p.id, p.attempts"
+		"  FROM %1$s._outbox_pending p"
+		" WHERE p.next_attempt_at <= now()"
+		"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($1))"
+		" ORDER BY p.next_attempt_at, p.id"
 		" LIMIT 1",
 	.nargs = 1,
 	.argtypes = next_pending_argtypes,

@@ -52,6 +52,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -721,6 +722,89 @@ worker_record(RelayState *st, List *done)
 		st->look = true;
 }
 
+/* A setting as the server's configuration had it before the worker connected. */
+typedef struct ServerSetting
+{
+	char	   *name;
+	char	   *value;
+} ServerSetting;
+
+static ServerSetting *server_settings = NULL;
+static int	nserver_settings = 0;
+
+/*
+ * Remembers the value of every setting that ALTER DATABASE or ALTER ROLE
+ * can change (user and superuser settings), as postgresql.conf and the
+ * command line made it. Called by the worker before it connects, so that
+ * drop_database_settings() can put them back.
+ */
+static void
+save_server_settings(void)
+{
+	int			n;
+	struct config_generic **vars = OutboxGucVariables(&n);
+
+	server_settings = MemoryContextAlloc(TopMemoryContext, sizeof(ServerSetting) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		const char *value;
+
+		if (vars[i]->context != PGC_USERSET && vars[i]->context != PGC_SUSET)
+			continue;
+		value = GetConfigOption(vars[i]->name, true, false);
+		if (value == NULL)
+			continue;
+		server_settings[nserver_settings].name = MemoryContextStrdup(TopMemoryContext, vars[i]->name);
+		server_settings[nserver_settings].value = MemoryContextStrdup(TopMemoryContext, value);
+		nserver_settings++;
+	}
+}
+
+/*
+ * Undoes what ALTER DATABASE ... SET and ALTER ROLE ... SET applied when the
+ * worker connected (BackgroundWorkerInitializeConnectionByOid applies them
+ * like for any session): each such setting gets back the value that
+ * save_server_settings() saw, with the priority of an override, so that no
+ * later SET can change it either. The owner of a database can set any user
+ * setting for it, and none of them must change what the relay's SQL means
+ * or whether it succeeds: standard_conforming_strings changes how its
+ * statements parse, role the user it runs as, exit_on_error makes every
+ * caught error end it, TimeZone the envelope's created_at, and so on. The
+ * server's own settings (postgresql.conf, ALTER SYSTEM) still apply, as
+ * they were when the relay started. session_authorization has no saved
+ * value (it is not set before connecting): it goes back to the bootstrap
+ * superuser, the user the worker connects as. Called by the worker in a
+ * transaction right after connecting.
+ *
+ * XXX: a setting of a library that is not loaded yet (plpgsql.*, say) is
+ * only a placeholder here, without a server value to go back to; it is
+ * left as it is.
+ */
+static void
+drop_database_settings(void)
+{
+	int			n;
+	struct config_generic **vars = OutboxGucVariables(&n);
+
+	for (int i = 0; i < n; i++)
+	{
+		struct config_generic *var = vars[i];
+		const char *value = NULL;
+
+		if (var->source < PGC_S_GLOBAL || var->source > PGC_S_DATABASE_USER)
+			continue;
+		if (strcmp(var->name, "session_authorization") == 0)
+			value = GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false);
+		for (int j = 0; value == NULL && j < nserver_settings; j++)
+			if (strcmp(server_settings[j].name, var->name) == 0)
+				value = server_settings[j].value;
+		if (value == NULL)
+			continue;
+		(void) set_config_option(var->name, value, PGC_SUSET, PGC_S_OVERRIDE,
+								 GUC_ACTION_SET, true, WARNING, false);
+	}
+}
+
 /*
  * Entry point of a relay worker, started by the launcher for one database
  * (main_arg: its OID; bgw_extra: the relay's number in it, an int). Runs as
@@ -742,12 +826,17 @@ OutboxRelayMain(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
+	save_server_settings();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("outbox relay " OUTBOX_VERSION);
 
+	StartTransactionCommand();
+	drop_database_settings();
+	CommitTransactionCommand();
+
 	/*
-	 * Settings from postgresql.conf, ALTER DATABASE or ALTER ROLE that would
-	 * break a step do not apply here: timeouts, a serializable or read-only
+	 * Settings from postgresql.conf or ALTER SYSTEM that would break a step
+	 * do not apply here either: timeouts, a serializable or read-only
 	 * default. The worker's queries name every object; user schemas stay
 	 * out.
 	 */
@@ -761,6 +850,11 @@ OutboxRelayMain(Datum main_arg)
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
+	/* whatever the database's settings said, the relay is the superuser */
+	if (GetSessionUserId() != BOOTSTRAP_SUPERUSERID || GetUserId() != BOOTSTRAP_SUPERUSERID)
+		ereport(FATAL,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("outbox relay is not running as the bootstrap superuser")));
 
 	if (!OutboxRelayAttach(dboid, relay_no))
 	{
