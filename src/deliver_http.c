@@ -350,9 +350,9 @@ redact(const char *s, size_t len)
 		{
 			size_t		j = i + 3;
 
-			while (j < len && strchr("/@ \t\r\n?#\"'", text[j]) == NULL)
+			while (j < len && strchr("/@ \t\r\n?#\"'", s[j]) == NULL)
 				j++;
-			if (j < len && text[j] == '@')
+			if (j < len && s[j] == '@')
 			{
 				appendStringInfoString(&out, "://[redacted]@");
 				i = j + 1;
@@ -368,7 +368,8 @@ redact(const char *s, size_t len)
 				appendBinaryStringInfo(&out, text + i, wl);
 				appendStringInfoString(&out, "[redacted]");
 				i += wl;
-				while (i < len && text[i] != '\n' && text[i] != '\r')
+				/* to the end of the line, as the endpoint wrote it */
+				while (i < len && s[i] != '\n' && s[i] != '\r')
 					i++;
 				masked = true;
 			}

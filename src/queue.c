@@ -388,14 +388,17 @@ jsonb_or_null(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
 }
 
-/* The size in memory of the value in column col; 0 for NULL. */
+/*
+ * The size of the value in column col, detoasted, without its varlena
+ * header; 0 for NULL. Reads only the value's header (or TOAST pointer).
+ */
 static Size
 value_size(HeapTuple tuple, TupleDesc desc, int col)
 {
 	bool		isnull;
 	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
 
-	return isnull ? 0 : toast_raw_datum_size(d);
+	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
 }
 
 /*

@@ -97,13 +97,37 @@ OutboxEventSizesCheck(const OutboxEventSizes *s, OutboxProblem *p)
 	return true;
 }
 
+/* The length of string s[0..len) as escape_json() writes it, quotes included. */
+static Size
+escaped_length(const char *s, int len)
+{
+	Size		n = 2;
+
+	for (int i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if ((i & 0xfffff) == 0xfffff)
+			CHECK_FOR_INTERRUPTS();
+		if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' ||
+			c == '\r' || c == '\t')
+			n += 2;
+		else if (c < ' ')
+			n += 6;
+		else
+			n += 1;
+	}
+	return n;
+}
+
 /*
  * An upper bound of the length of the envelope (envelope.c) of an event
  * with these column sizes and this payload (jsonb, detoasted only if it
  * must be read). Strings count 6
  * bytes per byte (escaping). A payload small enough that even
  * PAYLOAD_TEXT_FACTOR times its size fits the limit is not read; a larger
- * one is walked once, counting what each token prints as, and the walk
+ * one is walked once, counting what each token prints as (strings as
+ * escaped, numbers as printed), and the walk
  * stops as soon as the bound passes OUTBOX_MAX_ENVELOPE_BYTES. Linear in
  * the payload, and interruptible every 1024 tokens.
  */
@@ -132,7 +156,7 @@ OutboxEnvelopeBound(const OutboxEventSizes *s, Datum payload)
 		switch (v.type)
 		{
 			case jbvString:
-				total += 6 * (Size) v.val.string.len + 2;
+				total += escaped_length(v.val.string.val, v.val.string.len);
 				break;
 			case jbvNumeric:
 				{
