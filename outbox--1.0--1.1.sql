@@ -68,7 +68,7 @@ AS 'MODULE_PATHNAME', '_outbox_valid_secret'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@._outbox_valid_secret(text) IS
-    'Internal: whether the relay can sign with a destination''s secret (whsec_<base64> or raw text)';
+    'Internal: whether the relay can sign with a destination''s secret: whsec_ and canonical base64, or printable ASCII';
 
 /*
  * NOT VALID: an existing destination whose secret cannot be used (the relay
@@ -171,3 +171,89 @@ COMMENT ON VIEW @extschema@._outbox_pending IS
 REVOKE ALL ON @extschema@._outbox_pending FROM PUBLIC;
 -- UPDATE: the relay's claim locks the events FOR UPDATE through the view
 GRANT SELECT, UPDATE ON @extschema@._outbox_pending TO outbox_admin;
+
+/*
+ * Hardening. The rules and size limits of events and destinations are
+ * applied by BEFORE triggers in C (src/validate.c) instead of check
+ * constraints: a violated constraint prints the whole row ("Failing row
+ * contains ...": the payload, header values, the secret) to the client and
+ * the server log, and the triggers raise errors that name the field and
+ * the rule only. They run before PostgreSQL's own NOT NULL checks and test
+ * those too, for the same reason. The relay applies the same rules again
+ * to what it claims, so a row that gets past them is dead-lettered alone.
+ */
+CREATE FUNCTION @extschema@._outbox_check_event()
+RETURNS trigger
+AS 'MODULE_PATHNAME', '_outbox_check_event'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@._outbox_check_event() IS
+    'Internal: trigger that refuses an event over a size limit or with headers an event may not carry, without printing the row';
+
+CREATE FUNCTION @extschema@._outbox_check_destination()
+RETURNS trigger
+AS 'MODULE_PATHNAME', '_outbox_check_destination'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@._outbox_check_destination() IS
+    'Internal: trigger that refuses an invalid destination (url, channel, headers, secret, timeout) without printing the row';
+
+ALTER TABLE @extschema@.outbox
+    DROP CONSTRAINT outbox_event_type_check,
+    DROP CONSTRAINT outbox_headers_check,
+    DROP CONSTRAINT outbox_attempts_check;
+
+ALTER TABLE @extschema@.outbox_destinations
+    DROP CONSTRAINT outbox_destinations_name_check,
+    DROP CONSTRAINT outbox_destinations_event_types_check,
+    DROP CONSTRAINT outbox_destinations_url_check,
+    DROP CONSTRAINT outbox_destinations_channel_check,
+    DROP CONSTRAINT outbox_destinations_headers_check,
+    DROP CONSTRAINT outbox_destinations_secret_check,
+    DROP CONSTRAINT outbox_destinations_timeout_ms_check,
+    DROP CONSTRAINT outbox_destinations_one_target,
+    DROP CONSTRAINT outbox_destinations_secret_needs_url;
+
+/* only when an event's own columns are written: the relay's marks skip it */
+CREATE TRIGGER outbox_check
+    BEFORE INSERT OR UPDATE OF event_type, aggregate_type, aggregate_id, payload, headers
+    ON @extschema@.outbox
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_event();
+
+CREATE TRIGGER outbox_check_attempts
+    BEFORE UPDATE OF attempts ON @extschema@.outbox
+    FOR EACH ROW WHEN (NEW.attempts OPERATOR(pg_catalog.<) 0)
+    EXECUTE FUNCTION @extschema@._outbox_check_event();
+
+CREATE TRIGGER outbox_destinations_check
+    BEFORE INSERT OR UPDATE ON @extschema@.outbox_destinations
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_destination();
+
+/*
+ * The writer does not choose event_id: with the column granted, it could
+ * send a purged event's id again with another payload, and learn from ON
+ * CONFLICT which ids exist. The default is a UUIDv7 from the library, which
+ * is also the id outbox_emit() returns (see src/emit.c).
+ */
+CREATE FUNCTION @extschema@._outbox_event_id()
+RETURNS uuid
+AS 'MODULE_PATHNAME', '_outbox_event_id'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@._outbox_event_id() IS
+    'Internal: default of outbox.event_id, a time-ordered UUIDv7 (the id outbox_emit() returns)';
+
+ALTER TABLE @extschema@.outbox
+    ALTER COLUMN event_id SET DEFAULT @extschema@._outbox_event_id();
+
+REVOKE INSERT (event_id) ON @extschema@.outbox FROM outbox_writer;
+
+REVOKE ALL ON FUNCTION
+    @extschema@._outbox_check_event(),
+    @extschema@._outbox_check_destination(),
+    @extschema@._outbox_event_id()
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_event_id() TO outbox_writer, outbox_admin;
+
+COMMENT ON FUNCTION @extschema@._outbox_valid_headers(jsonb) IS
+    'Internal: whether a headers object is one a destination may have (valid names and values, within the limits)';

@@ -29,7 +29,18 @@
  * event_id, stable across retries), webhook-timestamp (Unix seconds of this
  * attempt) and, when the destination has a secret, webhook-signature
  * (signature.c). Then come the destination's headers and the event's own,
- * merged here: where both name a header, the destination's wins.
+ * merged here: where both name a header, the destination's wins, and an
+ * event never sends a name that events may not carry (headers.c).
+ *
+ * Where requests may go: outbox.http_allowed_targets (targets.c), checked
+ * on the URL's host before a request starts and on the address of every
+ * connection libcurl opens (open_socket); connections opened under an
+ * older list are not reused.
+ *
+ * What is kept of an answer: the status, and for last_error only (never
+ * the log) the first RESPONSE_SNIPPET_LEN bytes of the body with
+ * credentials masked (redact); libcurl's error text is masked too, as it
+ * can quote the URL's user:password.
  *
  * Runs in the relay worker, or in a backend running outbox_relay().
  *
@@ -39,6 +50,7 @@
  */
 #include "postgres.h"
 
+#include <sys/socket.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -57,6 +69,7 @@
 #include "guc.h"
 #include "headers.h"
 #include "signature.h"
+#include "targets.h"
 
 /* bytes of a response body kept for last_error */
 #define RESPONSE_SNIPPET_LEN 256
@@ -75,6 +88,8 @@ typedef struct HttpRequest
 	CURL	   *easy;
 	struct curl_slist *headers;
 	long		status;			/* from the status line, once headers are in */
+	bool		check_address;	/* outbox.http_allowed_targets decides by address */
+	bool		blocked;		/* a connection was refused by it */
 	bool		headers_done;
 	TimestampTz reported_at;	/* outcome handed back while the body came */
 	size_t		body_bytes;
@@ -101,6 +116,7 @@ static List *dests = NIL;		/* of HttpDest, in http_cxt */
 static dlist_head running_list = DLIST_STATIC_INIT(running_list);
 static int	running = 0;		/* handles attached, all destinations */
 static int	next_dest = 0;		/* round-robin position */
+static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
 
 static void
 http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
@@ -126,6 +142,7 @@ http_init(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a libcurl multi handle")));
+	multi_generation = OutboxTargetsGeneration();
 	http_cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
 									 ALLOCSET_DEFAULT_SIZES);
 	prepare_cxt = AllocSetContextCreate(http_cxt, "outbox http request",
@@ -185,19 +202,24 @@ collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return req->body_bytes > RESPONSE_MAX_BYTES ? 0 : len;
 }
 
-/* Header names the relay sets itself; the same names from users are ignored. */
-static bool
-reserved_header(const char *name)
+/*
+ * libcurl open-socket callback: with an address-checked target, refuses a
+ * connection whose address and port outbox.http_allowed_targets does not
+ * allow (the request then fails, and http_outcome says why). Must not
+ * throw or allocate.
+ */
+static curl_socket_t
+open_socket(void *clientp, curlsocktype purpose pg_attribute_unused(),
+			struct curl_sockaddr *address)
 {
-	static const char *const reserved[] = {
-		"content-type", "content-length", "host", "transfer-encoding",
-		"expect", "webhook-id", "webhook-timestamp", "webhook-signature"
-	};
+	HttpRequest *req = (HttpRequest *) clientp;
 
-	for (size_t i = 0; i < lengthof(reserved); i++)
-		if (pg_strcasecmp(name, reserved[i]) == 0)
-			return true;
-	return false;
+	if (req->check_address && !OutboxTargetAddressAllowed(&address->addr))
+	{
+		req->blocked = true;
+		return CURL_SOCKET_BAD;
+	}
+	return socket(address->family, address->socktype, address->protocol);
 }
 
 /* One header offered for a request, in merge_headers. */
@@ -244,7 +266,11 @@ merge_headers(OutboxEvent *ev, OutboxHeader **out)
 	for (int s = 0; s < 2; s++)
 		for (int i = 0; i < counts[s]; i++)
 		{
+			CHECK_FOR_INTERRUPTS();
 			if (lists[s][i].value == NULL)
+				continue;
+			/* an event never sends what events may not carry (checked at claim) */
+			if (s == 1 && !OutboxEventHeaderAllowed(lists[s][i].name))
 				continue;
 			items[n].header = &lists[s][i];
 			items[n].lower = asc_tolower(lists[s][i].name, strlen(lists[s][i].name));
@@ -295,6 +321,108 @@ printable(const char *s, size_t len)
 }
 
 /*
+ * Words after which a line of an answer or error text is masked: a header
+ * or field that holds a credential, echoed back by the endpoint. Lower
+ * case; matched without case.
+ */
+static const char *const credential_words[] = {
+	"authorization", "cookie", "token", "secret", "password", "passwd",
+	"api-key", "apikey", "api_key", "bearer ", "basic ", "whsec_",
+	"credential", "session", "signature"
+};
+
+/*
+ * Returns text s[0..len) as printable ASCII (palloc'd) with credentials
+ * masked: after any of credential_words, the rest of that line becomes
+ * "[redacted]", and the user:password of a URL ("scheme://user:pw@host")
+ * too. Linear in len; called after libcurl returns, never in a callback.
+ */
+static char *
+redact(const char *s, size_t len)
+{
+	char	   *text = printable(s, len);
+	char	   *lower = asc_tolower(text, len);
+	StringInfoData out;
+	size_t		i = 0;
+
+	initStringInfo(&out);
+	while (i < len)
+	{
+		bool		masked = false;
+
+		if (strncmp(lower + i, "://", 3) == 0)
+		{
+			size_t		j = i + 3;
+
+			while (j < len && strchr("/@ \t\r\n?#\"'", s[j]) == NULL)
+				j++;
+			if (j < len && s[j] == '@')
+			{
+				appendStringInfoString(&out, "://[redacted]@");
+				i = j + 1;
+				continue;
+			}
+		}
+		for (size_t w = 0; w < lengthof(credential_words) && !masked; w++)
+		{
+			size_t		wl = strlen(credential_words[w]);
+
+			if (strncmp(lower + i, credential_words[w], wl) == 0)
+			{
+				appendBinaryStringInfo(&out, text + i, wl);
+				appendStringInfoString(&out, "[redacted]");
+				i += wl;
+				/* to the end of the line, as the endpoint wrote it */
+				while (i < len && s[i] != '\n' && s[i] != '\r')
+					i++;
+				masked = true;
+			}
+		}
+		if (!masked)
+			appendStringInfoChar(&out, text[i++]);
+	}
+	return out.data;
+}
+
+/*
+ * What outbox.http_allowed_targets says about url, before any connection:
+ * sets req->check_address when each connection's address must be checked.
+ * Returns false (with the event's error set) when nothing could allow the
+ * target.
+ */
+static bool
+target_allowed(HttpRequest *req, const char *url)
+{
+	CURLU	   *u = curl_url();
+	char	   *host = NULL;
+	char	   *port = NULL;
+	OutboxTargetVerdict verdict = OUTBOX_TARGET_REFUSED;
+	bool		parsed;
+
+	parsed = u != NULL &&
+		curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+	if (parsed)
+		verdict = OutboxTargetByName(host, atoi(port));
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	if (!parsed)
+	{
+		req->event->error = pstrdup("the destination's url cannot be parsed");
+		return false;
+	}
+	if (verdict == OUTBOX_TARGET_REFUSED)
+	{
+		req->event->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
+		return false;
+	}
+	req->check_address = verdict == OUTBOX_TARGET_CHECK_ADDRESS;
+	return true;
+}
+
+/*
  * Builds the easy handle of one request. On a problem that retrying cannot
  * solve (an invalid header, a bad secret) the event fails permanently and
  * false is returned; the caller does not send it.
@@ -337,7 +465,7 @@ prepare_request(HttpRequest *req)
 		if (sig == NULL)
 		{
 			ev->permanent = true;
-			ev->error = pstrdup("the destination's secret has the whsec_ prefix but is not valid base64");
+			ev->error = pstrdup("the destination's secret cannot be used to sign (see the rules for secrets)");
 			return false;
 		}
 		ok = append_header(req, psprintf("webhook-signature: %s", sig));
@@ -346,7 +474,7 @@ prepare_request(HttpRequest *req)
 	{
 		const char *value = headers[i].value;
 
-		if (reserved_header(headers[i].name))
+		if (OutboxHeaderReserved(headers[i].name))
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */
 		if (value[strspn(value, " \t")] == '\0')
@@ -355,6 +483,8 @@ prepare_request(HttpRequest *req)
 			ok = append_header(req, psprintf("%s: %s", headers[i].name, value));
 	}
 
+	if (ok && !target_allowed(req, ev->dest.url))
+		return false;
 	if (ok)
 		req->easy = curl_easy_init();
 	ok = ok && req->easy != NULL &&
@@ -382,7 +512,12 @@ prepare_request(HttpRequest *req)
 		curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, collect_response) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK;
+		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETDATA, req) == CURLE_OK &&
+		/* a connection kept from before the list changed is not reused */
+		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT,
+						 (long) (multi_generation != OutboxTargetsGeneration())) == CURLE_OK;
 	if (!ok)
 	{
 		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
@@ -455,15 +590,18 @@ http_outcome(HttpRequest *req, CURLcode result)
 	}
 	if (!req->headers_done)
 	{
-		ev->error = psprintf("HTTP request failed: %s",
-							 req->errbuf[0] ? printable(req->errbuf, strlen(req->errbuf))
-							 : curl_easy_strerror(result));
+		if (req->blocked)
+			ev->error = pstrdup("HTTP request failed: the address connected to is not allowed by outbox.http_allowed_targets");
+		else
+			ev->error = psprintf("HTTP request failed: %s",
+								 req->errbuf[0] ? redact(req->errbuf, strlen(req->errbuf))
+								 : curl_easy_strerror(result));
 		return;
 	}
-	ev->error = psprintf("HTTP status %ld%s%s%s", status,
-						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "",
-						 req->response_len > 0 ? ": " : "",
-						 printable(req->response, req->response_len));
+	ev->error = psprintf("HTTP status %ld%s", status,
+						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "");
+	if (req->response_len > 0)
+		ev->response = redact(req->response, req->response_len);
 	ev->permanent = !status_retryable(status, &ev->dest);
 	if (status == 429 || status == 503)
 	{
@@ -628,6 +766,17 @@ OutboxHttpRun(long wait_ms)
 
 	if (multi == NULL)
 		return NIL;
+	/* outbox.http_allowed_targets changed: drop the old connections when idle */
+	if (running == 0 && multi_generation != OutboxTargetsGeneration())
+	{
+		curl_multi_cleanup(multi);
+		multi = curl_multi_init();
+		if (multi == NULL)
+			ereport(FATAL,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("could not create a libcurl multi handle")));
+		multi_generation = OutboxTargetsGeneration();
+	}
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) outbox_http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) outbox_http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) outbox_http_max_connections);

@@ -44,6 +44,7 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -57,6 +58,7 @@
 #include "guc.h"
 #include "queue.h"
 #include "statements.h"
+#include "validate.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
 PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
@@ -406,33 +408,41 @@ jsonb_or_null(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
 }
 
-/* The size in memory of the value in column col; 0 for NULL. */
+/*
+ * The size of the value in column col, detoasted, without its varlena
+ * header; 0 for NULL. Reads only the value's header (or TOAST pointer).
+ */
 static Size
 value_size(HeapTuple tuple, TupleDesc desc, int col)
 {
 	bool		isnull;
 	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
 
-	return isnull ? 0 : toast_raw_datum_size(d);
+	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
 }
 
-/* Decodes one row of the claim into ev (zeroed by the caller). */
-static void
+/*
+ * Decodes one row of the claim into ev (zeroed by the caller) and returns
+ * the bytes its columns take in memory. The sizes of the event's own
+ * columns are checked first, as stored (OutboxEventSizesCheck): an event
+ * over a limit is not read further, and gets a permanent failure with the
+ * reason in ev->error, so nothing large is ever copied or built from it.
+ */
+static Size
 decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 {
 	bool		isnull;
 	Datum		d;
+	OutboxEventSizes sizes;
+	OutboxProblem p;
+	Size		bytes = sizeof(OutboxEvent);
 
 	ev->id = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_id, &isnull));
 	ev->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, desc, Anum_claim_ctid, &isnull));
 	ev->event_id = text_or_null(tuple, desc, Anum_claim_event_id);
 	ev->attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_attempts, &isnull));
-	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
-	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
-	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
 	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
-	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
-	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
+	ev->retry_after_ms = -1;
 
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
 	ev->dest.url = text_or_null(tuple, desc, Anum_claim_dest_url);
@@ -443,23 +453,48 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	ev->dest.headers = jsonb_or_null(tuple, desc, Anum_claim_dest_headers);
 	d = SPI_getbinval(tuple, desc, Anum_claim_dest_retry_client_errors, &isnull);
 	ev->dest.retry_client_errors = !isnull && DatumGetBool(d);
-	ev->retry_after_ms = -1;
+	bytes += value_size(tuple, desc, Anum_claim_dest_url) +
+		value_size(tuple, desc, Anum_claim_dest_headers) +
+		value_size(tuple, desc, Anum_claim_dest_secret);
+
+	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
+	sizes.aggregate_type = value_size(tuple, desc, Anum_claim_aggregate_type);
+	sizes.aggregate_id = value_size(tuple, desc, Anum_claim_aggregate_id);
+	sizes.payload = value_size(tuple, desc, Anum_claim_payload);
+	sizes.headers = value_size(tuple, desc, Anum_claim_headers);
+	if (!OutboxEventSizesCheck(&sizes, &p))
+	{
+		ev->permanent = true;
+		ev->error = p.detail ? psprintf("%s (%s)", p.message, p.detail) : p.message;
+		return bytes;
+	}
+	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
+	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
+	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
+	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
+	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
+	return bytes + sizes.event_type + sizes.aggregate_type + sizes.aggregate_id +
+		sizes.payload + sizes.headers;
 }
 
 /*
  * Claims up to batch_size due events and returns them in *events, decoded
  * into memory context cxt (the rows' values are copied: the events outlive
- * the claim's transaction). Events whose destination is named in skip (a
- * List of names) are left for later; only_id, if not 0, claims that one
- * event. An event without a destination has dest.name NULL. Sets *claimed to
- * the number of rows the claim locked, and returns the number of events to
- * process, fewer when their sizes exceed the pass's memory budget (the rest
- * are unlocked unchanged when the transaction ends). Caller has a
- * transaction open, SPI connected and OutboxQueueOpen() done.
+ * the claim's transaction) and each handed to prepare (in cxt too), which
+ * builds what will be sent and returns the bytes that costs. Events whose
+ * destination is named in skip (a List of names) are left for later;
+ * only_id, if not 0, claims that one event. An event without a destination
+ * has dest.name NULL; one over a size limit has a permanent error (see
+ * decode_event). Sets *claimed to the number of rows the claim locked, and
+ * returns the number of events to process: fewer once what they cost, in
+ * columns and in prepare, passes OUTBOX_PASS_BYTES (the rest are unlocked
+ * unchanged when the transaction ends; the first event is always taken).
+ * Interruptible between events. Caller has a transaction open, SPI
+ * connected and OutboxQueueOpen() done.
  */
 int
 OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
-			OutboxEvent **events, int *claimed)
+			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed)
 {
 	Size		bytes = 0;
 	Datum		values[3];
@@ -493,23 +528,14 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-
-		/*
-		 * Bound the memory of a pass: once the events taken so far reach
-		 * OUTBOX_PASS_PAYLOAD_BYTES, leave the rest of the batch alone.
-		 */
-		bytes += value_size(tuple, desc, Anum_claim_payload) +
-			value_size(tuple, desc, Anum_claim_headers) +
-			value_size(tuple, desc, Anum_claim_event_type) +
-			value_size(tuple, desc, Anum_claim_aggregate_type) +
-			value_size(tuple, desc, Anum_claim_aggregate_id);
-		if (i > 0 && bytes > OUTBOX_PASS_PAYLOAD_BYTES)
+		CHECK_FOR_INTERRUPTS();
+		bytes += decode_event(SPI_tuptable->vals[i], desc, &ev[i]);
+		bytes += prepare(&ev[i]);
+		if (bytes >= OUTBOX_PASS_BYTES)
 		{
-			n = i;
+			n = i + 1;
 			break;
 		}
-		decode_event(tuple, desc, &ev[i]);
 	}
 	MemoryContextSwitchTo(old);
 	*events = ev;
@@ -723,7 +749,9 @@ record_failures(OutboxEvent **events, int n, bool counted)
 		ids[i] = Int64GetDatum(ev->id);
 		expected[i] = Int32GetDatum(counted ? ev->attempts + 1 : ev->attempts);
 		attempts[i] = Int32GetDatum(ev->attempts + 1);
-		errs[i] = CStringGetTextDatum(ev->error ? ev->error : "unknown error");
+		errs[i] = CStringGetTextDatum(psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
+											   ev->response ? ": " : "",
+											   ev->response ? ev->response : ""));
 		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
 		delays[i] = Float8GetDatum(delay);
 		dest_nulls[i] = ev->dest.name == NULL;

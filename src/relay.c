@@ -79,6 +79,7 @@
 #include "queue.h"
 #include "relay.h"
 #include "shmem.h"
+#include "validate.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
 
@@ -127,23 +128,47 @@ typedef struct DestLoad
 } DestLoad;
 
 /*
- * Builds the body of a routed event. An event stored by a plain INSERT with
- * a payload over OUTBOX_MAX_PAYLOAD_BYTES (outbox_emit() refuses those)
- * gets none and fails permanently.
+ * Prepares a claimed event (OutboxPrepareFn, called by OutboxClaim in the
+ * claim's memory context): checks what decode_event could not check
+ * without reading it (the event's headers, for HTTP; the size of its
+ * envelope, OutboxEnvelopeCheck), then builds the body and lets the
+ * payload go. An event that breaks a rule gets no body and a permanent
+ * failure with the reason, and is dead-lettered on its own. Returns the
+ * bytes the body costs: twice its length, as the transport copies it
+ * (libcurl's COPYPOSTFIELDS, or the NOTIFY queue).
  */
-static void
-build_body(OutboxEvent *ev)
+static Size
+prepare_event(OutboxEvent *ev)
 {
-	Size		size = VARSIZE(ev->payload);
+	OutboxEventSizes sizes;
+	OutboxProblem p;
+	Size		len;
 
-	if (size > OUTBOX_MAX_PAYLOAD_BYTES)
+	if (ev->error != NULL || ev->dest.name == NULL)
+		return 0;				/* over a limit, or unroutable: nothing to build */
+	if (ev->dest.url != NULL && ev->headers != NULL &&
+		!OutboxHeadersCheck(ev->headers, true, &p))
 	{
 		ev->permanent = true;
-		ev->error = psprintf("payload of %zu bytes is larger than the limit of %d bytes",
-							 (size_t) size, OUTBOX_MAX_PAYLOAD_BYTES);
-		return;
+		ev->error = p.message;
+		return 0;
+	}
+	sizes.event_type = strlen(ev->event_type);
+	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
+	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
+	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
+	sizes.headers = 0;
+	if (!OutboxEnvelopeCheck(&sizes, PointerGetDatum(ev->payload), &p))
+	{
+		ev->permanent = true;
+		ev->error = p.message;
+		return 0;
 	}
 	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1);
+	len = strlen(ev->body);
+	pfree(ev->payload);
+	ev->payload = NULL;
+	return 2 * len;
 }
 
 /* The load entry of a destination in loads (a List of DestLoad), added if new. */
@@ -202,7 +227,6 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 	int			nok = 0,
 				nfailed = 0,
 				nunroutable = 0;
-	MemoryContext old;
 
 	memset(d, 0, sizeof(*d));
 	d->next_due_ms = -1;
@@ -210,7 +234,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 		return;
 	d->opened = true;
 
-	n = OutboxClaim(batch_size, skip, only_id, cxt, &events, &d->claimed);
+	n = OutboxClaim(batch_size, skip, only_id, cxt, prepare_event, &events, &d->claimed);
 	ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
@@ -222,17 +246,17 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 		OutboxEvent *ev = &events[i];
 
 		CHECK_FOR_INTERRUPTS();
+		if (ev->error != NULL || (ev->dest.name != NULL && ev->body == NULL))
+		{
+			failed[nfailed++] = ev;
+			continue;
+		}
 		if (ev->dest.name == NULL)
 		{
 			unroutable[nunroutable++] = ev;
 			continue;
 		}
-		old = MemoryContextSwitchTo(cxt);
-		build_body(ev);
-		MemoryContextSwitchTo(old);
-		if (ev->body == NULL)
-			failed[nfailed++] = ev;
-		else if (ev->dest.channel != NULL)
+		if (ev->dest.channel != NULL)
 		{
 			OutboxDeliverNotify(ev);
 			if (ev->ok)

@@ -8,6 +8,9 @@ of times, or answer slowly:
   POST /_control  {"status": 503}                  answer every event with 503
                   {"fail": {"<event-id>": 1}}       fail that event once (500)
                   {"delay_ms": 3000}                wait before answering
+                  {"echo": ["authorization", "x-tenant"]}
+                                                    answer with those request
+                                                    headers as "name: value" lines
   GET  /_requests  every request received: webhook-id, headers, header_names
                    (every header name as sent, repeats included), body, status
   GET  /_stats     {"requests": n, "delivered": n, "distinct": n}
@@ -28,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
 requests = []
-rules = {"status": 200, "fail": {}, "delay_ms": 0}
+rules = {"status": 200, "fail": {}, "delay_ms": 0, "echo": []}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -80,7 +83,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_reset":
             with lock:
                 requests.clear()
-                rules.update({"status": 200, "fail": {}, "delay_ms": 0})
+                rules.update({"status": 200, "fail": {}, "delay_ms": 0, "echo": []})
             return self.reply(200)
 
         event_id = self.headers.get("webhook-id")
@@ -90,6 +93,7 @@ class Handler(BaseHTTPRequestHandler):
                 rules["fail"][event_id] -= 1
                 status = 500
             delay = rules["delay_ms"]
+            echo = list(rules["echo"])
         if delay:
             time.sleep(delay / 1000.0)
         record = {
@@ -106,6 +110,14 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             record["seq"] = len(requests) + 1
             requests.append(record)
+        if echo:
+            text = "".join("%s: %s\r\n" % (h, self.headers.get(h, "")) for h in echo).encode()
+            self.send_response(status)
+            self.send_header("content-type", "text/plain")
+            self.send_header("content-length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
         self.reply(status, {"ok": 200 <= status < 300})
 
 
