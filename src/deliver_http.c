@@ -784,9 +784,13 @@ OutboxHttpRun(long wait_ms)
 	start_requests(&done);
 	if (running == 0)
 		return done;
-	if (wait_ms > 0)
-		curl_multi_poll(multi, NULL, 0, (int) wait_ms, NULL);
+	/* send what was just started before waiting for answers */
 	mc = curl_multi_perform(multi, &still);
+	if (mc == CURLM_OK && wait_ms > 0)
+	{
+		curl_multi_poll(multi, NULL, 0, (int) wait_ms, NULL);
+		mc = curl_multi_perform(multi, &still);
+	}
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
 		HttpRequest *req;
