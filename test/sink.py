@@ -11,27 +11,69 @@ of times, or answer slowly:
                   {"echo": ["authorization", "x-tenant"]}
                                                     answer with those request
                                                     headers as "name: value" lines
-  GET  /_requests  every request received: webhook-id, headers, header_names
-                   (every header name as sent, repeats included), body, status
-  GET  /_stats     {"requests": n, "delivered": n, "distinct": n}
-                   (both take ?path=/p to count the requests to one path only)
+                  {"paths": {"/p": RULE, ...}}      rules for one path each
+                  (each key given replaces that key's value; "paths" as a whole)
+  GET  /_requests  every request answered: webhook-id, headers, header_names
+                   (every header name as sent, repeats included), body, status,
+                   received_at (arrival, Unix time), answered_at, ended,
+                   ended_at, peer_port
+  GET  /_arrivals  every request received, answered or not (status null while
+                   it waits, 0 if the client went away before the answer)
+  GET  /_stats     {"requests": n, "delivered": n, "distinct": n,
+                    "arrived": n, "in_flight": n}
+                   (all three take ?path=/p to see the requests to one path only)
   POST /_reset     forget requests and rules
+
+A RULE for one path overrides the global status and delay_ms, and may add:
+  "retry_after": "2"         a Retry-After header, sent as given
+  "retry_after_in": 3        a Retry-After HTTP-date at least 3 s after the answer
+  "drip_ms": 500             the body goes out one byte per 500 ms after the
+  "drip_bytes": 40           headers: 40 bytes (content-length), or without
+                             drip_bytes an endless chunked body
+  "hold": true               answer only once the rule no longer holds (a
+                             later /_control); a client that goes away meanwhile
+                             is recorded with status 0
+  "script": [RULE, ...]      the next requests to the path take these rules in
+                             turn (each instead of the path's own, no "hold"),
+                             then the path's own rule applies again
+A record's "ended" says how its answer ended (and "ended_at" when): "complete",
+or "aborted" when the client went away first (a dripping body cut by the
+client's time limit).
 
 Usage: sink.py --port-file FILE   (the chosen port is written there once the
 server listens; it runs until killed).
 """
 import argparse
+import email.utils
 import json
+import math
 import os
+import select
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
-requests = []
-rules = {"status": 200, "fail": {}, "delay_ms": 0, "echo": []}
+changed = threading.Condition(lock)  # notified when the rules change
+requests = []  # answered, in answer order
+arrivals = []  # received, in arrival order (the same dicts)
+DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}, "echo": []}
+rules = json.loads(json.dumps(DEFAULT_RULES))
+
+
+def rule_for(path, consume):
+    """The rule that applies to the next answer on path (lock held)."""
+    rule = {"status": rules["status"], "delay_ms": rules["delay_ms"]}
+    own = rules["paths"].get(path) or {}
+    script = own.get("script") or []
+    if consume and script:
+        rule.update({k: v for k, v in script.pop(0).items() if k != "hold"})
+    else:
+        rule.update({k: v for k, v in own.items() if k != "script"})
+    return rule
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -46,11 +88,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
-    def reply(self, status, obj=None):
+    def reply(self, status, obj=None, extra_headers=()):
         body = json.dumps(obj if obj is not None else {}).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
+        for name, value in extra_headers:
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -58,19 +102,32 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length", "0"))
         return self.rfile.read(length) if length else b""
 
+    def client_gone(self):
+        """Whether the client closed its end (it sends nothing else while it waits)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def do_GET(self):
         url = urlsplit(self.path)
         only = parse_qs(url.query).get("path", [None])[0]
         with lock:
             mine = [r for r in requests if only is None or r["path"] == only]
+            came = [r for r in arrivals if only is None or r["path"] == only]
             if url.path == "/_requests":
                 return self.reply(200, mine)
+            if url.path == "/_arrivals":
+                return self.reply(200, came)
             if url.path == "/_stats":
                 ok = [r for r in mine if 200 <= r["status"] < 300]
                 return self.reply(200, {
                     "requests": len(mine),
                     "delivered": len(ok),
                     "distinct": len({r["webhook_id"] for r in ok}),
+                    "arrived": len(came),
+                    "in_flight": len([r for r in came if r["status"] is None]),
                 })
         self.reply(404)
 
@@ -79,23 +136,18 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_control":
             with lock:
                 rules.update(json.loads(body))
+                changed.notify_all()
             return self.reply(200, rules)
         if self.path == "/_reset":
             with lock:
                 requests.clear()
-                rules.update({"status": 200, "fail": {}, "delay_ms": 0, "echo": []})
+                arrivals.clear()
+                rules.clear()
+                rules.update(json.loads(json.dumps(DEFAULT_RULES)))
+                changed.notify_all()
             return self.reply(200)
 
         event_id = self.headers.get("webhook-id")
-        with lock:
-            status = rules["status"]
-            if rules["fail"].get(event_id, 0) > 0:
-                rules["fail"][event_id] -= 1
-                status = 500
-            delay = rules["delay_ms"]
-            echo = list(rules["echo"])
-        if delay:
-            time.sleep(delay / 1000.0)
         record = {
             "path": self.path,
             "webhook_id": event_id,
@@ -103,22 +155,105 @@ class Handler(BaseHTTPRequestHandler):
             # a repeated header is one key above: keep every name to count them
             "header_names": [k.lower() for k in self.headers.keys()],
             "body": body.decode("utf-8", "replace"),
-            "status": status,
+            "status": None,
             "received_at": time.time(),
+            "answered_at": None,
+            "ended": None,
+            "ended_at": None,
             "peer_port": self.client_address[1],  # one per connection
         }
         with lock:
+            arrivals.append(record)
+            rule = rule_for(self.path, consume=True)
+            status = rule["status"]
+            if rules["fail"].get(event_id, 0) > 0:
+                rules["fail"][event_id] -= 1
+                status = 500
+            echo = list(rules["echo"])
+            # held: wait until a later /_control lifts the hold
+            while rule.get("hold"):
+                changed.wait(0.05)
+                if self.client_gone():
+                    break
+                rule = rule_for(self.path, consume=False)
+        if rule.get("hold"):
+            return self.answered(record, 0, "aborted", close=True)
+        if rule["delay_ms"]:
+            time.sleep(rule["delay_ms"] / 1000.0)
+
+        extra = []
+        if "retry_after" in rule:
+            extra.append(("retry-after", str(rule["retry_after"])))
+        if "retry_after_in" in rule:
+            at = math.ceil(time.time() + rule["retry_after_in"])
+            extra.append(("retry-after", email.utils.formatdate(at, usegmt=True)))
+        if rule.get("drip_ms"):
+            return self.drip(record, status, rule, extra)
+        self.answered(record, status, None)
+        try:
+            if echo:
+                text = "".join("%s: %s\r\n" % (h, self.headers.get(h, "")) for h in echo).encode()
+                self.send_response(status)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+            else:
+                self.reply(status, {"ok": 200 <= status < 300}, extra)
+            self.ended(record, "complete")
+        except OSError:
+            self.ended(record, "aborted")
+
+    def answered(self, record, status, ended, close=False):
+        with lock:
+            record["status"] = status
+            record["answered_at"] = time.time()
+            if ended:
+                record["ended"] = ended
+                record["ended_at"] = record["answered_at"]
             record["seq"] = len(requests) + 1
             requests.append(record)
-        if echo:
-            text = "".join("%s: %s\r\n" % (h, self.headers.get(h, "")) for h in echo).encode()
-            self.send_response(status)
-            self.send_header("content-type", "text/plain")
-            self.send_header("content-length", str(len(text)))
+        if close:
+            self.close_connection = True
+
+    def ended(self, record, how):
+        with lock:
+            record["ended"] = how
+            record["ended_at"] = time.time()
+
+    def drip(self, record, status, rule, extra):
+        """Headers at once, then the body one byte per drip_ms."""
+        total = rule.get("drip_bytes")
+        self.send_response(status)
+        self.send_header("content-type", "text/plain")
+        if total:
+            self.send_header("content-length", str(total))
+        else:
+            self.send_header("transfer-encoding", "chunked")
+        for name, value in extra:
+            self.send_header(name, value)
+        self.answered(record, status, None)
+        sent = 0
+        try:
             self.end_headers()
-            self.wfile.write(text)
-            return
-        self.reply(status, {"ok": 200 <= status < 300})
+            while not total or sent < total:
+                time.sleep(rule["drip_ms"] / 1000.0)
+                self.wfile.write(b"x" if total else b"1\r\nx\r\n")
+                self.wfile.flush()
+                sent += 1
+            self.ended(record, "complete")
+        except OSError:
+            self.ended(record, "aborted")
+            self.close_connection = True
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # a client that goes away (a relay killed, a time limit) is expected
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def main():
@@ -126,8 +261,7 @@ def main():
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), Handler)
     tmp = args.port_file + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(server.server_address[1]))

@@ -18,7 +18,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_sink wait_until relay_pid wait_relay
-  wait_no_relay wait_idle_passes set_databases emit log_since error_lines);
+  wait_no_relay wait_idle_passes set_databases emit log_since error_lines
+  count_by_id relay_warnings gaps);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 
@@ -132,6 +133,32 @@ sub error_lines
 	return grep { /\b(?:ERROR|FATAL|PANIC):\s/ && !/\bLOG:\s+statement:/ } split /\n/, $text;
 }
 
+# Counts the requests in list $requests (from the sink) per webhook-id.
+sub count_by_id
+{
+	my ($requests) = @_;
+	my %n;
+	$n{ $_->{webhook_id} }++ for @$requests;
+	return \%n;
+}
+
+# The lines of the server log of $node from byte $offset on in which the
+# relay reports an error it caught and went on ("outbox relay could not ...").
+sub relay_warnings
+{
+	my ($node, $offset) = @_;
+	return grep { /WARNING:  outbox relay could not / } split /\n/, log_since($node, $offset);
+}
+
+# The gaps in seconds between successive arrivals of the requests in list
+# $requests (from the sink), in arrival order.
+sub gaps
+{
+	my ($requests) = @_;
+	my @t = sort { $a <=> $b } map { $_->{received_at} } @$requests;
+	return map { $t[$_] - $t[ $_ - 1 ] } 1 .. $#t;
+}
+
 # Starts test/sink.py on a free port of 127.0.0.1; returns an OutboxTest::Sink.
 sub start_sink
 {
@@ -171,7 +198,12 @@ sub control  { my ($self, %rules) = @_; return $self->_call('POST', '/_control',
 sub reset    { my ($self) = @_; return $self->_call('POST', '/_reset', {}); }
 sub requests { my ($self, $path) = @_; return $self->_call('GET', '/_requests' . _only($path)); }
 sub stats    { my ($self, $path) = @_; return $self->_call('GET', '/_stats' . _only($path)); }
+sub arrivals { my ($self, $path) = @_; return $self->_call('GET', '/_arrivals' . _only($path)); }
 sub _only    { my ($path) = @_; return defined $path ? "?path=$path" : ''; }
+
+# Sets the rules of the given paths, replacing every path rule set before:
+# $sink->paths('/slow' => { delay_ms => 2000 }, ...); see test/sink.py.
+sub paths { my ($self, %rules) = @_; return $self->control(paths => \%rules); }
 
 # The requests answered with 2xx, in arrival order.
 sub delivered

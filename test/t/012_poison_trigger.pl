@@ -1,0 +1,113 @@
+# A user trigger on outbox that raises for one event must cost that event
+# only: the relay keeps running (same process, no restart loop), every other
+# event is sent once and marked delivered, and the poison event is retried
+# with backoff and dead-lettered on its own, with the trigger's message in
+# last_error. Two poisons, one per step of the relay that updates a row:
+#   claim:  the trigger refuses every update of the event, so no claim that
+#           includes it can commit (and a failed claim sends nothing)
+#   record: the trigger refuses only the delivered mark, so the request is
+#           sent and its outcome cannot be recorded; a failed attempt is
+#           recorded instead, and the event is sent again until dead
+# Caught errors are logged, but at most once per 10 s.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $max_attempts = 3;
+my $node = outbox_node('poison', 'outbox.max_attempts' => $max_attempts);
+my $sink = start_sink();
+my $url = $sink->url('/hook');
+
+my $pid = wait_relay($node, 'postgres');
+ok($pid, 'relay runs');
+
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, url) VALUES ('hook', '$url');
+	CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+		IF NEW.payload ? 'poison' THEN
+			RAISE EXCEPTION 'poison event % refused by the trigger', NEW.payload->>'poison';
+		END IF;
+		IF NEW.payload ? 'poison_mark' AND NEW.delivered_at IS NOT NULL THEN
+			RAISE EXCEPTION 'delivery mark of % refused by the trigger', NEW.payload->>'poison_mark';
+		END IF;
+		RETURN NEW;
+	END \$\$;
+	CREATE TRIGGER poison BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION poison();
+});
+
+# 60 good events with the two poisons among them, in one transaction
+my $log_offset = -s $node->logfile;
+my $t0 = time;
+my ($claim_poison, $mark_poison);
+my @good;
+my @lines = split /\n/, $node->safe_psql('postgres', q{
+	SELECT outbox_emit('task.created',
+	       CASE g WHEN 20 THEN '{"poison": "A"}' WHEN 41 THEN '{"poison_mark": "B"}'
+	              ELSE jsonb_build_object('n', g) END)
+	  FROM generate_series(1, 62) g});
+($claim_poison, $mark_poison) = @lines[ 19, 40 ];
+@good = @lines[ 0 .. 18, 20 .. 39, 41 .. 61 ];
+is(scalar @good, 60, '60 good events and 2 poisons emitted');
+
+my $good_list = join(', ', map { "'$_'" } @good);
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 60 FROM outbox WHERE event_id IN ($good_list) AND delivered_at IS NOT NULL"),
+	'the 60 good events are marked delivered');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox WHERE event_id IN ('$claim_poison', '$mark_poison') AND dead_at IS NOT NULL"),
+	'both poisons are dead-lettered');
+my $elapsed = time - $t0;
+
+my $sent = count_by_id($sink->requests('/hook'));
+is_deeply([ grep { ($sent->{$_} // 0) != 1 } @good ], [], 'each good event was sent exactly once');
+is( $node->safe_psql('postgres', qq{
+		SELECT count(*) FROM outbox
+		 WHERE event_id IN ($good_list) AND attempts = 1 AND last_error IS NULL
+		   AND dead_at IS NULL AND claimed_by IS NULL}),
+	'60', 'each good event: 1 attempt, no error, not in flight');
+
+# the claim poison: no claim including it committed, so it was never sent
+is($sent->{$claim_poison} // 0, 0, 'claim poison: never sent');
+my ($attempts, $error, $dest) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT attempts, last_error, coalesce(destination, '') FROM outbox WHERE event_id = '$claim_poison'});
+is($attempts, $max_attempts, "claim poison: dead after $max_attempts attempts");
+like($error, qr/^could not claim the event: poison event A refused by the trigger/,
+	"claim poison: the trigger's message in last_error");
+
+# the mark poison: sent, its mark refused, a failed attempt recorded instead
+is($sent->{$mark_poison} // 0, $max_attempts, "mark poison: sent $max_attempts times, once per attempt");
+($attempts, $error) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT attempts, last_error FROM outbox WHERE event_id = '$mark_poison'});
+is($attempts, $max_attempts, "mark poison: dead after $max_attempts attempts");
+like($error, qr/^could not record the outcome: delivery mark of B refused by the trigger/, "mark poison: the trigger's message in last_error");
+is( $node->safe_psql('postgres', qq{
+		SELECT delivered_at IS NULL AND claimed_by IS NULL FROM outbox WHERE event_id = '$mark_poison'}),
+	't', 'mark poison: not marked delivered, not in flight');
+
+# the same worker did all of it
+is(relay_pid($node, 'postgres'), $pid, 'the relay is the same process');
+my $log = log_since($node, $log_offset);
+unlike($log, qr/outbox relay started|exited with exit code/, 'no relay exit or restart in the log');
+my @warnings = relay_warnings($node, $log_offset);
+my $bound = 1 + int($elapsed / 10);
+note(sprintf('%d "outbox relay could not" lines in %.1f s', scalar @warnings, $elapsed));
+cmp_ok(scalar @warnings, '>=', 1, 'the caught error was logged');
+cmp_ok(scalar @warnings, '<=', $bound, "at most one such line per 10 s ($bound)");
+
+# the relay still delivers new events afterwards
+my ($later) = @{ emit($node, 'postgres', 'task.later', 1) };
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_id = '$later'"),
+	'a later event is delivered');
+is(relay_pid($node, 'postgres'), $pid, 'still the same relay');
+
+$sink->stop;
+$node->stop;
+done_testing();
