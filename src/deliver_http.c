@@ -6,9 +6,11 @@
  * The relay hands events to this transport (OutboxHttpEnqueue) and collects
  * their outcomes as they come (OutboxHttpRun); no database transaction is
  * open meanwhile. Each destination has a queue. Requests are started from
- * the queues in turn, at most outbox.http_max_connections at once, and a
- * destination gets at most half of them while another one has events
- * waiting, so that a slow endpoint cannot take every connection. The multi
+ * the queues in turn, at most outbox.http_max_connections at once; while
+ * another destination is busy, a destination gets at most half of them,
+ * and one whose requests take over four times as long as the quickest's an
+ * eighth, so that a slow endpoint cannot hold the connections a fast one
+ * needs. The multi
  * handle lives as long as the process: connections are kept alive.
  *
  * Each request has one time limit (outbox.http_timeout or the destination's
@@ -92,6 +94,7 @@ typedef struct HttpRequest
 	bool		blocked;		/* a connection was refused by it */
 	bool		headers_done;
 	TimestampTz reported_at;	/* outcome handed back while the body came */
+	TimestampTz started_at;		/* when the request was handed to libcurl */
 	size_t		body_bytes;
 	size_t		response_len;
 	char		response[RESPONSE_SNIPPET_LEN];
@@ -106,6 +109,8 @@ struct HttpDest
 	int			queued;
 	int			running;		/* handles attached to the multi handle */
 	int			unreported;		/* enqueued, outcome not reported yet */
+	TimestampTz last_enqueued;	/* when an event was last handed over */
+	double		avg_ms;			/* moving average of its requests' time to an outcome */
 };
 
 static CURLM *multi = NULL;
@@ -637,13 +642,24 @@ find_dest(const char *name)
 	return d;
 }
 
-/* Hands the event's outcome back: appended to *done, the request forgets it. */
+/*
+ * Hands the event's outcome back: appended to *done, the request forgets it.
+ * The time it took goes into its destination's moving average.
+ */
 static void
 report(HttpRequest *req, List **done)
 {
+	HttpDest   *d = req->dest;
+
 	*done = lappend(*done, req->event);
 	req->event = NULL;
-	req->dest->unreported--;
+	d->unreported--;
+	if (req->started_at != 0)
+	{
+		double		ms = (double) (GetCurrentTimestamp() - req->started_at) / 1000.0;
+
+		d->avg_ms = d->avg_ms == 0 ? ms : 0.8 * d->avg_ms + 0.2 * ms;
+	}
 }
 
 /* Detaches and frees a request, its libcurl handle and header list. */
@@ -680,33 +696,79 @@ OutboxHttpEnqueue(OutboxEvent *ev)
 	dlist_push_tail(&req->dest->queue, &req->node);
 	req->dest->queued++;
 	req->dest->unreported++;
+	req->dest->last_enqueued = GetCurrentTimestamp();
+}
+
+/*
+ * Whether destination d counts as busy for sharing connections: it has
+ * events in the transport, or had some handed over within SHARE_WINDOW_MS
+ * (its next ones are on their way from the table, and the connections it
+ * will need must not be taken meanwhile by a slow destination for the
+ * length of its requests).
+ */
+#define SHARE_WINDOW_MS 1000
+
+static bool
+dest_busy(HttpDest *d, TimestampTz now)
+{
+	return d->unreported > 0 ||
+		!TimestampDifferenceExceeds(d->last_enqueued, now, SHARE_WINDOW_MS);
+}
+
+/*
+ * The connections destination d may use now, of limit. Alone, all of them.
+ * While another destination is busy (see dest_busy), half; and an eighth
+ * if d's requests take over SLOW_FACTOR times as long as the quickest busy
+ * destination's: a slow endpoint holds each connection for the length of
+ * its requests, and a fast one needs nearly all of them to keep its rate.
+ */
+#define SLOW_FACTOR 4.0
+
+static int
+dest_share(HttpDest *d, int limit, TimestampTz now)
+{
+	int			busy = 0;
+	double		quickest = 0;
+	ListCell   *lc;
+
+	foreach(lc, dests)
+	{
+		HttpDest   *o = lfirst(lc);
+
+		if (o == d || !dest_busy(o, now))
+			continue;
+		busy++;
+		if (o->avg_ms > 0 && (quickest == 0 || o->avg_ms < quickest))
+			quickest = o->avg_ms;
+	}
+	if (busy == 0)
+		return limit;
+	if (quickest > 0 && d->avg_ms > SLOW_FACTOR * quickest)
+		return Max(limit / 8, 1);
+	return Max(limit / 2, 1);
 }
 
 /*
  * Starts waiting requests, visiting the destinations in turn: at most
- * outbox.http_max_connections at once, and while more than one destination
- * has requests waiting, at most half of them for any one destination. A
- * request that cannot be prepared is reported at once.
+ * outbox.http_max_connections at once, each destination within its share
+ * (dest_share). A request that cannot be prepared is reported at once.
  */
 static void
 start_requests(List **done)
 {
 	int			limit = outbox_http_max_connections;
 	bool		progress = true;
+	TimestampTz now = GetCurrentTimestamp();
 
 	while (progress && running < limit)
 	{
-		int			waiting = 0;
 		int			ndests = list_length(dests);
-		ListCell   *lc;
 
-		foreach(lc, dests)
-			waiting += ((HttpDest *) lfirst(lc))->queued > 0;
 		progress = false;
 		for (int k = 0; k < ndests && running < limit; k++)
 		{
 			HttpDest   *d = list_nth(dests, (next_dest + k) % ndests);
-			int			share = waiting > 1 ? Max(limit / 2, 1) : limit;
+			int			share = dest_share(d, limit, now);
 			HttpRequest *req;
 			MemoryContext old;
 			bool		prepared;
@@ -725,6 +787,7 @@ start_requests(List **done)
 			MemoryContextReset(prepare_cxt);
 			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
 			{
+				req->started_at = now;
 				dlist_push_tail(&running_list, &req->node);
 				d->running++;
 				running++;
