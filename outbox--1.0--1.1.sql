@@ -68,7 +68,7 @@ AS 'MODULE_PATHNAME', '_outbox_valid_secret'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@._outbox_valid_secret(text) IS
-    'Internal: whether the relay can sign with a destination''s secret (whsec_<base64> or raw text)';
+    'Internal: whether the relay can sign with a destination''s secret: whsec_ and canonical base64, or printable ASCII';
 
 /*
  * NOT VALID: an existing destination whose secret cannot be used (the relay
@@ -125,3 +125,135 @@ GRANT EXECUTE ON FUNCTION
     @extschema@._outbox_valid_secret(text),
     @extschema@._outbox_unroutable_error()
 TO outbox_admin;
+
+/*
+ * Settings a database owner can change must not change what the extension
+ * does. The 1.0 body of _outbox_like_pattern was text, parsed on each use
+ * with the session's settings: with standard_conforming_strings = off, its
+ * backslashes made every routing decision (the relay's claim, outbox_status)
+ * fail. Its body is now SQL-standard, parsed once, here, and it spells its
+ * backslashes as E'' literals, which mean the same under either setting.
+ * It is still a single expression without SET clauses, so it is inlined.
+ */
+CREATE OR REPLACE FUNCTION @extschema@._outbox_like_pattern(pattern text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+           pattern, E'\\', E'\\\\'), '%', E'\\%'), '_', E'\\_'), '*', '%');
+
+/*
+ * What the relay reads: every undelivered, live event with the destination
+ * that _outbox_route() chooses for it (NULLs when none does). The relay's
+ * statements name only tables and this view, never a function: a function
+ * name can be made ambiguous by anyone who may create functions in the
+ * extension's schema (the owner of public, from PostgreSQL 15 on the
+ * database's owner) with an overload such as _outbox_route(text, int
+ * DEFAULT 0), which would stop the relay; a relation name cannot, and the
+ * view's own references were bound here, by OID. security_invoker: those
+ * who run outbox_relay() need the privileges on the tables themselves, as
+ * before. A later version that adds a column the relay needs must create
+ * it again.
+ */
+CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
+SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
+       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
+       o.next_attempt_at,
+       d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
+       d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
+       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors
+  FROM @extschema@.outbox o
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
+ WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
+
+COMMENT ON VIEW @extschema@._outbox_pending IS
+    'Internal: undelivered, live events with the destination each goes to, as the relay reads them';
+
+REVOKE ALL ON @extschema@._outbox_pending FROM PUBLIC;
+-- UPDATE: the relay's claim locks the events FOR UPDATE through the view
+GRANT SELECT, UPDATE ON @extschema@._outbox_pending TO outbox_admin;
+
+/*
+ * Hardening. The rules and size limits of events and destinations are
+ * applied by BEFORE triggers in C (src/validate.c) instead of check
+ * constraints: a violated constraint prints the whole row ("Failing row
+ * contains ...": the payload, header values, the secret) to the client and
+ * the server log, and the triggers raise errors that name the field and
+ * the rule only. They run before PostgreSQL's own NOT NULL checks and test
+ * those too, for the same reason. The relay applies the same rules again
+ * to what it claims, so a row that gets past them is dead-lettered alone.
+ */
+CREATE FUNCTION @extschema@._outbox_check_event()
+RETURNS trigger
+AS 'MODULE_PATHNAME', '_outbox_check_event'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@._outbox_check_event() IS
+    'Internal: trigger that refuses an event over a size limit or with headers an event may not carry, without printing the row';
+
+CREATE FUNCTION @extschema@._outbox_check_destination()
+RETURNS trigger
+AS 'MODULE_PATHNAME', '_outbox_check_destination'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@._outbox_check_destination() IS
+    'Internal: trigger that refuses an invalid destination (url, channel, headers, secret, timeout) without printing the row';
+
+ALTER TABLE @extschema@.outbox
+    DROP CONSTRAINT outbox_event_type_check,
+    DROP CONSTRAINT outbox_headers_check,
+    DROP CONSTRAINT outbox_attempts_check;
+
+ALTER TABLE @extschema@.outbox_destinations
+    DROP CONSTRAINT outbox_destinations_name_check,
+    DROP CONSTRAINT outbox_destinations_event_types_check,
+    DROP CONSTRAINT outbox_destinations_url_check,
+    DROP CONSTRAINT outbox_destinations_channel_check,
+    DROP CONSTRAINT outbox_destinations_headers_check,
+    DROP CONSTRAINT outbox_destinations_secret_check,
+    DROP CONSTRAINT outbox_destinations_timeout_ms_check,
+    DROP CONSTRAINT outbox_destinations_one_target,
+    DROP CONSTRAINT outbox_destinations_secret_needs_url;
+
+/* only when an event's own columns are written: the relay's marks skip it */
+CREATE TRIGGER outbox_check
+    BEFORE INSERT OR UPDATE OF event_type, aggregate_type, aggregate_id, payload, headers
+    ON @extschema@.outbox
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_event();
+
+CREATE TRIGGER outbox_check_attempts
+    BEFORE UPDATE OF attempts ON @extschema@.outbox
+    FOR EACH ROW WHEN (NEW.attempts OPERATOR(pg_catalog.<) 0)
+    EXECUTE FUNCTION @extschema@._outbox_check_event();
+
+CREATE TRIGGER outbox_destinations_check
+    BEFORE INSERT OR UPDATE ON @extschema@.outbox_destinations
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_destination();
+
+/*
+ * The writer does not choose event_id: with the column granted, it could
+ * send a purged event's id again with another payload, and learn from ON
+ * CONFLICT which ids exist. The default is a UUIDv7 from the library, which
+ * is also the id outbox_emit() returns (see src/emit.c).
+ */
+CREATE FUNCTION @extschema@._outbox_event_id()
+RETURNS uuid
+AS 'MODULE_PATHNAME', '_outbox_event_id'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@._outbox_event_id() IS
+    'Internal: default of outbox.event_id, a time-ordered UUIDv7 (the id outbox_emit() returns)';
+
+ALTER TABLE @extschema@.outbox
+    ALTER COLUMN event_id SET DEFAULT @extschema@._outbox_event_id();
+
+REVOKE INSERT (event_id) ON @extschema@.outbox FROM outbox_writer;
+
+REVOKE ALL ON FUNCTION
+    @extschema@._outbox_check_event(),
+    @extschema@._outbox_check_destination(),
+    @extschema@._outbox_event_id()
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_event_id() TO outbox_writer, outbox_admin;
+
+COMMENT ON FUNCTION @extschema@._outbox_valid_headers(jsonb) IS
+    'Internal: whether a headers object is one a destination may have (valid names and values, within the limits)';

@@ -14,8 +14,17 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
   4. a relay pass that finds nothing due, under 1,000,000 delivered and
      100,000 backing-off events, and the claim query's plan
   5. steady state: a fixed emit rate for 60 s with purge running
+  6. a slow destination next to a fast one: the fast one's drain rate
+     alone and with a backlog of events to an endpoint that answers after
+     2 s
 
-Options: --quick shrinks every size (a smoke run of the script itself).
+Options: --quick shrinks every size (a smoke run of the script itself);
+--only picks sections; --pg-bin DIR uses the PostgreSQL (and the outbox
+build installed in it) whose binaries are in DIR, so that two builds can
+be compared in one session (PostgreSQL installs are relocatable: a copy of
+/usr/lib/postgresql/15 and /usr/share/postgresql/15 under another root,
+with the other build installed there by its Makefile with that copy's
+pg_config).
 """
 import argparse
 import json
@@ -120,6 +129,21 @@ def wait_drained(c, timeout=600):
     cur = conn.cursor()
     while time.time() - start < timeout:
         cur.execute("SELECT EXISTS (SELECT FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL)")
+        if not cur.fetchone()[0]:
+            break
+        time.sleep(0.02)
+    conn.close()
+    return time.time() - start
+
+
+def wait_type_drained(c, event_type, timeout=600):
+    """Seconds until no event of event_type is pending (see wait_drained)."""
+    start = time.time()
+    conn = c.connect()
+    cur = conn.cursor()
+    while time.time() - start < timeout:
+        cur.execute("SELECT EXISTS (SELECT FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL"
+                    " AND event_type = %s)", (event_type,))
         if not cur.fetchone()[0]:
             break
         time.sleep(0.02)
@@ -449,11 +473,51 @@ def bench_steady(c, tmp, rate, seconds, nginx_port):
               f"   {total // 1024:9d} kB   {idx // 1024:10d} kB")
 
 
+# 6 ------------------------------------------------------------------------
+def bench_slow(c, n, n_slow, nginx_port, sink_port, conns):
+    section("6. a slow destination next to a fast one")
+    print(f"parameters: {n} events to nginx (fast); then the same behind {n_slow} older events "
+          f"to an endpoint that answers after 2 s; outbox.batch_size = 1000, "
+          f"outbox.http_max_connections = {conns}, one relay")
+    c.set(batch_size=1000, http_max_connections=conns, poll_interval="10ms")
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 2000}).encode(),
+        headers={"content-type": "application/json"})).read()
+    dests = (f"INSERT INTO outbox_destinations (name, event_types, url) VALUES "
+             f"('fast', 'fast.*', 'http://127.0.0.1:{nginx_port}/hook'), "
+             f"('slow', 'slow.*', 'http://127.0.0.1:{sink_port}/slow')")
+    rates = []
+    for slow in (0, n_slow):
+        c.set(databases="")
+        c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+        if slow:
+            fill(c, slow, "slow.x")
+        fill(c, n, "fast.x")
+        c.sql(dests)
+        t0 = time.time()
+        c.set(settle=False, databases="postgres")
+        t = wait_type_drained(c, "fast.x")
+        rates.append(n / t)
+        print(f"  {'alone' if not slow else 'with the slow backlog':22s} {n} fast events in {t:6.2f} s"
+              f" = {n / t:8.0f} events/s")
+    print(f"  the fast destination keeps {100.0 * rates[1] / rates[0]:.0f} % of its rate "
+          f"(target: at least 80 %)")
+    c.set(databases="")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 0}).encode(),
+        headers={"content-type": "application/json"})).read()
+    c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
+
+
 def main():
+    global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="12345", help="which sections to run, e.g. 23")
+    ap.add_argument("--only", default="123456", help="which sections to run, e.g. 23")
+    ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
+    BIN = args.pg_bin
     q = args.quick
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
@@ -463,7 +527,7 @@ def main():
                 'wrk.headers["Content-Type"] = "application/json"\n')
     c = nginx = sink = None
     try:
-        print(f"machine: {os.cpu_count()} cores; PostgreSQL 15; cluster in {tmp}")
+        print(f"machine: {os.cpu_count()} cores; PostgreSQL 15 from {BIN}; cluster in {tmp}")
         c = Cluster(tmp)
         c.sql("CREATE EXTENSION outbox")
         nginx, nginx_port = start_nginx(tmp)
@@ -478,6 +542,8 @@ def main():
             bench_backlog(c, 20000 if q else 1000000, 2000 if q else 100000, 20 if q else 200)
         if "5" in args.only:
             bench_steady(c, tmp, 2000, 10 if q else 60, nginx_port)
+        if "6" in args.only:
+            bench_slow(c, 2000 if q else 20000, 20 if q else 200, nginx_port, sink_port, 32)
     finally:
         for p in (sink, nginx):
             if p:

@@ -60,3 +60,58 @@ DELETE FROM inbox;
 DELETE FROM tasks;
 REVOKE ALL ON tasks FROM regress_app;
 DROP ROLE regress_app, regress_stranger, regress_consumer, regress_ops;
+
+-- The role matrix: what PUBLIC, each group role and a non-superuser owner
+-- of the database may do with the extension's schema and with each of its
+-- tables, views, sequences and functions. Letters as in aclitem: r SELECT,
+-- a INSERT (a(...): of those columns only), w UPDATE, d DELETE, D TRUNCATE,
+-- x REFERENCES, t TRIGGER, U USAGE, C CREATE, X EXECUTE.
+CREATE ROLE regress_dbowner;
+SELECT pg_get_userbyid(datdba) AS original_owner FROM pg_database
+ WHERE datname = current_database() \gset
+ALTER DATABASE contrib_regression OWNER TO regress_dbowner;
+CREATE FUNCTION pg_temp.privs(r text, classid oid, objid oid) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN classid = 'pg_namespace'::regclass THEN
+            concat(CASE WHEN has_schema_privilege(r, objid, 'USAGE') THEN 'U' END,
+                   CASE WHEN has_schema_privilege(r, objid, 'CREATE') THEN 'C' END)
+        WHEN classid = 'pg_proc'::regclass THEN
+            CASE WHEN has_function_privilege(r, objid, 'EXECUTE') THEN 'X' END
+        WHEN (SELECT relkind FROM pg_class WHERE oid = objid) = 'S' THEN
+            concat(CASE WHEN has_sequence_privilege(r, objid, 'USAGE') THEN 'U' END,
+                   CASE WHEN has_sequence_privilege(r, objid, 'SELECT') THEN 'r' END,
+                   CASE WHEN has_sequence_privilege(r, objid, 'UPDATE') THEN 'w' END)
+        ELSE
+            concat(CASE WHEN has_table_privilege(r, objid, 'SELECT') THEN 'r' END,
+                   CASE WHEN has_table_privilege(r, objid, 'INSERT') THEN 'a'
+                        WHEN has_any_column_privilege(r, objid, 'INSERT') THEN
+                            'a(' || (SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+                                      WHERE attrelid = objid AND attnum > 0
+                                        AND has_column_privilege(r, objid, attnum, 'INSERT')) || ')' END,
+                   CASE WHEN has_table_privilege(r, objid, 'UPDATE') THEN 'w' END,
+                   CASE WHEN has_table_privilege(r, objid, 'DELETE') THEN 'd' END,
+                   CASE WHEN has_table_privilege(r, objid, 'TRUNCATE') THEN 'D' END,
+                   CASE WHEN has_table_privilege(r, objid, 'REFERENCES') THEN 'x' END,
+                   CASE WHEN has_table_privilege(r, objid, 'TRIGGER') THEN 't' END)
+        END
+$$;
+WITH objects AS (
+    SELECT classid, objid FROM pg_depend
+     WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+       AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
+       AND classid IN ('pg_class'::regclass, 'pg_proc'::regclass)
+    UNION ALL
+    SELECT 'pg_namespace'::regclass, extnamespace FROM pg_extension WHERE extname = 'outbox')
+SELECT pg_describe_object(classid, objid, 0) AS object,
+       pg_temp.privs('public', classid, objid) AS public,
+       pg_temp.privs('outbox_writer', classid, objid) AS writer,
+       pg_temp.privs('outbox_consumer', classid, objid) AS consumer,
+       pg_temp.privs('outbox_admin', classid, objid) AS admin,
+       pg_temp.privs('regress_dbowner', classid, objid) AS db_owner
+  FROM objects ORDER BY 1;
+-- the owner of the database is no superuser and owns none of them
+SELECT rolsuper, pg_has_role('regress_dbowner', 'pg_database_owner', 'USAGE') AS database_owner
+  FROM pg_roles WHERE rolname = 'regress_dbowner';
+ALTER DATABASE contrib_regression OWNER TO :"original_owner";
+DROP ROLE regress_dbowner;

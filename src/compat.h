@@ -12,6 +12,7 @@
 #define OUTBOX_COMPAT_H
 
 #include "common/base64.h"
+#include "utils/guc_tables.h"
 #include "utils/wait_event.h"
 
 #if PG_VERSION_NUM < 150000
@@ -75,5 +76,20 @@ OutboxWaitEvent(const char *name)
 #else
 #define OUTBOX_B64_BYTES(p) ((char *) (p))
 #endif
+
+/*
+ * Every setting the process knows, and their number in *n: the live array
+ * before 16, a palloc'd copy (in the current memory context) from 16 on.
+ */
+static inline struct config_generic **
+OutboxGucVariables(int *n)
+{
+#if PG_VERSION_NUM >= 160000
+	return get_guc_variables(n);
+#else
+	*n = GetNumConfigOptions();
+	return get_guc_variables();
+#endif
+}
 
 #endif							/* OUTBOX_COMPAT_H */

@@ -6,9 +6,11 @@
  * The relay hands events to this transport (OutboxHttpEnqueue) and collects
  * their outcomes as they come (OutboxHttpRun); no database transaction is
  * open meanwhile. Each destination has a queue. Requests are started from
- * the queues in turn, at most outbox.http_max_connections at once, and a
- * destination gets at most half of them while another one has events
- * waiting, so that a slow endpoint cannot take every connection. The multi
+ * the queues in turn, at most outbox.http_max_connections at once; while
+ * another destination is busy, a destination gets at most half of them,
+ * and one whose requests take over four times as long as the quickest's an
+ * eighth, so that a slow endpoint cannot hold the connections a fast one
+ * needs. The multi
  * handle lives as long as the process: connections are kept alive.
  *
  * Each request has one time limit (outbox.http_timeout or the destination's
@@ -29,7 +31,18 @@
  * event_id, stable across retries), webhook-timestamp (Unix seconds of this
  * attempt) and, when the destination has a secret, webhook-signature
  * (signature.c). Then come the destination's headers and the event's own,
- * merged here: where both name a header, the destination's wins.
+ * merged here: where both name a header, the destination's wins, and an
+ * event never sends a name that events may not carry (headers.c).
+ *
+ * Where requests may go: outbox.http_allowed_targets (targets.c), checked
+ * on the URL's host before a request starts and on the address of every
+ * connection libcurl opens (open_socket); connections opened under an
+ * older list are not reused.
+ *
+ * What is kept of an answer: the status, and for last_error only (never
+ * the log) the first RESPONSE_SNIPPET_LEN bytes of the body with
+ * credentials masked (redact); libcurl's error text is masked too, as it
+ * can quote the URL's user:password.
  *
  * Runs in the relay worker, or in a backend running outbox_relay().
  *
@@ -39,6 +52,7 @@
  */
 #include "postgres.h"
 
+#include <sys/socket.h>
 #include <time.h>
 
 #include <curl/curl.h>
@@ -50,17 +64,21 @@
 #include "utils/formatting.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "deliver_http.h"
 #include "guc.h"
 #include "headers.h"
 #include "signature.h"
+#include "targets.h"
 
 /* bytes of a response body kept for last_error */
 #define RESPONSE_SNIPPET_LEN 256
 /* a response body longer than this is not read to its end */
 #define RESPONSE_MAX_BYTES (64 * 1024)
+/* the rest of a 2xx body is read this long, for keep-alive, then cut */
+#define BODY_GRACE_MS 1000
 
 typedef struct HttpDest HttpDest;
 
@@ -72,7 +90,11 @@ typedef struct HttpRequest
 	CURL	   *easy;
 	struct curl_slist *headers;
 	long		status;			/* from the status line, once headers are in */
+	bool		check_address;	/* outbox.http_allowed_targets decides by address */
+	bool		blocked;		/* a connection was refused by it */
 	bool		headers_done;
+	TimestampTz reported_at;	/* outcome handed back while the body came */
+	TimestampTz started_at;		/* when the request was handed to libcurl */
 	size_t		body_bytes;
 	size_t		response_len;
 	char		response[RESPONSE_SNIPPET_LEN];
@@ -87,6 +109,8 @@ struct HttpDest
 	int			queued;
 	int			running;		/* handles attached to the multi handle */
 	int			unreported;		/* enqueued, outcome not reported yet */
+	TimestampTz last_enqueued;	/* when an event was last handed over */
+	double		avg_ms;			/* moving average of its requests' time to an outcome */
 };
 
 static CURLM *multi = NULL;
@@ -97,6 +121,7 @@ static List *dests = NIL;		/* of HttpDest, in http_cxt */
 static dlist_head running_list = DLIST_STATIC_INIT(running_list);
 static int	running = 0;		/* handles attached, all destinations */
 static int	next_dest = 0;		/* round-robin position */
+static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
 
 static void
 http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
@@ -122,6 +147,7 @@ http_init(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a libcurl multi handle")));
+	multi_generation = OutboxTargetsGeneration();
 	http_cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
 									 ALLOCSET_DEFAULT_SIZES);
 	prepare_cxt = AllocSetContextCreate(http_cxt, "outbox http request",
@@ -181,19 +207,24 @@ collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return req->body_bytes > RESPONSE_MAX_BYTES ? 0 : len;
 }
 
-/* Header names the relay sets itself; the same names from users are ignored. */
-static bool
-reserved_header(const char *name)
+/*
+ * libcurl open-socket callback: with an address-checked target, refuses a
+ * connection whose address and port outbox.http_allowed_targets does not
+ * allow (the request then fails, and http_outcome says why). Must not
+ * throw or allocate.
+ */
+static curl_socket_t
+open_socket(void *clientp, curlsocktype purpose pg_attribute_unused(),
+			struct curl_sockaddr *address)
 {
-	static const char *const reserved[] = {
-		"content-type", "content-length", "host", "transfer-encoding",
-		"expect", "webhook-id", "webhook-timestamp", "webhook-signature"
-	};
+	HttpRequest *req = (HttpRequest *) clientp;
 
-	for (size_t i = 0; i < lengthof(reserved); i++)
-		if (pg_strcasecmp(name, reserved[i]) == 0)
-			return true;
-	return false;
+	if (req->check_address && !OutboxTargetAddressAllowed(&address->addr))
+	{
+		req->blocked = true;
+		return CURL_SOCKET_BAD;
+	}
+	return socket(address->family, address->socktype, address->protocol);
 }
 
 /* One header offered for a request, in merge_headers. */
@@ -240,7 +271,11 @@ merge_headers(OutboxEvent *ev, OutboxHeader **out)
 	for (int s = 0; s < 2; s++)
 		for (int i = 0; i < counts[s]; i++)
 		{
+			CHECK_FOR_INTERRUPTS();
 			if (lists[s][i].value == NULL)
+				continue;
+			/* an event never sends what events may not carry (checked at claim) */
+			if (s == 1 && !OutboxEventHeaderAllowed(lists[s][i].name))
 				continue;
 			items[n].header = &lists[s][i];
 			items[n].lower = asc_tolower(lists[s][i].name, strlen(lists[s][i].name));
@@ -291,6 +326,108 @@ printable(const char *s, size_t len)
 }
 
 /*
+ * Words after which a line of an answer or error text is masked: a header
+ * or field that holds a credential, echoed back by the endpoint. Lower
+ * case; matched without case.
+ */
+static const char *const credential_words[] = {
+	"authorization", "cookie", "token", "secret", "password", "passwd",
+	"api-key", "apikey", "api_key", "bearer ", "basic ", "whsec_",
+	"credential", "session", "signature"
+};
+
+/*
+ * Returns text s[0..len) as printable ASCII (palloc'd) with credentials
+ * masked: after any of credential_words, the rest of that line becomes
+ * "[redacted]", and the user:password of a URL ("scheme://user:pw@host")
+ * too. Linear in len; called after libcurl returns, never in a callback.
+ */
+static char *
+redact(const char *s, size_t len)
+{
+	char	   *text = printable(s, len);
+	char	   *lower = asc_tolower(text, len);
+	StringInfoData out;
+	size_t		i = 0;
+
+	initStringInfo(&out);
+	while (i < len)
+	{
+		bool		masked = false;
+
+		if (strncmp(lower + i, "://", 3) == 0)
+		{
+			size_t		j = i + 3;
+
+			while (j < len && strchr("/@ \t\r\n?#\"'", s[j]) == NULL)
+				j++;
+			if (j < len && s[j] == '@')
+			{
+				appendStringInfoString(&out, "://[redacted]@");
+				i = j + 1;
+				continue;
+			}
+		}
+		for (size_t w = 0; w < lengthof(credential_words) && !masked; w++)
+		{
+			size_t		wl = strlen(credential_words[w]);
+
+			if (strncmp(lower + i, credential_words[w], wl) == 0)
+			{
+				appendBinaryStringInfo(&out, text + i, wl);
+				appendStringInfoString(&out, "[redacted]");
+				i += wl;
+				/* to the end of the line, as the endpoint wrote it */
+				while (i < len && s[i] != '\n' && s[i] != '\r')
+					i++;
+				masked = true;
+			}
+		}
+		if (!masked)
+			appendStringInfoChar(&out, text[i++]);
+	}
+	return out.data;
+}
+
+/*
+ * What outbox.http_allowed_targets says about url, before any connection:
+ * sets req->check_address when each connection's address must be checked.
+ * Returns false (with the event's error set) when nothing could allow the
+ * target.
+ */
+static bool
+target_allowed(HttpRequest *req, const char *url)
+{
+	CURLU	   *u = curl_url();
+	char	   *host = NULL;
+	char	   *port = NULL;
+	OutboxTargetVerdict verdict = OUTBOX_TARGET_REFUSED;
+	bool		parsed;
+
+	parsed = u != NULL &&
+		curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+	if (parsed)
+		verdict = OutboxTargetByName(host, atoi(port));
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	if (!parsed)
+	{
+		req->event->error = pstrdup("the destination's url cannot be parsed");
+		return false;
+	}
+	if (verdict == OUTBOX_TARGET_REFUSED)
+	{
+		req->event->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
+		return false;
+	}
+	req->check_address = verdict == OUTBOX_TARGET_CHECK_ADDRESS;
+	return true;
+}
+
+/*
  * Builds the easy handle of one request. On a problem that retrying cannot
  * solve (an invalid header, a bad secret) the event fails permanently and
  * false is returned; the caller does not send it.
@@ -333,7 +470,7 @@ prepare_request(HttpRequest *req)
 		if (sig == NULL)
 		{
 			ev->permanent = true;
-			ev->error = pstrdup("the destination's secret has the whsec_ prefix but is not valid base64");
+			ev->error = pstrdup("the destination's secret cannot be used to sign (see the rules for secrets)");
 			return false;
 		}
 		ok = append_header(req, psprintf("webhook-signature: %s", sig));
@@ -342,7 +479,7 @@ prepare_request(HttpRequest *req)
 	{
 		const char *value = headers[i].value;
 
-		if (reserved_header(headers[i].name))
+		if (OutboxHeaderReserved(headers[i].name))
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */
 		if (value[strspn(value, " \t")] == '\0')
@@ -351,6 +488,8 @@ prepare_request(HttpRequest *req)
 			ok = append_header(req, psprintf("%s: %s", headers[i].name, value));
 	}
 
+	if (ok && !target_allowed(req, ev->dest.url))
+		return false;
 	if (ok)
 		req->easy = curl_easy_init();
 	ok = ok && req->easy != NULL &&
@@ -378,7 +517,12 @@ prepare_request(HttpRequest *req)
 		curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, collect_response) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK;
+		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETDATA, req) == CURLE_OK &&
+		/* a connection kept from before the list changed is not reused */
+		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT,
+						 (long) (multi_generation != OutboxTargetsGeneration())) == CURLE_OK;
 	if (!ok)
 	{
 		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
@@ -451,15 +595,18 @@ http_outcome(HttpRequest *req, CURLcode result)
 	}
 	if (!req->headers_done)
 	{
-		ev->error = psprintf("HTTP request failed: %s",
-							 req->errbuf[0] ? printable(req->errbuf, strlen(req->errbuf))
-							 : curl_easy_strerror(result));
+		if (req->blocked)
+			ev->error = pstrdup("HTTP request failed: the address connected to is not allowed by outbox.http_allowed_targets");
+		else
+			ev->error = psprintf("HTTP request failed: %s",
+								 req->errbuf[0] ? redact(req->errbuf, strlen(req->errbuf))
+								 : curl_easy_strerror(result));
 		return;
 	}
-	ev->error = psprintf("HTTP status %ld%s%s%s", status,
-						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "",
-						 req->response_len > 0 ? ": " : "",
-						 printable(req->response, req->response_len));
+	ev->error = psprintf("HTTP status %ld%s", status,
+						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "");
+	if (req->response_len > 0)
+		ev->response = redact(req->response, req->response_len);
 	ev->permanent = !status_retryable(status, &ev->dest);
 	if (status == 429 || status == 503)
 	{
@@ -495,13 +642,24 @@ find_dest(const char *name)
 	return d;
 }
 
-/* Hands the event's outcome back: appended to *done, the request forgets it. */
+/*
+ * Hands the event's outcome back: appended to *done, the request forgets it.
+ * The time it took goes into its destination's moving average.
+ */
 static void
 report(HttpRequest *req, List **done)
 {
+	HttpDest   *d = req->dest;
+
 	*done = lappend(*done, req->event);
 	req->event = NULL;
-	req->dest->unreported--;
+	d->unreported--;
+	if (req->started_at != 0)
+	{
+		double		ms = (double) (GetCurrentTimestamp() - req->started_at) / 1000.0;
+
+		d->avg_ms = d->avg_ms == 0 ? ms : 0.8 * d->avg_ms + 0.2 * ms;
+	}
 }
 
 /* Detaches and frees a request, its libcurl handle and header list. */
@@ -538,33 +696,79 @@ OutboxHttpEnqueue(OutboxEvent *ev)
 	dlist_push_tail(&req->dest->queue, &req->node);
 	req->dest->queued++;
 	req->dest->unreported++;
+	req->dest->last_enqueued = GetCurrentTimestamp();
+}
+
+/*
+ * Whether destination d counts as busy for sharing connections: it has
+ * events in the transport, or had some handed over within SHARE_WINDOW_MS
+ * (its next ones are on their way from the table, and the connections it
+ * will need must not be taken meanwhile by a slow destination for the
+ * length of its requests).
+ */
+#define SHARE_WINDOW_MS 1000
+
+static bool
+dest_busy(HttpDest *d, TimestampTz now)
+{
+	return d->unreported > 0 ||
+		!TimestampDifferenceExceeds(d->last_enqueued, now, SHARE_WINDOW_MS);
+}
+
+/*
+ * The connections destination d may use now, of limit. Alone, all of them.
+ * While another destination is busy (see dest_busy), half; and an eighth
+ * if d's requests take over SLOW_FACTOR times as long as the quickest busy
+ * destination's: a slow endpoint holds each connection for the length of
+ * its requests, and a fast one needs nearly all of them to keep its rate.
+ */
+#define SLOW_FACTOR 4.0
+
+static int
+dest_share(HttpDest *d, int limit, TimestampTz now)
+{
+	int			busy = 0;
+	double		quickest = 0;
+	ListCell   *lc;
+
+	foreach(lc, dests)
+	{
+		HttpDest   *o = lfirst(lc);
+
+		if (o == d || !dest_busy(o, now))
+			continue;
+		busy++;
+		if (o->avg_ms > 0 && (quickest == 0 || o->avg_ms < quickest))
+			quickest = o->avg_ms;
+	}
+	if (busy == 0)
+		return limit;
+	if (quickest > 0 && d->avg_ms > SLOW_FACTOR * quickest)
+		return Max(limit / 8, 1);
+	return Max(limit / 2, 1);
 }
 
 /*
  * Starts waiting requests, visiting the destinations in turn: at most
- * outbox.http_max_connections at once, and while more than one destination
- * has requests waiting, at most half of them for any one destination. A
- * request that cannot be prepared is reported at once.
+ * outbox.http_max_connections at once, each destination within its share
+ * (dest_share). A request that cannot be prepared is reported at once.
  */
 static void
 start_requests(List **done)
 {
 	int			limit = outbox_http_max_connections;
 	bool		progress = true;
+	TimestampTz now = GetCurrentTimestamp();
 
 	while (progress && running < limit)
 	{
-		int			waiting = 0;
 		int			ndests = list_length(dests);
-		ListCell   *lc;
 
-		foreach(lc, dests)
-			waiting += ((HttpDest *) lfirst(lc))->queued > 0;
 		progress = false;
 		for (int k = 0; k < ndests && running < limit; k++)
 		{
 			HttpDest   *d = list_nth(dests, (next_dest + k) % ndests);
-			int			share = waiting > 1 ? Max(limit / 2, 1) : limit;
+			int			share = dest_share(d, limit, now);
 			HttpRequest *req;
 			MemoryContext old;
 			bool		prepared;
@@ -583,6 +787,7 @@ start_requests(List **done)
 			MemoryContextReset(prepare_cxt);
 			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
 			{
+				req->started_at = now;
 				dlist_push_tail(&running_list, &req->node);
 				d->running++;
 				running++;
@@ -620,9 +825,21 @@ OutboxHttpRun(long wait_ms)
 	CURLMsg    *msg;
 	int			left;
 	dlist_mutable_iter iter;
+	TimestampTz now;
 
 	if (multi == NULL)
 		return NIL;
+	/* outbox.http_allowed_targets changed: drop the old connections when idle */
+	if (running == 0 && multi_generation != OutboxTargetsGeneration())
+	{
+		curl_multi_cleanup(multi);
+		multi = curl_multi_init();
+		if (multi == NULL)
+			ereport(FATAL,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("could not create a libcurl multi handle")));
+		multi_generation = OutboxTargetsGeneration();
+	}
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) outbox_http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) outbox_http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) outbox_http_max_connections);
@@ -630,9 +847,13 @@ OutboxHttpRun(long wait_ms)
 	start_requests(&done);
 	if (running == 0)
 		return done;
-	if (wait_ms > 0)
-		curl_multi_poll(multi, NULL, 0, (int) wait_ms, NULL);
+	/* send what was just started before waiting for answers */
 	mc = curl_multi_perform(multi, &still);
+	if (mc == CURLM_OK && wait_ms > 0)
+	{
+		curl_multi_poll(multi, NULL, 0, (int) wait_ms, NULL);
+		mc = curl_multi_perform(multi, &still);
+	}
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
 		HttpRequest *req;
@@ -650,7 +871,12 @@ OutboxHttpRun(long wait_ms)
 	if (mc != CURLM_OK)
 		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
 
-	/* a 2xx is delivered once its headers are in, whatever the body does */
+	/*
+	 * A 2xx is delivered once its headers are in, whatever the body does;
+	 * the body is read on for BODY_GRACE_MS, so that a normal answer keeps
+	 * its connection alive, then the transfer is cut.
+	 */
+	now = GetCurrentTimestamp();
 	dlist_foreach_modify(iter, &running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
@@ -660,13 +886,28 @@ OutboxHttpRun(long wait_ms)
 		{
 			http_outcome(req, CURLE_OK);
 			report(req, &done);
+			req->reported_at = now;
 		}
+		else if (req->event == NULL &&
+				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
+			release_request(req);
 	}
 	CHECK_FOR_INTERRUPTS();
 	/* a worker would otherwise outlive the postmaster while transfers last */
 	if (OutboxInBackgroundWorker() && !PostmasterIsAlive())
 		proc_exit(1);
 	return done;
+}
+
+/*
+ * Whether the transport has work: events whose outcome is not reported, or
+ * transfers still attached (the rest of a 2xx body), which only
+ * OutboxHttpRun moves along and ends.
+ */
+bool
+OutboxHttpBusy(void)
+{
+	return running > 0 || OutboxHttpPending() > 0;
 }
 
 /* Events handed to the transport whose outcome is not reported yet. */
@@ -681,14 +922,9 @@ OutboxHttpPending(void)
 	return n;
 }
 
-/*
- * How many more events of destination name the relay should hand over now:
- * outbox.http_max_connections in flight or waiting per destination, so
- * that a slow destination's backlog stays in the table, where other
- * destinations' events can overtake it.
- */
+/* Events of destination name handed over whose outcome is not reported. */
 int
-OutboxHttpRoom(const char *name)
+OutboxHttpQueued(const char *name)
 {
 	ListCell   *lc;
 
@@ -697,12 +933,17 @@ OutboxHttpRoom(const char *name)
 		HttpDest   *d = lfirst(lc);
 
 		if (strcmp(d->name, name) == 0)
-			return Max(outbox_http_max_connections - d->unreported, 0);
+			return d->unreported;
 	}
-	return outbox_http_max_connections;
+	return 0;
 }
 
-/* The names of the destinations that have no room (see OutboxHttpRoom). */
+/*
+ * The names of the destinations that hold outbox.http_max_connections
+ * events or more in the transport: the relay claims none of theirs for
+ * now, so that a slow destination's backlog stays in the table, where
+ * other destinations' events can overtake it.
+ */
 List *
 OutboxHttpFull(void)
 {
@@ -734,4 +975,7 @@ OutboxDeliverHttp(OutboxEvent **events, int n)
 		OutboxHttpEnqueue(events[i]);
 	while (pending > 0)
 		pending -= list_length(OutboxHttpRun(100));
+	/* the rest of 2xx bodies: within BODY_GRACE_MS */
+	while (OutboxHttpBusy())
+		(void) OutboxHttpRun(100);
 }

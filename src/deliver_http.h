@@ -17,7 +17,8 @@
 extern void OutboxHttpEnqueue(OutboxEvent *ev);
 extern List *OutboxHttpRun(long wait_ms);
 extern int	OutboxHttpPending(void);
-extern int	OutboxHttpRoom(const char *name);
+extern bool OutboxHttpBusy(void);
+extern int	OutboxHttpQueued(const char *name);
 extern List *OutboxHttpFull(void);
 extern void OutboxDeliverHttp(OutboxEvent **events, int n);
 

@@ -9,6 +9,17 @@
  * back with RETURNING, which would need SELECT. The prepared INSERT is kept
  * by statements.c for the life of the backend.
  *
+ * From 1.1 outbox_writer may not choose an event_id (a writer could reuse a
+ * purged event's id with another payload, or probe which ids exist): the
+ * column's default is _outbox_event_id(). outbox_emit() generates the id,
+ * leaves it in pending_event_id and inserts without the column, and the
+ * default hands that id to the row. A role that may insert event_id (an
+ * admin, or any writer while the SQL objects are still those of 1.0)
+ * gets the id inserted explicitly, as in 1.0.
+ *
+ * The rules and limits of an event are checked by the trigger on outbox
+ * (validate.c), which this INSERT fires like any other.
+ *
  * The wake-up is armed by a per-transaction flag; one transaction callback,
  * registered on first use in each backend, sets the relay's latch at COMMIT
  * and drops the flag at ABORT or PREPARE (a prepared transaction is picked up
@@ -23,6 +34,7 @@
 #include "access/detoast.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "utils/acl.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -37,8 +49,12 @@
 #include "statements.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
+PG_FUNCTION_INFO_V1(_outbox_event_id);
 
 static bool wake_pending = false;
+/* the id outbox_emit() generated for the row it is inserting; see above */
+static bool have_pending_event_id = false;
+static pg_uuid_t pending_event_id;
 static bool xact_callback_registered = false;
 
 /* The INSERT; its parameters follow outbox_emit's arguments, after the event_id. */
@@ -50,6 +66,17 @@ static OutboxStatement insert_stmt = {
 		" VALUES ($1, $2, $3, $4, $5, $6)",
 	.nargs = 6,
 	.argtypes = insert_argtypes,
+	.cursor_options = 0
+};
+
+/* The same without event_id, which the column's default then supplies. */
+static OutboxStatement insert_default_stmt = {
+	.sql =
+		"INSERT INTO %1$s.outbox"
+		" (event_type, payload, aggregate_type, aggregate_id, headers)"
+		" VALUES ($1, $2, $3, $4, $5)",
+	.nargs = 5,
+	.argtypes = insert_argtypes + 1,
 	.cursor_options = 0
 };
 
@@ -69,6 +96,7 @@ outbox_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_pending = false;
+			have_pending_event_id = false;
 			break;
 		default:
 			break;
@@ -129,6 +157,45 @@ generate_uuidv7(pg_uuid_t *uuid)
 }
 
 /*
+ * _outbox_event_id() RETURNS uuid
+ *
+ * SQL-callable, VOLATILE; the default of outbox.event_id from 1.1: the id
+ * outbox_emit() is inserting, if it is inserting one, else a new UUIDv7.
+ * Executable by outbox_writer, whose plain INSERTs evaluate it.
+ */
+Datum
+_outbox_event_id(PG_FUNCTION_ARGS pg_attribute_unused())
+{
+	pg_uuid_t  *id = (pg_uuid_t *) palloc(sizeof(pg_uuid_t));
+
+	if (have_pending_event_id)
+	{
+		*id = pending_event_id;
+		have_pending_event_id = false;
+	}
+	else
+		generate_uuidv7(id);
+	PG_RETURN_UUID_P(id);
+}
+
+/*
+ * Whether the current role may insert outbox.event_id itself: true for an
+ * admin, and for a writer while the SQL objects are those of 1.0.
+ */
+static bool
+may_insert_event_id(Oid nspoid)
+{
+	Oid			relid = get_relname_relid("outbox", nspoid);
+	AttrNumber	attnum;
+
+	if (!OidIsValid(relid))
+		return true;			/* the INSERT will say what is wrong */
+	attnum = get_attnum(relid, "event_id");
+	return attnum == InvalidAttrNumber ||
+		pg_attribute_aclcheck(relid, attnum, GetUserId(), ACL_INSERT) == ACLCHECK_OK;
+}
+
+/*
  * outbox_emit(event_type text, payload jsonb, aggregate_type text,
  *			   aggregate_id text, headers jsonb) RETURNS uuid
  *
@@ -140,8 +207,9 @@ generate_uuidv7(pg_uuid_t *uuid)
  * Errors: event_type NULL (22004 null_value_not_allowed) or empty
  * (22023 invalid_parameter_value); payload NULL (22004) or larger than
  * OUTBOX_MAX_PAYLOAD_BYTES (54000 program_limit_exceeded); headers not a
- * JSON object (22023). Malformed JSON is rejected by jsonb input before the
- * call.
+ * JSON object (22023); and those of the trigger on outbox
+ * (_outbox_check_event: the other limits and header rules). Malformed JSON
+ * is rejected by jsonb input before the call.
  */
 Datum
 outbox_emit(PG_FUNCTION_ARGS)
@@ -150,6 +218,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	pg_uuid_t  *event_id;
 	SPIPlanPtr	plan;
+	Oid			nspoid;
 	int			rc;
 
 	if (PG_ARGISNULL(0))
@@ -192,8 +261,26 @@ outbox_emit(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	plan = OutboxStatementPlan(&insert_stmt, get_func_namespace(fcinfo->flinfo->fn_oid));
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	nspoid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	if (may_insert_event_id(nspoid))
+	{
+		plan = OutboxStatementPlan(&insert_stmt, nspoid);
+		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	}
+	else
+	{
+		plan = OutboxStatementPlan(&insert_default_stmt, nspoid);
+		/* registered now, so that an abort forgets the pending id */
+		if (!xact_callback_registered)
+		{
+			RegisterXactCallback(outbox_xact_callback, NULL);
+			xact_callback_registered = true;
+		}
+		pending_event_id = *event_id;
+		have_pending_event_id = true;
+		rc = SPI_execute_plan(plan, values + 1, nulls + 1, false, 0);
+		have_pending_event_id = false;
+	}
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	SPI_finish();

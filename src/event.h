@@ -20,18 +20,46 @@
 #include "utils/jsonb.h"
 
 /*
- * The largest payload (jsonb, in bytes) an event may have. The envelope is
- * one string in memory, and PostgreSQL's allocations stop at 1 GB; escaping
- * can make JSON text six times its characters (\u0001), so 64 MB keeps the
- * worst case well inside that.
+ * Size limits of an event, in bytes unless said otherwise. They are enforced
+ * when an event is written (validate.c: the trigger on outbox, which
+ * outbox_emit's INSERT fires too) and again by the relay when it claims an
+ * event, before it builds anything from it: an event that got in anyway (a
+ * plain INSERT with triggers off, data from before 1.1) is dead-lettered on
+ * its own with the reason, and never stops the relay. The README's Security
+ * section lists them.
+ */
+/* event_type; also a destination's event_types pattern */
+#define OUTBOX_MAX_TYPE_BYTES 1024
+/* aggregate_type and aggregate_id, each */
+#define OUTBOX_MAX_AGGREGATE_BYTES 1024
+/*
+ * The payload (jsonb, as stored). The envelope is one string in memory,
+ * and PostgreSQL's allocations stop at 1 GB; see OUTBOX_MAX_ENVELOPE_BYTES.
  */
 #define OUTBOX_MAX_PAYLOAD_BYTES (64 * 1024 * 1024)
+/* headers of an event or a destination: count, name, value, whole object */
+#define OUTBOX_MAX_HEADERS 64
+#define OUTBOX_MAX_HEADER_NAME_BYTES 256
+#define OUTBOX_MAX_HEADER_VALUE_BYTES 8192
+#define OUTBOX_MAX_HEADERS_BYTES (64 * 1024)
+/*
+ * The JSON envelope sent for an event (envelope.c). Escaping makes a
+ * control character six bytes (\u0001), and a jsonb number of a few bytes
+ * can print as a thousand digits (1e1000), so the text can be far larger
+ * than the stored payload: it is measured (OutboxEnvelopeBound) before it
+ * is built.
+ */
+#define OUTBOX_MAX_ENVELOPE_BYTES (128 * 1024 * 1024)
+/* a destination's signing secret */
+#define OUTBOX_MAX_SECRET_BYTES 1024
 
 /*
- * A pass stops taking events once their payloads add up to this much, so
- * that a batch of large events cannot exhaust the relay's memory.
+ * A claim stops taking events once what they cost in the relay's memory
+ * adds up to this much: their decoded columns, and their envelope twice
+ * (the relay's copy, and the transport's: libcurl's or the NOTIFY
+ * queue's). The first event of a claim is always taken.
  */
-#define OUTBOX_PASS_PAYLOAD_BYTES (256 * 1024 * 1024)
+#define OUTBOX_PASS_BYTES (256 * 1024 * 1024)
 
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
@@ -78,7 +106,9 @@ typedef struct OutboxEvent
 	/* outcome */
 	bool		ok;
 	bool		permanent;		/* dead-letter now, retrying cannot help */
-	char	   *error;
+	char	   *error;			/* for last_error and the log: never a value */
+	char	   *response;		/* the start of the endpoint's answer, credentials
+								 * masked: for last_error only, or NULL */
 	int64		retry_after_ms; /* the endpoint's Retry-After; -1: none */
 } OutboxEvent;
 

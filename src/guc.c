@@ -4,7 +4,10 @@
  *	  Definitions of the outbox.* settings.
  *
  * Every setting is PGC_SIGHUP: the launcher and the relays re-read them on
- * reload, and none of them needs a restart. Times are in milliseconds with a
+ * reload, and none of them needs a restart. outbox.http_allowed_targets is
+ * also GUC_SUPERUSER_ONLY: it bounds what outbox_admin can make the server
+ * connect to, so only a superuser (or a role granted ALTER SYSTEM on it)
+ * sets it. Times are in milliseconds with a
  * unit flag, so '5s' works too.
  *
  * src/guc.c
@@ -19,6 +22,7 @@
 
 #include "guc.h"
 #include "shmem.h"
+#include "targets.h"
 
 char	   *outbox_databases = NULL;
 int			outbox_relays_per_database = 1;
@@ -119,6 +123,15 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.http_allowed_targets",
+							   "Sets the hosts, address ranges and ports that webhook requests may connect to.",
+							   "A comma-separated list: * (anything), host names (*.example.com for a domain), IPv4 or IPv6 addresses or CIDR ranges ([] around IPv6 with a port), each with an optional :port or :port-port. Empty allows nothing. Addresses are checked on every connection, after name resolution.",
+							   &outbox_http_allowed_targets,
+							   "*",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT | GUC_SUPERUSER_ONLY,
+							   OutboxTargetsCheckHook, OutboxTargetsAssignHook, NULL);
 
 	MarkGUCPrefixReserved("outbox");
 }

@@ -7,6 +7,13 @@
  *	  webhook transport checks each header again with the same functions
  *	  before it sends it (a row may predate the constraint).
  *
+ * Who may set what. A destination's headers are an admin's: any valid
+ * header but those the relay sets itself (OutboxHeaderReserved), which are
+ * skipped. An event's headers are a writer's, who must not be able to set
+ * or replace a credential or steer the request: an event may carry only
+ * the names OutboxEventHeaderAllowed accepts, and a destination's header
+ * of the same name wins.
+ *
  * A headers value is a JSON object whose keys are header names and whose
  * values are taken as jsonb_each_text() would: strings as they are, other
  * scalars and nested values as their JSON text, and JSON null meaning "no
@@ -23,6 +30,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
+#include "event.h"
 #include "headers.h"
 
 PG_FUNCTION_INFO_V1(_outbox_valid_headers);
@@ -62,6 +70,68 @@ OutboxHeaderValueValid(const char *value, size_t len)
 		if ((c < 0x20 && c != '\t') || c == 0x7f)
 			return false;
 	}
+	return true;
+}
+
+/*
+ * Header names the relay sets itself, or that shape the HTTP message rather
+ * than describe the event (framing, connection, host). A destination's
+ * header of such a name is not sent; an event may not carry one.
+ */
+bool
+OutboxHeaderReserved(const char *name)
+{
+	static const char *const reserved[] = {
+		"content-type", "content-length", "content-encoding", "transfer-encoding",
+		"host", "expect", "connection", "keep-alive", "te", "trailer", "upgrade",
+		"webhook-id", "webhook-timestamp", "webhook-signature"
+	};
+
+	for (size_t i = 0; i < lengthof(reserved); i++)
+		if (pg_strcasecmp(name, reserved[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Fragments that make an x- name off limits to events: credentials
+ * (auth, token, key, ...), routing and proxies (host, forward, proxy,
+ * override, ...), and the webhook's own headers. Compared without case,
+ * anywhere in the name. The README's Security section lists them: keep
+ * both in step.
+ */
+static const char *const event_header_denied[] = {
+	"auth", "token", "secret", "passw", "cookie", "session", "key",
+	"credential", "signature", "jwt", "csrf", "xsrf",
+	"forward", "host", "proxy", "override", "original", "rewrite",
+	"real-ip", "client-ip", "method", "webhook"
+};
+
+/*
+ * Whether an event (a writer) may carry header name: the W3C Trace Context
+ * and Baggage headers (traceparent, tracestate, baggage), and names that
+ * start with "x-" and contain none of event_header_denied. Everything else
+ * (authorization, proxy-authorization, cookie, host, forwarded, via, ...,
+ * and any standard header) is an admin's, set on the destination.
+ */
+bool
+OutboxEventHeaderAllowed(const char *name)
+{
+	size_t		len = strlen(name);
+	char		lower[OUTBOX_MAX_HEADER_NAME_BYTES + 1];
+
+	if (len > OUTBOX_MAX_HEADER_NAME_BYTES)
+		return false;
+	for (size_t i = 0; i <= len; i++)
+		lower[i] = pg_ascii_tolower((unsigned char) name[i]);
+	if (strcmp(lower, "traceparent") == 0 || strcmp(lower, "tracestate") == 0 ||
+		strcmp(lower, "baggage") == 0)
+		return true;
+	if (strncmp(lower, "x-", 2) != 0 || len == 2)
+		return false;
+	for (size_t i = 0; i < lengthof(event_header_denied); i++)
+		if (strstr(lower, event_header_denied[i]) != NULL)
+			return false;
 	return true;
 }
 
@@ -130,33 +200,103 @@ OutboxHeaderList(Jsonb *headers, OutboxHeader **list)
 	return n;
 }
 
+static bool
+problem(OutboxProblem *p, int sqlstate, char *message, char *detail)
+{
+	p->sqlstate = sqlstate;
+	p->message = message;
+	p->detail = detail;
+	return false;
+}
+
+/*
+ * Checks a headers object (detoasted) against every rule: a JSON object of
+ * at most OUTBOX_MAX_HEADERS_BYTES and OUTBOX_MAX_HEADERS entries, names
+ * that are tokens of at most OUTBOX_MAX_HEADER_NAME_BYTES, values of at most
+ * OUTBOX_MAX_HEADER_VALUE_BYTES without control characters, and, for an
+ * event's headers (event true), only names that events may carry. Returns
+ * true, or false with *p filled: 54000 for a limit, 22023 for a value that
+ * is not an object, 23514 for a rule. The message names a header only when
+ * its name is valid (and so printable), never a value. The sizes are
+ * checked before anything is walked: the work is linear in a bounded size.
+ */
+bool
+OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *p)
+{
+	const char *what = event ? "event" : "destination";
+	OutboxHeader *list;
+	int			n;
+
+	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+		return problem(p, ERRCODE_INVALID_PARAMETER_VALUE,
+					   psprintf("%s headers must be a JSON object", what), NULL);
+	if (VARSIZE(headers) > OUTBOX_MAX_HEADERS_BYTES)
+		return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+					   psprintf("%s headers are larger than %d bytes", what,
+								OUTBOX_MAX_HEADERS_BYTES), NULL);
+	if (JB_ROOT_COUNT(headers) > OUTBOX_MAX_HEADERS)
+		return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+					   psprintf("%s headers have more than %d entries", what,
+								OUTBOX_MAX_HEADERS), NULL);
+	n = OutboxHeaderList(headers, &list);
+	for (int i = 0; i < n; i++)
+	{
+		size_t		namelen = strlen(list[i].name);
+
+		if (namelen > OUTBOX_MAX_HEADER_NAME_BYTES)
+			return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   psprintf("%s header name is longer than %d bytes", what,
+									OUTBOX_MAX_HEADER_NAME_BYTES), NULL);
+		if (!OutboxHeaderNameValid(list[i].name, namelen))
+			return problem(p, ERRCODE_CHECK_VIOLATION,
+						   psprintf("%s header name is not a valid HTTP field name", what),
+						   pstrdup("Header names are RFC 9110 tokens: ASCII letters, digits and !#$%&'*+-.^_`|~."));
+		if (event && !OutboxEventHeaderAllowed(list[i].name))
+			return problem(p, ERRCODE_CHECK_VIOLATION,
+						   psprintf("event header \"%s\" is not allowed", list[i].name),
+						   pstrdup("An event may carry traceparent, tracestate, baggage, and x- headers whose names contain no credential or routing word; other headers belong to the destination."));
+		if (list[i].value == NULL)
+			continue;
+		if (strlen(list[i].value) > OUTBOX_MAX_HEADER_VALUE_BYTES)
+			return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   psprintf("value of %s header \"%s\" is longer than %d bytes",
+									what, list[i].name, OUTBOX_MAX_HEADER_VALUE_BYTES), NULL);
+		if (!OutboxHeaderValueValid(list[i].value, strlen(list[i].value)))
+			return problem(p, ERRCODE_CHECK_VIOLATION,
+						   psprintf("value of %s header \"%s\" has a control character",
+									what, list[i].name),
+						   pstrdup("Header values may contain no control character other than tab."));
+	}
+	return true;
+}
+
+/* Raises ERROR for a problem found by one of the checks. */
+void
+OutboxRaiseProblem(const OutboxProblem *p)
+{
+	ereport(ERROR,
+			(errcode(p->sqlstate),
+			 errmsg_internal("%s", p->message),
+			 p->detail ? errdetail_internal("%s", p->detail) : 0));
+}
+
 /*
  * _outbox_valid_headers(headers jsonb) RETURNS boolean
  *
- * SQL-callable, IMMUTABLE; the check constraint of both headers columns:
- * true for NULL, or for an object whose every key is a valid name and
- * every value other than JSON null a valid value (see above), as the 1.0
- * constraint's regular expressions had it. Raises no error of its own.
+ * SQL-callable, IMMUTABLE, internal: true for NULL or for headers that a
+ * destination may have (OutboxHeadersCheck with event false: the limits,
+ * valid names and values). 1.0's check constraints called it; from 1.1 the
+ * triggers of validate.c apply the rules, with clear errors. Raises no
+ * error of its own (a JSON value other than an object is false).
  */
 Datum
 _outbox_valid_headers(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *headers;
-	OutboxHeader *list;
-	int			n;
+	OutboxProblem p;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(true);
 	headers = PG_GETARG_JSONB_P(0);
-	if (!JB_ROOT_IS_OBJECT(headers))
-		PG_RETURN_BOOL(false);
-	n = OutboxHeaderList(headers, &list);
-	for (int i = 0; i < n; i++)
-	{
-		if (!OutboxHeaderNameValid(list[i].name, strlen(list[i].name)) ||
-			(list[i].value != NULL &&
-			 !OutboxHeaderValueValid(list[i].value, strlen(list[i].value))))
-			PG_RETURN_BOOL(false);
-	}
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(OutboxHeadersCheck(headers, false, &p));
 }

@@ -20,9 +20,26 @@ typedef struct OutboxHeader
 	char	   *value;
 } OutboxHeader;
 
+/*
+ * A rule that a value breaks: the SQLSTATE to raise and a message (and
+ * optional detail) that name the field and the rule, never the value.
+ * Filled by the checks of headers.c, signature.c and validate.c, raised by
+ * the triggers and outbox_emit, and kept in last_error by the relay.
+ */
+typedef struct OutboxProblem
+{
+	int			sqlstate;
+	char	   *message;
+	char	   *detail;			/* or NULL */
+} OutboxProblem;
+
 extern bool OutboxHeaderNameValid(const char *name, size_t len);
 extern bool OutboxHeaderValueValid(const char *value, size_t len);
+extern bool OutboxHeaderReserved(const char *name);
+extern bool OutboxEventHeaderAllowed(const char *name);
 extern int	OutboxHeaderList(Jsonb *headers, OutboxHeader **list);
+extern bool OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *problem);
+extern void OutboxRaiseProblem(const OutboxProblem *problem);
 
 extern Datum _outbox_valid_headers(PG_FUNCTION_ARGS);
 

@@ -9,10 +9,18 @@
  * tables with the extension's schema, looked up from the catalog, and are
  * kept prepared by statements.c.
  *
- * Routing has one home, the SQL function _outbox_route(), which every
- * statement here (and the outbox_status view) calls. So has the text that
- * marks a parked event: the trigger on outbox_destinations reads it with
- * _outbox_unroutable_error().
+ * Routing has one home, the SQL function _outbox_route(), which the view
+ * _outbox_pending (read by the statements here) and the outbox_status view
+ * call. So has the text that marks a parked event: the trigger on
+ * outbox_destinations reads it with _outbox_unroutable_error().
+ *
+ * The statements name tables and views only, never a function or operator
+ * outside pg_catalog, and run with search_path = pg_catalog, pg_temp (the
+ * worker pins it; outbox_relay() has it as a SET clause): whoever may
+ * create objects in the extension's schema (the owner of public, say) can
+ * add a function overload that makes a call by name ambiguous, but cannot
+ * add a relation under a name that is taken, and pg_catalog comes before
+ * anything else for types, functions and operators.
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
@@ -36,6 +44,7 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -49,6 +58,7 @@
 #include "guc.h"
 #include "queue.h"
 #include "statements.h"
+#include "validate.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
 PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
@@ -62,30 +72,39 @@ static Oid	ext_nspoid = InvalidOid;
 
 /*
  * The claim: due, live events in due order, each with the destination that
- * _outbox_route() chooses for its type, or NULLs when none does; $2 names
- * destinations to leave alone for now (their queue in the relay is full),
- * and $3, when not NULL, takes the one event with that id. It returns each
- * row's ctid: the rows stay locked until the claim's transaction ends, and
- * marking them by TID scan costs about a third less than by primary key
- * lookups. Columns are decoded by the Anum_claim_* numbers below, which
- * must follow the select list.
+ * routing chooses for its type, or NULLs when none does (the view
+ * _outbox_pending); $2 names destinations to leave alone for now (their
+ * queue in the relay is full). It returns each row's ctid: the rows stay
+ * locked until the claim's transaction ends, and marking them by TID scan
+ * costs about a third less than by primary key lookups. Columns are decoded
+ * by the Anum_claim_* numbers below, which must follow the select list.
+ * claim_one_stmt takes the one event with id $3 (isolation after an
+ * error): a separate statement, as an "id = $3 or any" test would spoil the
+ * generic plan of the normal claim (it walks the pending index in order,
+ * without sorting).
  */
+#define CLAIM_SELECT \
+	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
+	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
+	"       p.dest_name, p.dest_url, p.dest_channel, p.dest_secret," \
+	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors" \
+	"  FROM %1$s._outbox_pending p" \
+	" WHERE p.next_attempt_at <= now()" \
+	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))"
+#define CLAIM_LOCK \
+	" ORDER BY p.next_attempt_at, p.id" \
+	" LIMIT $1" \
+	"   FOR UPDATE OF p SKIP LOCKED"
+
 static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8OID};
 static OutboxStatement claim_stmt = {
-	.sql =
-		"SELECT o.id, o.ctid, o.event_id::text, o.attempts, o.event_type,"
-		"       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,"
-		"       d.name, d.url, d.channel, d.secret, d.timeout_ms, d.headers,"
-		"       d.retry_client_errors"
-		"  FROM %1$s.outbox o"
-		"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true"
-		" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
-		"   AND o.next_attempt_at <= now()"
-		"   AND (d.name IS NULL OR d.name <> ALL ($2))"
-		"   AND ($3 IS NULL OR o.id = $3)"
-		" ORDER BY o.next_attempt_at, o.id"
-		" LIMIT $1"
-		"   FOR UPDATE OF o SKIP LOCKED",
+	.sql = CLAIM_SELECT CLAIM_LOCK,
+	.nargs = 2,
+	.argtypes = claim_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+static OutboxStatement claim_one_stmt = {
+	.sql = CLAIM_SELECT " AND p.id = $3" CLAIM_LOCK,
 	.nargs = 3,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -147,7 +166,8 @@ static OutboxStatement unroutable_stmt = {
 		"           greatest(interval '" UNROUTABLE_RECHECK "', now() - o.created_at)),"
 		"       last_error = '" UNROUTABLE_ERROR "'"
 		" WHERE o.ctid = ANY($1)"
-		"   AND NOT EXISTS (SELECT FROM %1$s._outbox_route(o.event_type))",
+		"   AND NOT EXISTS (SELECT FROM %1$s._outbox_pending p"
+		"                    WHERE p.id = o.id AND p.dest_name IS NOT NULL)",
 	.nargs = 1,
 	.argtypes = unroutable_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -191,7 +211,11 @@ static OutboxStatement lease_stmt = {
  * Outcomes of leased events, each in a short transaction of its own after
  * the request: matched by id and by the attempt count of the lease, so an
  * outcome that arrives after the lease was given up (a restart released it,
- * an admin redelivered the event) changes nothing.
+ * an admin redelivered the event) changes nothing. The generic plan must
+ * look the ids up in the primary key whatever the statistics say about the
+ * pending rows: "o.id = ANY ($1)" offers that path, and the pending test is
+ * written so that it does not match the partial index's predicate (a scan
+ * of every pending row, in a hash join, was chosen otherwise).
  */
 static const Oid recorded_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID};
 static OutboxStatement recorded_stmt = {
@@ -199,8 +223,8 @@ static OutboxStatement recorded_stmt = {
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), last_error = NULL, claimed_by = NULL"
 		"  FROM unnest($1::bigint[], $2::int[]) AS u(id, attempts)"
-		" WHERE o.id = u.id AND o.attempts = u.attempts"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.attempts"
+		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL",
 	.nargs = 2,
 	.argtypes = recorded_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -223,8 +247,8 @@ static OutboxStatement failure_stmt = {
 		"  FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[],"
 		"              $6::bool[], $7::text[])"
 		"       AS u(id, expected, attempts, err, delay_ms, dead, dest)"
-		" WHERE o.id = u.id AND o.attempts = u.expected"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.expected"
+		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL",
 	.nargs = 7,
 	.argtypes = failure_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -247,13 +271,11 @@ static OutboxStatement release_stmt = {
 static const Oid next_pending_argtypes[] = {TEXTARRAYOID};
 static OutboxStatement next_pending_stmt = {
 	.sql =
-		"SELECT o.id, o.attempts"
-		"  FROM %1$s.outbox o"
-		"  LEFT JOIN LATERAL %1$s._outbox_route(o.event_type) d ON true"
-		" WHERE o.delivered_at IS NULL AND o.dead_at IS NULL"
-		"   AND o.next_attempt_at <= now()"
-		"   AND (d.name IS NULL OR d.name <> ALL ($1))"
-		" ORDER BY o.next_attempt_at, o.id"
+		"SELECT p.id, p.attempts"
+		"  FROM %1$s._outbox_pending p"
+		" WHERE p.next_attempt_at <= now()"
+		"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($1))"
+		" ORDER BY p.next_attempt_at, p.id"
 		" LIMIT 1",
 	.nargs = 1,
 	.argtypes = next_pending_argtypes,
@@ -386,33 +408,41 @@ jsonb_or_null(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? NULL : DatumGetJsonbPCopy(d);
 }
 
-/* The size in memory of the value in column col; 0 for NULL. */
+/*
+ * The size of the value in column col, detoasted, without its varlena
+ * header; 0 for NULL. Reads only the value's header (or TOAST pointer).
+ */
 static Size
 value_size(HeapTuple tuple, TupleDesc desc, int col)
 {
 	bool		isnull;
 	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
 
-	return isnull ? 0 : toast_raw_datum_size(d);
+	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
 }
 
-/* Decodes one row of the claim into ev (zeroed by the caller). */
-static void
+/*
+ * Decodes one row of the claim into ev (zeroed by the caller) and returns
+ * the bytes its columns take in memory. The sizes of the event's own
+ * columns are checked first, as stored (OutboxEventSizesCheck): an event
+ * over a limit is not read further, and gets a permanent failure with the
+ * reason in ev->error, so nothing large is ever copied or built from it.
+ */
+static Size
 decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 {
 	bool		isnull;
 	Datum		d;
+	OutboxEventSizes sizes;
+	OutboxProblem p;
+	Size		bytes = sizeof(OutboxEvent);
 
 	ev->id = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_id, &isnull));
 	ev->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, desc, Anum_claim_ctid, &isnull));
 	ev->event_id = text_or_null(tuple, desc, Anum_claim_event_id);
 	ev->attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_attempts, &isnull));
-	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
-	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
-	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
 	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
-	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
-	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
+	ev->retry_after_ms = -1;
 
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
 	ev->dest.url = text_or_null(tuple, desc, Anum_claim_dest_url);
@@ -423,27 +453,51 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	ev->dest.headers = jsonb_or_null(tuple, desc, Anum_claim_dest_headers);
 	d = SPI_getbinval(tuple, desc, Anum_claim_dest_retry_client_errors, &isnull);
 	ev->dest.retry_client_errors = !isnull && DatumGetBool(d);
-	ev->retry_after_ms = -1;
+	bytes += value_size(tuple, desc, Anum_claim_dest_url) +
+		value_size(tuple, desc, Anum_claim_dest_headers) +
+		value_size(tuple, desc, Anum_claim_dest_secret);
+
+	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
+	sizes.aggregate_type = value_size(tuple, desc, Anum_claim_aggregate_type);
+	sizes.aggregate_id = value_size(tuple, desc, Anum_claim_aggregate_id);
+	sizes.payload = value_size(tuple, desc, Anum_claim_payload);
+	sizes.headers = value_size(tuple, desc, Anum_claim_headers);
+	if (!OutboxEventSizesCheck(&sizes, &p))
+	{
+		ev->permanent = true;
+		ev->error = p.detail ? psprintf("%s (%s)", p.message, p.detail) : p.message;
+		return bytes;
+	}
+	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
+	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
+	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
+	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
+	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
+	return bytes + sizes.event_type + sizes.aggregate_type + sizes.aggregate_id +
+		sizes.payload + sizes.headers;
 }
 
 /*
  * Claims up to batch_size due events and returns them in *events, decoded
  * into memory context cxt (the rows' values are copied: the events outlive
- * the claim's transaction). Events whose destination is named in skip (a
- * List of names) are left for later; only_id, if not 0, claims that one
- * event. An event without a destination has dest.name NULL. Sets *claimed to
- * the number of rows the claim locked, and returns the number of events to
- * process, fewer when their sizes exceed the pass's memory budget (the rest
- * are unlocked unchanged when the transaction ends). Caller has a
- * transaction open, SPI connected and OutboxQueueOpen() done.
+ * the claim's transaction) and each handed to prepare (in cxt too), which
+ * builds what will be sent and returns the bytes that costs. Events whose
+ * destination is named in skip (a List of names) are left for later;
+ * only_id, if not 0, claims that one event. An event without a destination
+ * has dest.name NULL; one over a size limit has a permanent error (see
+ * decode_event). Sets *claimed to the number of rows the claim locked, and
+ * returns the number of events to process: fewer once what they cost, in
+ * columns and in prepare, passes OUTBOX_PASS_BYTES (the rest are unlocked
+ * unchanged when the transaction ends; the first event is always taken).
+ * Interruptible between events. Caller has a transaction open, SPI
+ * connected and OutboxQueueOpen() done.
  */
 int
 OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
-			OutboxEvent **events, int *claimed)
+			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed)
 {
 	Size		bytes = 0;
 	Datum		values[3];
-	char		nulls[3] = {' ', ' ', only_id != 0 ? ' ' : 'n'};
 	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
 	int			nnames = 0;
 	ListCell   *lc;
@@ -459,7 +513,9 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = Int64GetDatum(only_id);
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&claim_stmt, ext_nspoid), values, nulls, false, 0);
+	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
+											  ext_nspoid),
+						  values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
 	desc = SPI_tuptable->tupdesc;
@@ -472,23 +528,14 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-
-		/*
-		 * Bound the memory of a pass: once the events taken so far reach
-		 * OUTBOX_PASS_PAYLOAD_BYTES, leave the rest of the batch alone.
-		 */
-		bytes += value_size(tuple, desc, Anum_claim_payload) +
-			value_size(tuple, desc, Anum_claim_headers) +
-			value_size(tuple, desc, Anum_claim_event_type) +
-			value_size(tuple, desc, Anum_claim_aggregate_type) +
-			value_size(tuple, desc, Anum_claim_aggregate_id);
-		if (i > 0 && bytes > OUTBOX_PASS_PAYLOAD_BYTES)
+		CHECK_FOR_INTERRUPTS();
+		bytes += decode_event(SPI_tuptable->vals[i], desc, &ev[i]);
+		bytes += prepare(&ev[i]);
+		if (bytes >= OUTBOX_PASS_BYTES)
 		{
-			n = i;
+			n = i + 1;
 			break;
 		}
-		decode_event(tuple, desc, &ev[i]);
 	}
 	MemoryContextSwitchTo(old);
 	*events = ev;
@@ -702,7 +749,9 @@ record_failures(OutboxEvent **events, int n, bool counted)
 		ids[i] = Int64GetDatum(ev->id);
 		expected[i] = Int32GetDatum(counted ? ev->attempts + 1 : ev->attempts);
 		attempts[i] = Int32GetDatum(ev->attempts + 1);
-		errs[i] = CStringGetTextDatum(ev->error ? ev->error : "unknown error");
+		errs[i] = CStringGetTextDatum(psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
+											   ev->response ? ": " : "",
+											   ev->response ? ev->response : ""));
 		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
 		delays[i] = Float8GetDatum(delay);
 		dest_nulls[i] = ev->dest.name == NULL;

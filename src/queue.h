@@ -16,9 +16,12 @@
 
 #include "event.h"
 
+/* Builds what will be sent for a claimed event; returns the bytes it took. */
+typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
+
 extern bool OutboxQueueOpen(void);
 extern int	OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
-						OutboxEvent **events, int *claimed);
+						OutboxPrepareFn prepare, OutboxEvent **events, int *claimed);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkFailed(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);

@@ -52,6 +52,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -78,6 +79,7 @@
 #include "queue.h"
 #include "relay.h"
 #include "shmem.h"
+#include "validate.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
 
@@ -85,6 +87,13 @@ PG_FUNCTION_INFO_V1(outbox_relay);
 #define LEASE_MARGIN_MS 30000
 /* While requests are in flight, new work is looked for this often. */
 #define IN_FLIGHT_SLICE_MS 10
+/*
+ * Outcomes are recorded together: once this many are in, or the first has
+ * waited RECORD_DELAY_MS, or nothing else is in flight (so an idle relay
+ * records at once).
+ */
+#define RECORD_BATCH 64
+#define RECORD_DELAY_MS 5
 /* Caught errors are logged at most this often. */
 #define ERROR_LOG_INTERVAL_MS 10000
 /* The wait after a step failed, doubled while failures go on. */
@@ -106,58 +115,80 @@ typedef struct Dispatch
 	int			delivered;		/* NOTIFY */
 	int			failed;
 	int			unroutable;
-	bool		room_limited;	/* HTTP events were left for lack of room */
 	OutboxEvent **http;			/* leased, to be sent */
 	int			nhttp;
 	double		next_due_ms;	/* <0: nothing scheduled */
 } Dispatch;
 
-/* Per-destination room left during one dispatch. */
-typedef struct DestRoom
+/* Events of one destination ahead of the next one leased, in one dispatch. */
+typedef struct DestLoad
 {
 	const char *name;
-	int			room;
-	int			taken;
-} DestRoom;
+	int			ahead;
+} DestLoad;
 
 /*
- * Builds the body of a routed event. An event stored by a plain INSERT with
- * a payload over OUTBOX_MAX_PAYLOAD_BYTES (outbox_emit() refuses those)
- * gets none and fails permanently.
+ * Prepares a claimed event (OutboxPrepareFn, called by OutboxClaim in the
+ * claim's memory context): checks what decode_event could not check
+ * without reading it (the event's headers, for HTTP; the size of its
+ * envelope, OutboxEnvelopeCheck), then builds the body and lets the
+ * payload go. An event that breaks a rule gets no body and a permanent
+ * failure with the reason, and is dead-lettered on its own. Returns the
+ * bytes the body costs: twice its length, as the transport copies it
+ * (libcurl's COPYPOSTFIELDS, or the NOTIFY queue).
  */
-static void
-build_body(OutboxEvent *ev)
+static Size
+prepare_event(OutboxEvent *ev)
 {
-	Size		size = VARSIZE(ev->payload);
+	OutboxEventSizes sizes;
+	OutboxProblem p;
+	Size		len;
 
-	if (size > OUTBOX_MAX_PAYLOAD_BYTES)
+	if (ev->error != NULL || ev->dest.name == NULL)
+		return 0;				/* over a limit, or unroutable: nothing to build */
+	if (ev->dest.url != NULL && ev->headers != NULL &&
+		!OutboxHeadersCheck(ev->headers, true, &p))
 	{
 		ev->permanent = true;
-		ev->error = psprintf("payload of %zu bytes is larger than the limit of %d bytes",
-							 (size_t) size, OUTBOX_MAX_PAYLOAD_BYTES);
-		return;
+		ev->error = p.message;
+		return 0;
+	}
+	sizes.event_type = strlen(ev->event_type);
+	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
+	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
+	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
+	sizes.headers = 0;
+	if (!OutboxEnvelopeCheck(&sizes, PointerGetDatum(ev->payload), &p))
+	{
+		ev->permanent = true;
+		ev->error = p.message;
+		return 0;
 	}
 	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1);
+	len = strlen(ev->body);
+	pfree(ev->payload);
+	ev->payload = NULL;
+	return 2 * len;
 }
 
-/* The room entry of a destination in rooms (a List of DestRoom), added if new. */
-static DestRoom *
-room_of(List **rooms, const char *name)
+/* The load entry of a destination in loads (a List of DestLoad), added if new. */
+static DestLoad *
+load_of(List **loads, const char *name)
 {
 	ListCell   *lc;
-	DestRoom   *r;
+	DestLoad   *l;
 
-	foreach(lc, *rooms)
+	foreach(lc, *loads)
 	{
-		r = lfirst(lc);
-		if (strcmp(r->name, name) == 0)
-			return r;
+		l = lfirst(lc);
+		if (strcmp(l->name, name) == 0)
+			return l;
 	}
-	r = palloc0(sizeof(DestRoom));
-	r->name = name;
-	r->room = OutboxHttpRoom(name);
-	*rooms = lappend(*rooms, r);
-	return r;
+	l = palloc0(sizeof(DestLoad));
+	l->name = name;
+	l->ahead = OutboxHttpQueued(name);
+	*loads = lappend(*loads, l);
+	return l;
 }
 
 /*
@@ -177,13 +208,13 @@ lease_ms(const OutboxEvent *ev, int ahead)
  * The claim: claims up to batch_size due events (skip and only_id as for
  * OutboxClaim) into memory context cxt, queues NOTIFY deliveries, parks
  * events without a destination, fails those that cannot be sent, and leases
- * HTTP events to relay number relay, as many as the transport has room for
- * when limit_room is set. Fills *d. Caller has a transaction open and SPI
- * connected; NOTIFY deliveries and every mark take effect at its COMMIT,
- * and the leased events must not be sent before it.
+ * HTTP events to relay number relay, each for as long as it may wait behind
+ * those of its destination already in the transport. Fills *d. Caller has a
+ * transaction open and SPI connected; NOTIFY deliveries and every mark take
+ * effect at its COMMIT, and the leased events must not be sent before it.
  */
 static void
-dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
+dispatch(int batch_size, List *skip, int64 only_id, int relay,
 		 MemoryContext cxt, bool want_next_due, Dispatch *d)
 {
 	OutboxEvent *events;
@@ -191,12 +222,11 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
 			  **failed,
 			  **unroutable;
 	double	   *leases;
-	List	   *rooms = NIL;
+	List	   *loads = NIL;
 	int			n;
 	int			nok = 0,
 				nfailed = 0,
 				nunroutable = 0;
-	MemoryContext old;
 
 	memset(d, 0, sizeof(*d));
 	d->next_due_ms = -1;
@@ -204,7 +234,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
 		return;
 	d->opened = true;
 
-	n = OutboxClaim(batch_size, skip, only_id, cxt, &events, &d->claimed);
+	n = OutboxClaim(batch_size, skip, only_id, cxt, prepare_event, &events, &d->claimed);
 	ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
@@ -216,17 +246,17 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
 		OutboxEvent *ev = &events[i];
 
 		CHECK_FOR_INTERRUPTS();
+		if (ev->error != NULL || (ev->dest.name != NULL && ev->body == NULL))
+		{
+			failed[nfailed++] = ev;
+			continue;
+		}
 		if (ev->dest.name == NULL)
 		{
 			unroutable[nunroutable++] = ev;
 			continue;
 		}
-		old = MemoryContextSwitchTo(cxt);
-		build_body(ev);
-		MemoryContextSwitchTo(old);
-		if (ev->body == NULL)
-			failed[nfailed++] = ev;
-		else if (ev->dest.channel != NULL)
+		if (ev->dest.channel != NULL)
 		{
 			OutboxDeliverNotify(ev);
 			if (ev->ok)
@@ -236,15 +266,9 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay, bool limit_room,
 		}
 		else
 		{
-			DestRoom   *r = room_of(&rooms, ev->dest.name);
+			DestLoad   *l = load_of(&loads, ev->dest.name);
 
-			if (limit_room && r->taken >= r->room)
-			{
-				d->room_limited = true;
-				continue;		/* unlocked unchanged at COMMIT */
-			}
-			leases[d->nhttp] = lease_ms(ev, outbox_http_max_connections - r->room + r->taken);
-			r->taken++;
+			leases[d->nhttp] = lease_ms(ev, l->ahead++);
 			d->http[d->nhttp++] = ev;
 		}
 	}
@@ -274,7 +298,7 @@ OutboxRelayPass(int batch_size, OutboxPassResult *result)
 	Dispatch	d;
 
 	memset(result, 0, sizeof(*result));
-	dispatch(batch_size, NIL, 0, -1, false, CurrentMemoryContext, false, &d);
+	dispatch(batch_size, NIL, 0, -1, CurrentMemoryContext, false, &d);
 	if (!d.opened)
 		return;
 	OutboxDeliverHttp(d.http, d.nhttp);
@@ -461,8 +485,7 @@ claim_step(void *arg)
 							(unsigned long long) n)));
 		claims_released = true;
 	}
-	dispatch(c->batch_size, c->skip, c->only_id, relay_no, true, c->batch->cxt,
-			 true, &c->d);
+	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, true, &c->d);
 }
 
 /* Arguments of record_step. */
@@ -485,6 +508,16 @@ record_step(void *arg)
 	r->next_due_ms = -1;
 	if (!OutboxQueueOpen())
 		return;					/* dropped meanwhile: nothing to record */
+
+	/*
+	 * An outcome's commit need not wait for the WAL flush: one lost in a
+	 * crash only sends its event again, which at-least-once allows, while a
+	 * flush per outcome batch would bound the relay to the disk's flush
+	 * rate. Claims stay synchronous: a lease must survive a crash, so that
+	 * the attempt is counted and the restarted relay releases it.
+	 */
+	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 	if (r->single_failure)
 	{
 		if (r->replica)
@@ -553,7 +586,9 @@ batch_done(OutboxEvent *ev)
 typedef struct RelayState
 {
 	bool		look;			/* claim again as soon as possible */
-	bool		room_limited;	/* the last claim left events for lack of room */
+	int			nfull;			/* destinations the last claim left out, full */
+	List	   *outcomes;		/* not recorded yet, in outcome_cxt */
+	TimestampTz first_outcome;	/* when the oldest of them came */
 	TimestampTz next_look;		/* claim again by then at the latest */
 	TimestampTz not_before;		/* but not before (after failed steps) */
 	int			isolate;		/* claims left to make one event at a time */
@@ -659,11 +694,11 @@ worker_claim(RelayState *st)
 	if (c.batch->open == 0)
 		MemoryContextDelete(c.batch->cxt);
 
-	/* events were held back for room: outcomes, not the clock, bring more */
-	st->room_limited = c.d.room_limited || c.skip != NIL;
+	/* destinations were left out, full: outcomes, not the clock, bring more */
+	st->nfull = list_length(c.skip);
 	st->look = st->isolate > 0 || c.d.claimed >= c.batch_size;
 	if (!st->look)
-		look_again_in(st, c.d.room_limited ? -1 : c.d.next_due_ms);
+		look_again_in(st, c.d.next_due_ms);
 }
 
 /*
@@ -706,9 +741,92 @@ worker_record(RelayState *st, List *done)
 	}
 	for (i = 0; i < n; i++)
 		batch_done(events[i]);
-	/* room was freed: events held back for lack of it can come now */
-	if (st->room_limited)
+	/* a full destination has room again: its events can come now */
+	if (st->nfull > 0 && list_length(OutboxHttpFull()) < st->nfull)
 		st->look = true;
+}
+
+/* A setting as the server's configuration had it before the worker connected. */
+typedef struct ServerSetting
+{
+	char	   *name;
+	char	   *value;
+} ServerSetting;
+
+static ServerSetting *server_settings = NULL;
+static int	nserver_settings = 0;
+
+/*
+ * Remembers the value of every setting that ALTER DATABASE or ALTER ROLE
+ * can change (user and superuser settings), as postgresql.conf and the
+ * command line made it. Called by the worker before it connects, so that
+ * drop_database_settings() can put them back.
+ */
+static void
+save_server_settings(void)
+{
+	int			n;
+	struct config_generic **vars = OutboxGucVariables(&n);
+
+	server_settings = MemoryContextAlloc(TopMemoryContext, sizeof(ServerSetting) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		const char *value;
+
+		if (vars[i]->context != PGC_USERSET && vars[i]->context != PGC_SUSET)
+			continue;
+		value = GetConfigOption(vars[i]->name, true, false);
+		if (value == NULL)
+			continue;
+		server_settings[nserver_settings].name = MemoryContextStrdup(TopMemoryContext, vars[i]->name);
+		server_settings[nserver_settings].value = MemoryContextStrdup(TopMemoryContext, value);
+		nserver_settings++;
+	}
+}
+
+/*
+ * Undoes what ALTER DATABASE ... SET and ALTER ROLE ... SET applied when the
+ * worker connected (BackgroundWorkerInitializeConnectionByOid applies them
+ * like for any session): each such setting gets back the value that
+ * save_server_settings() saw, with the priority of an override, so that no
+ * later SET can change it either. The owner of a database can set any user
+ * setting for it, and none of them must change what the relay's SQL means
+ * or whether it succeeds: standard_conforming_strings changes how its
+ * statements parse, role the user it runs as, exit_on_error makes every
+ * caught error end it, TimeZone the envelope's created_at, and so on. The
+ * server's own settings (postgresql.conf, ALTER SYSTEM) still apply, as
+ * they were when the relay started. session_authorization has no saved
+ * value (it is not set before connecting): it goes back to the bootstrap
+ * superuser, the user the worker connects as. Called by the worker in a
+ * transaction right after connecting.
+ *
+ * XXX: a setting of a library that is not loaded yet (plpgsql.*, say) is
+ * only a placeholder here, without a server value to go back to; it is
+ * left as it is.
+ */
+static void
+drop_database_settings(void)
+{
+	int			n;
+	struct config_generic **vars = OutboxGucVariables(&n);
+
+	for (int i = 0; i < n; i++)
+	{
+		struct config_generic *var = vars[i];
+		const char *value = NULL;
+
+		if (var->source < PGC_S_GLOBAL || var->source > PGC_S_DATABASE_USER)
+			continue;
+		if (strcmp(var->name, "session_authorization") == 0)
+			value = GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false);
+		for (int j = 0; value == NULL && j < nserver_settings; j++)
+			if (strcmp(server_settings[j].name, var->name) == 0)
+				value = server_settings[j].value;
+		if (value == NULL)
+			continue;
+		(void) set_config_option(var->name, value, PGC_SUSET, PGC_S_OVERRIDE,
+								 GUC_ACTION_SET, true, WARNING, false);
+	}
 }
 
 /*
@@ -723,6 +841,7 @@ OutboxRelayMain(Datum main_arg)
 {
 	Oid			dboid = DatumGetObjectId(main_arg);
 	MemoryContext loop_cxt;
+	MemoryContext outcome_cxt;
 	uint32		wait_event;
 	RelayState	st;
 
@@ -731,12 +850,17 @@ OutboxRelayMain(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
+	save_server_settings();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("outbox relay " OUTBOX_VERSION);
 
+	StartTransactionCommand();
+	drop_database_settings();
+	CommitTransactionCommand();
+
 	/*
-	 * Settings from postgresql.conf, ALTER DATABASE or ALTER ROLE that would
-	 * break a step do not apply here: timeouts, a serializable or read-only
+	 * Settings from postgresql.conf or ALTER SYSTEM that would break a step
+	 * do not apply here either: timeouts, a serializable or read-only
 	 * default. The worker's queries name every object; user schemas stay
 	 * out.
 	 */
@@ -749,6 +873,12 @@ OutboxRelayMain(Datum main_arg)
 #endif
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/* whatever the database's settings said, the relay is the superuser */
+	if (GetSessionUserId() != BOOTSTRAP_SUPERUSERID || GetUserId() != BOOTSTRAP_SUPERUSERID)
+		ereport(FATAL,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("outbox relay is not running as the bootstrap superuser")));
 
 	if (!OutboxRelayAttach(dboid, relay_no))
 	{
@@ -764,6 +894,8 @@ OutboxRelayMain(Datum main_arg)
 									  ALLOCSET_DEFAULT_SIZES);
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay loop",
 									 ALLOCSET_DEFAULT_SIZES);
+	outcome_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay outcomes",
+										ALLOCSET_DEFAULT_SIZES);
 	StartTransactionCommand();
 	if (relay_no == 0)
 		ereport(LOG,
@@ -815,16 +947,31 @@ OutboxRelayMain(Datum main_arg)
 			wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
 		}
 
-		if (OutboxHttpPending() > 0)
+		if (OutboxHttpBusy())
 		{
-			List	   *done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
+			List	   *done;
 
-			if (done != NIL)
-				worker_record(&st, done);
+			if (st.outcomes != NIL)
+				wait_ms = 0;
+			MemoryContextSwitchTo(outcome_cxt);
+			done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
+			if (done != NIL && st.outcomes == NIL)
+				st.first_outcome = GetCurrentTimestamp();
+			st.outcomes = list_concat(st.outcomes, done);
+			MemoryContextSwitchTo(loop_cxt);
 		}
 		else if (wait_ms > 0)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 wait_ms, wait_event);
+
+		if (st.outcomes != NIL &&
+			(list_length(st.outcomes) >= RECORD_BATCH || OutboxHttpPending() == 0 ||
+			 TimestampDifferenceExceeds(st.first_outcome, GetCurrentTimestamp(), RECORD_DELAY_MS)))
+		{
+			worker_record(&st, st.outcomes);
+			st.outcomes = NIL;
+			MemoryContextReset(outcome_cxt);
+		}
 
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(loop_cxt);

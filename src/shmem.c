@@ -2,13 +2,19 @@
  *
  * shmem.c
  *	  The small shared-memory area of the extension: one slot per database
- *	  with relays, holding each relay's pid and latch.
+ *	  with relays, holding each relay's pid and latch, and a separate table
+ *	  of pauses.
  *
  * Backends read a slot to wake the relay of their database at COMMIT; the
- * DROP DATABASE guard (utility.c) writes a pause into it; the relay fills it
- * in when it starts and clears it when it exits. All of this is a handful of
- * fields, so one spinlock protects the whole area; nothing is done while
- * holding it but copying those fields.
+ * relay fills it in when it starts and clears it when it exits. The DROP
+ * DATABASE guard (utility.c) writes a pause, which keeps a database's relay
+ * from starting, into the pause table, never into a slot: a pause lasts
+ * until the end of its command's transaction (and no longer than the time
+ * it was set for) and belongs to the backend that set it, and since only
+ * relay databases are ever paused, no one can use pauses to take the slots
+ * that relays need.
+ * All of this is a handful of fields, so one spinlock protects the whole
+ * area; nothing is done while holding it but copying those fields.
  *
  * The area exists only when the library is in shared_preload_libraries.
  * Without it, events are still stored and outbox_relay() still delivers;
@@ -41,14 +47,22 @@ typedef struct OutboxRelayProc
 typedef struct OutboxRelaySlot
 {
 	Oid			dboid;			/* InvalidOid: free */
-	TimestampTz paused_until;	/* launcher must not start a relay before */
 	OutboxRelayProc relays[OUTBOX_MAX_RELAYS_PER_DATABASE];	/* by number */
 } OutboxRelaySlot;
+
+/* A database whose relay must not start: a command needs it to itself. */
+typedef struct OutboxPause
+{
+	Oid			dboid;			/* InvalidOid: free */
+	pid_t		pid;			/* the backend running the command */
+	TimestampTz until;			/* the pause ends then at the latest */
+} OutboxPause;
 
 typedef struct OutboxShared
 {
 	slock_t		mutex;
 	OutboxRelaySlot slots[OUTBOX_MAX_RELAYS];
+	OutboxPause pauses[OUTBOX_MAX_PAUSES];
 } OutboxShared;
 
 static OutboxShared *shared = NULL;
@@ -108,11 +122,11 @@ slot_idle(const OutboxRelaySlot *slot)
 
 /*
  * Finds the slot of dboid, or claims a free one when create is set; NULL if
- * there is none. A slot is free when its relays are gone and no pause is in
- * force. Caller holds the spinlock.
+ * there is none. A slot is free when its relays are gone. Caller holds the
+ * spinlock.
  */
 static OutboxRelaySlot *
-find_slot(Oid dboid, bool create, TimestampTz now)
+find_slot(Oid dboid, bool create)
 {
 	OutboxRelaySlot *free_slot = NULL;
 
@@ -123,8 +137,7 @@ find_slot(Oid dboid, bool create, TimestampTz now)
 		if (slot->dboid == dboid)
 			return slot;
 		if (free_slot == NULL &&
-			(slot->dboid == InvalidOid ||
-			 (slot_idle(slot) && slot->paused_until <= now)))
+			(slot->dboid == InvalidOid || slot_idle(slot)))
 			free_slot = slot;
 	}
 	if (create && free_slot != NULL)
@@ -135,6 +148,16 @@ find_slot(Oid dboid, bool create, TimestampTz now)
 	return create ? free_slot : NULL;
 }
 
+/* True while a pause of dboid is in force. Caller holds the spinlock. */
+static bool
+is_paused(Oid dboid, TimestampTz now)
+{
+	for (int i = 0; i < OUTBOX_MAX_PAUSES; i++)
+		if (shared->pauses[i].dboid == dboid && shared->pauses[i].until > now)
+			return true;
+	return false;
+}
+
 /* on_shmem_exit callback of a relay: clears its pid and latch. */
 static void
 relay_detach(int code pg_attribute_unused(), Datum arg)
@@ -143,7 +166,7 @@ relay_detach(int code pg_attribute_unused(), Datum arg)
 	OutboxRelaySlot *slot;
 
 	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, false, 0);
+	slot = find_slot(dboid, false);
 	for (int i = 0; slot != NULL && i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
 	{
 		if (slot->relays[i].pid == MyProcPid)
@@ -167,14 +190,17 @@ relay_detach(int code pg_attribute_unused(), Datum arg)
 bool
 OutboxRelayAttach(Oid dboid, int relay_no)
 {
-	OutboxRelaySlot *slot;
+	OutboxRelaySlot *slot = NULL;
 	bool		attached = false;
+	bool		paused;
 	TimestampTz now = GetCurrentTimestamp();
 
 	Assert(relay_no >= 0 && relay_no < OUTBOX_MAX_RELAYS_PER_DATABASE);
 	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, true, now);
-	if (slot != NULL && slot->relays[relay_no].pid == 0 && slot->paused_until <= now)
+	paused = is_paused(dboid, now);
+	if (!paused)
+		slot = find_slot(dboid, true);
+	if (slot != NULL && slot->relays[relay_no].pid == 0)
 	{
 		slot->relays[relay_no].pid = MyProcPid;
 		slot->relays[relay_no].latch = MyLatch;
@@ -182,7 +208,7 @@ OutboxRelayAttach(Oid dboid, int relay_no)
 	}
 	SpinLockRelease(&shared->mutex);
 
-	if (slot == NULL)
+	if (slot == NULL && !paused)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("too many outbox relays"),
@@ -206,7 +232,7 @@ OutboxRelayPid(Oid dboid, int relay_no)
 	pid_t		pid = 0;
 
 	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, false, 0);
+	slot = find_slot(dboid, false);
 	if (slot != NULL)
 		pid = slot->relays[relay_no].pid;
 	SpinLockRelease(&shared->mutex);
@@ -260,7 +286,7 @@ OutboxWakeRelay(Oid dboid)
 		return;
 
 	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, false, 0);
+	slot = find_slot(dboid, false);
 	for (int i = 0; slot != NULL && i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
 		if (slot->relays[i].latch != NULL)
 			latches[n++] = slot->relays[i].latch;
@@ -273,14 +299,20 @@ OutboxWakeRelay(Oid dboid)
 
 /*
  * Stops the relays of dboid, if any, and keeps the launcher from starting
- * one for pause_ms milliseconds. Called by a backend about to run a command that
- * needs the database to itself (DROP DATABASE and the like, utility.c); the
- * command's own wait for other sessions to leave covers the relay's exit.
+ * one until OutboxUnpauseRelays() or for pause_ms milliseconds, whichever
+ * comes first. Called by a backend about to run a command that needs the
+ * database to itself (DROP DATABASE and the like, utility.c), only for a
+ * database that has or may have relays; the command's own wait for other
+ * sessions to leave covers the relay's exit. The pause table has room for
+ * as many pauses as there are slots; when it is full of pauses in force
+ * (which would take that many relay databases at once) the relays are
+ * stopped without one, and one may be started again before the command.
  */
 void
 OutboxPauseRelay(Oid dboid, int pause_ms)
 {
 	OutboxRelaySlot *slot;
+	OutboxPause *pause = NULL;
 	pid_t		pids[OUTBOX_MAX_RELAYS_PER_DATABASE];
 	int			n = 0;
 	TimestampTz now = GetCurrentTimestamp();
@@ -289,32 +321,87 @@ OutboxPauseRelay(Oid dboid, int pause_ms)
 		return;
 
 	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, true, now);
-	if (slot != NULL)
+	for (int i = 0; i < OUTBOX_MAX_PAUSES; i++)
 	{
-		slot->paused_until = TimestampTzPlusMilliseconds(now, pause_ms);
-		for (int i = 0; i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
-			if (slot->relays[i].pid != 0)
-				pids[n++] = slot->relays[i].pid;
+		OutboxPause *p = &shared->pauses[i];
+
+		if (p->dboid == dboid && p->pid == MyProcPid)
+		{
+			pause = p;
+			break;
+		}
+		if (pause == NULL && (p->dboid == InvalidOid || p->until <= now))
+			pause = p;
 	}
+	if (pause != NULL)
+	{
+		pause->dboid = dboid;
+		pause->pid = MyProcPid;
+		pause->until = TimestampTzPlusMilliseconds(now, pause_ms);
+	}
+	slot = find_slot(dboid, false);
+	for (int i = 0; slot != NULL && i < OUTBOX_MAX_RELAYS_PER_DATABASE; i++)
+		if (slot->relays[i].pid != 0)
+			pids[n++] = slot->relays[i].pid;
 	SpinLockRelease(&shared->mutex);
 
 	for (int i = 0; i < n; i++)
 		kill(pids[i], SIGTERM);
 }
 
+/*
+ * Ends the pauses that this backend set, of dboid or, with InvalidOid, of
+ * every database: when the command failed, and when its transaction ends.
+ * Must not fail: no allocation, no ERROR. A no-op without the shared area.
+ */
+void
+OutboxUnpauseRelays(Oid dboid)
+{
+	if (shared == NULL)
+		return;
+
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < OUTBOX_MAX_PAUSES; i++)
+	{
+		OutboxPause *p = &shared->pauses[i];
+
+		if (p->pid == MyProcPid && (dboid == InvalidOid || p->dboid == dboid))
+		{
+			p->dboid = InvalidOid;
+			p->pid = 0;
+			p->until = 0;
+		}
+	}
+	SpinLockRelease(&shared->mutex);
+}
+
+/* True if a relay of dboid runs. */
+bool
+OutboxRelayRunning(Oid dboid)
+{
+	OutboxRelaySlot *slot;
+	bool		running = false;
+
+	if (shared == NULL)
+		return false;
+
+	SpinLockAcquire(&shared->mutex);
+	slot = find_slot(dboid, false);
+	if (slot != NULL)
+		running = !slot_idle(slot);
+	SpinLockRelease(&shared->mutex);
+	return running;
+}
+
 /* True while a pause set by OutboxPauseRelay is in force; launcher only. */
 bool
 OutboxRelayPaused(Oid dboid)
 {
-	OutboxRelaySlot *slot;
-	bool		paused = false;
+	bool		paused;
 	TimestampTz now = GetCurrentTimestamp();
 
 	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, false, 0);
-	if (slot != NULL)
-		paused = slot->paused_until > now;
+	paused = is_paused(dboid, now);
 	SpinLockRelease(&shared->mutex);
 	return paused;
 }

@@ -16,6 +16,8 @@
 #define OUTBOX_MAX_RELAYS 64
 /* At most this many relays per database (outbox.relays_per_database). */
 #define OUTBOX_MAX_RELAYS_PER_DATABASE 16
+/* At most this many databases paused at once (utility.c). */
+#define OUTBOX_MAX_PAUSES OUTBOX_MAX_RELAYS
 
 extern void OutboxShmemInit(void);
 
@@ -24,6 +26,8 @@ extern pid_t OutboxRelayPid(Oid dboid, int relay_no);
 extern void OutboxStopRelaysExcept(const Oid *keep, int n, int relays_per_database);
 extern void OutboxWakeRelay(Oid dboid);
 extern void OutboxPauseRelay(Oid dboid, int pause_ms);
+extern void OutboxUnpauseRelays(Oid dboid);
+extern bool OutboxRelayRunning(Oid dboid);
 extern bool OutboxRelayPaused(Oid dboid);
 
 #endif							/* OUTBOX_SHMEM_H */

@@ -12,6 +12,9 @@
 
 #include "fmgr.h"
 
+#include "headers.h"
+
+extern bool OutboxSecretCheck(const char *secret, OutboxProblem *problem);
 extern char *OutboxSecretKey(const char *secret, int *keylen);
 extern char *OutboxSignature(const char *secret, const char *msg_id,
 							 const char *timestamp, const char *body,

@@ -8,6 +8,9 @@ of times, or answer slowly:
   POST /_control  {"status": 503}                  answer every event with 503
                   {"fail": {"<event-id>": 1}}       fail that event once (500)
                   {"delay_ms": 3000}                wait before answering
+                  {"echo": ["authorization", "x-tenant"]}
+                                                    answer with those request
+                                                    headers as "name: value" lines
                   {"paths": {"/p": RULE, ...}}      rules for one path each
                   (each key given replaces that key's value; "paths" as a whole)
   GET  /_requests  every request answered: webhook-id, headers, header_names
@@ -57,7 +60,7 @@ lock = threading.Lock()
 changed = threading.Condition(lock)  # notified when the rules change
 requests = []  # answered, in answer order
 arrivals = []  # received, in arrival order (the same dicts)
-DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}}
+DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}, "echo": []}
 rules = json.loads(json.dumps(DEFAULT_RULES))
 
 
@@ -166,6 +169,7 @@ class Handler(BaseHTTPRequestHandler):
             if rules["fail"].get(event_id, 0) > 0:
                 rules["fail"][event_id] -= 1
                 status = 500
+            echo = list(rules["echo"])
             # held: wait until a later /_control lifts the hold
             while rule.get("hold"):
                 changed.wait(0.05)
@@ -187,7 +191,15 @@ class Handler(BaseHTTPRequestHandler):
             return self.drip(record, status, rule, extra)
         self.answered(record, status, None)
         try:
-            self.reply(status, {"ok": 200 <= status < 300}, extra)
+            if echo:
+                text = "".join("%s: %s\r\n" % (h, self.headers.get(h, "")) for h in echo).encode()
+                self.send_response(status)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+            else:
+                self.reply(status, {"ok": 200 <= status < 300}, extra)
             self.ended(record, "complete")
         except OSError:
             self.ended(record, "aborted")

@@ -32,7 +32,7 @@ ok( $node->poll_query_until('postgres',
 my $url = $sink->url('/hook');
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, event_types, url, headers, secret)
-	VALUES ('hooks', 'task.*', '$url', '{"x-api-key": "k1", "webhook-id": "forged", "x-empty": ""}',
+	VALUES ('hooks', 'task.*', '$url', '{"x-api-key": "k1", "x-tenant": "t1", "webhook-id": "forged", "x-empty": ""}',
 	        'whsec_' || encode('test secret key', 'base64'));
 });
 
@@ -44,7 +44,7 @@ $node->safe_psql('postgres', q{
 });
 my $event_id = $node->safe_psql('postgres', q{
 	SELECT outbox_emit('task.created', '{"n": 1, "text": "salom dunyo \\u2713"}', 'task', '42',
-	                   '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "X-API-Key": "from-the-app"}')
+	                   '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "X-Tenant": "from-the-app"}')
 });
 
 ok($sink->wait_delivered(1), 'committed event delivered while the poll interval is one hour');
@@ -58,8 +58,9 @@ is(scalar(grep { $_ eq 'webhook-id' } @{ $req->{header_names} }), 1,
 is($req->{headers}{'content-type'}, 'application/json', 'content-type');
 like($req->{headers}{'webhook-timestamp'}, qr/^\d{10}$/, 'webhook-timestamp is Unix seconds');
 ok(abs($req->{headers}{'webhook-timestamp'} - time()) < 300, 'webhook-timestamp is now');
-is($req->{headers}{'x-api-key'}, 'k1', 'destination header sent, and it wins over the event\'s');
-is(scalar(grep { $_ eq 'x-api-key' } @{ $req->{header_names} }), 1, 'that header sent once');
+is($req->{headers}{'x-api-key'}, 'k1', 'destination header sent');
+is($req->{headers}{'x-tenant'}, 't1', 'destination header wins over the event\'s');
+is(scalar(grep { $_ eq 'x-tenant' } @{ $req->{header_names} }), 1, 'that header sent once');
 is($req->{headers}{'x-empty'}, '', 'a header with an empty value is sent empty');
 is($req->{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
 	'event header sent');

@@ -99,7 +99,7 @@ ok( $node->poll_query_until('postgres',
 # header injection is refused when the event is written
 my ($hret, $hout, $herr) = $node->psql('postgres',
 	q{SELECT outbox_emit('task.bad', '{}', headers => jsonb_build_object('x-evil', E'a\r\nx-injected: 1'))});
-like($herr, qr/violates check constraint "outbox_headers_check"/,
+like($herr, qr/ERROR:  value of event header "x-evil" has a control character\n/,
 	'an event with a CR/LF in a header value is refused');
 
 # server-wide timeouts do not cut a pass short after it delivered (that

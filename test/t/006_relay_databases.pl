@@ -46,7 +46,8 @@ ok(wait_relay($node, 'postgres'), 'relay runs in database postgres');
 ############################################################################
 # DROP DATABASE of a database whose relay runs: the guard stops the relay, so
 # the command does not fail with "being accessed by other users". The DROP
-# pauses the database for 10 s; once that pause is over, the launcher, made
+# pauses the database until it commits (10 s at most); once that pause is
+# surely over, the launcher, made
 # to reconcile, must not try to start a relay for the dropped database (it is
 # still named in outbox.databases).
 {

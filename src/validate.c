@@ -1,0 +1,460 @@
+/*-------------------------------------------------------------------------
+ *
+ * validate.c
+ *	  The rules and size limits of events and destinations, and the
+ *	  triggers that apply them when a row is written.
+ *
+ * The limits are in event.h; the header rules in headers.c, the secret
+ * rules in signature.c. The triggers _outbox_check_event (BEFORE INSERT or
+ * UPDATE of an event's own columns on outbox) and _outbox_check_destination
+ * (BEFORE INSERT OR UPDATE on outbox_destinations) replace 1.0's check
+ * constraints: a violated constraint prints the whole row ("Failing row
+ * contains ...": payload, header values, secrets) to the client and the
+ * server log. A trigger runs before PostgreSQL's own NOT NULL and CHECK
+ * tests, so it raises its own errors first; they name the field and the
+ * rule, never a value. NOT NULL is tested here for the same reason.
+ *
+ * The relay applies the same checks to what it claims (queue.c, relay.c),
+ * on the stored sizes first, so that an event that got past the trigger is
+ * dead-lettered with the reason before anything large is built from it.
+ *
+ * Runs in any backend, inside a transaction.
+ *
+ * src/validate.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <curl/curl.h>
+
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+#include "utils/rel.h"
+
+#include "event.h"
+#include "headers.h"
+#include "signature.h"
+#include "validate.h"
+
+PG_FUNCTION_INFO_V1(_outbox_check_event);
+PG_FUNCTION_INFO_V1(_outbox_check_destination);
+
+/* The envelope without its strings and payload: id, keys, time, attempt. */
+#define ENVELOPE_FIXED_BYTES 256
+
+/*
+ * How much larger than its stored form a payload's JSON text can be: a
+ * string byte escapes to at most 6 bytes, and a number of about 9 stored
+ * bytes (1e1000) prints as up to about 1000 digits.
+ */
+#define PAYLOAD_TEXT_FACTOR 128
+
+static bool
+set_problem(OutboxProblem *p, int sqlstate, char *message, char *detail)
+{
+	p->sqlstate = sqlstate;
+	p->message = message;
+	p->detail = detail;
+	return false;
+}
+
+/*
+ * Checks the stored sizes of an event's columns against the limits of
+ * event.h, without reading them. Returns true, or false with *p (54000).
+ * O(1): the relay calls it before it detoasts anything.
+ */
+bool
+OutboxEventSizesCheck(const OutboxEventSizes *s, OutboxProblem *p)
+{
+	if (s->event_type > OUTBOX_MAX_TYPE_BYTES)
+		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   psprintf("event type is longer than %d bytes", OUTBOX_MAX_TYPE_BYTES),
+						   psprintf("It has %zu bytes.", (size_t) s->event_type));
+	if (s->aggregate_type > OUTBOX_MAX_AGGREGATE_BYTES)
+		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   psprintf("aggregate type is longer than %d bytes", OUTBOX_MAX_AGGREGATE_BYTES),
+						   psprintf("It has %zu bytes.", (size_t) s->aggregate_type));
+	if (s->aggregate_id > OUTBOX_MAX_AGGREGATE_BYTES)
+		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   psprintf("aggregate id is longer than %d bytes", OUTBOX_MAX_AGGREGATE_BYTES),
+						   psprintf("It has %zu bytes.", (size_t) s->aggregate_id));
+	if (s->payload > OUTBOX_MAX_PAYLOAD_BYTES)
+		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   pstrdup("event payload is too large"),
+						   psprintf("The payload takes %zu bytes; the limit is %d bytes.",
+									(size_t) s->payload, OUTBOX_MAX_PAYLOAD_BYTES));
+	if (s->headers > OUTBOX_MAX_HEADERS_BYTES)
+		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   psprintf("event headers are larger than %d bytes", OUTBOX_MAX_HEADERS_BYTES),
+						   NULL);
+	return true;
+}
+
+/* The length of string s[0..len) as escape_json() writes it, quotes included. */
+static Size
+escaped_length(const char *s, int len)
+{
+	Size		n = 2;
+
+	for (int i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if ((i & 0xfffff) == 0xfffff)
+			CHECK_FOR_INTERRUPTS();
+		if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' ||
+			c == '\r' || c == '\t')
+			n += 2;
+		else if (c < ' ')
+			n += 6;
+		else
+			n += 1;
+	}
+	return n;
+}
+
+/*
+ * An upper bound of the length of the envelope (envelope.c) of an event
+ * with these column sizes and this payload (jsonb, detoasted only if it
+ * must be read). Strings count 6
+ * bytes per byte (escaping). A payload small enough that even
+ * PAYLOAD_TEXT_FACTOR times its size fits the limit is not read; a larger
+ * one is walked once, counting what each token prints as (strings as
+ * escaped, numbers as printed), and the walk
+ * stops as soon as the bound passes OUTBOX_MAX_ENVELOPE_BYTES. Linear in
+ * the payload, and interruptible every 1024 tokens.
+ */
+Size
+OutboxEnvelopeBound(const OutboxEventSizes *s, Datum payload)
+{
+	Size		total = ENVELOPE_FIXED_BYTES +
+		6 * (s->event_type + s->aggregate_type + s->aggregate_id) + 6;
+	Size		cheap = s->payload * PAYLOAD_TEXT_FACTOR;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	uint32		tokens = 0;
+
+	if (total + cheap <= OUTBOX_MAX_ENVELOPE_BYTES)
+		return total + cheap;
+
+	it = JsonbIteratorInit(&DatumGetJsonbP(payload)->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if ((++tokens & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		total += 2;				/* a bracket, or ", " / ": " */
+		if (tok != WJB_KEY && tok != WJB_VALUE && tok != WJB_ELEM)
+			continue;
+		switch (v.type)
+		{
+			case jbvString:
+				total += escaped_length(v.val.string.val, v.val.string.len);
+				break;
+			case jbvNumeric:
+				{
+					char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out,
+																		   NumericGetDatum(v.val.numeric)));
+
+					total += strlen(text);
+					pfree(text);
+				}
+				break;
+			case jbvBool:
+				total += 5;
+				break;
+			default:
+				total += 4;
+				break;
+		}
+		if (total > OUTBOX_MAX_ENVELOPE_BYTES)
+			break;
+	}
+	return total;
+}
+
+/*
+ * Checks that the envelope of an event stays within
+ * OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeBound). Returns true, or false
+ * with *p (54000).
+ */
+bool
+OutboxEnvelopeCheck(const OutboxEventSizes *s, Datum payload, OutboxProblem *p)
+{
+	if (OutboxEnvelopeBound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
+		return true;
+	return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+					   psprintf("event envelope would be larger than %d bytes",
+								OUTBOX_MAX_ENVELOPE_BYTES),
+					   pstrdup("The JSON text sent for the event, its escaped strings and printed numbers included, must fit the limit."));
+}
+
+/*
+ * Checks a destination URL: at most 8192 bytes, no space or control
+ * character, and, as libcurl parses it (curl_url), an http or https URL
+ * with a host and a port between 1 and 65535. Returns true, or false with
+ * *p (23514, or 54000 for the length). The message never quotes the URL,
+ * which may hold credentials. Calls no PostgreSQL function between
+ * libcurl's allocation and its release.
+ */
+bool
+OutboxUrlCheck(const char *url, OutboxProblem *p)
+{
+	size_t		len = strlen(url);
+	CURLU	   *u;
+	CURLUcode	rc;
+	char	   *scheme = NULL;
+	char	   *host = NULL;
+	char	   *port = NULL;
+	const char *why = NULL;
+
+	if (len > 8192)
+		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   pstrdup("destination url is longer than 8192 bytes"), NULL);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char) url[i] <= 0x20 || (unsigned char) url[i] == 0x7f)
+			return set_problem(p, ERRCODE_CHECK_VIOLATION,
+							   pstrdup("destination url is not valid"),
+							   pstrdup("A URL has no spaces or control characters."));
+	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
+		return set_problem(p, ERRCODE_CHECK_VIOLATION,
+						   pstrdup("destination url is not valid"),
+						   pstrdup("Only http and https URLs are allowed."));
+
+	u = curl_url();
+	if (u == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	rc = curl_url_set(u, CURLUPART_URL, url, 0);
+	if (rc == CURLUE_BAD_PORT_NUMBER)
+		why = "The port must be a number between 1 and 65535.";
+	else if (rc != CURLUE_OK)
+		why = "libcurl cannot parse it as a URL.";
+	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+		why = "Only http and https URLs are allowed.";
+	else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
+		why = "The URL must name a host.";
+	else if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
+			 atoi(port) < 1 || atoi(port) > 65535)
+		why = "The port must be a number between 1 and 65535.";
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	if (why != NULL)
+		return set_problem(p, ERRCODE_CHECK_VIOLATION,
+						   pstrdup("destination url is not valid"), pstrdup(why));
+	return true;
+}
+
+/* The trigger's row and relation, after checking how it was called. */
+static HeapTuple
+trigger_row(FunctionCallInfo fcinfo, const char *name, Relation *rel)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+		!(TRIGGER_FIRED_BY_INSERT(td->tg_event) || TRIGGER_FIRED_BY_UPDATE(td->tg_event)))
+		elog(ERROR, "%s must be called as a BEFORE INSERT OR UPDATE row trigger", name);
+	*rel = td->tg_relation;
+	return TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple;
+}
+
+/*
+ * Raises PostgreSQL's not-null error for the first NOT NULL column that is
+ * null in tuple, without the "Failing row contains" detail.
+ */
+static void
+check_not_null(Relation rel, HeapTuple tuple)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attnotnull && !att->attisdropped && heap_attisnull(tuple, i + 1, desc))
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+							NameStr(att->attname), RelationGetRelationName(rel))));
+	}
+}
+
+/* The value of column name, or isnull set. ERROR if there is no such column. */
+static Datum
+column(Relation rel, HeapTuple tuple, const char *name, bool *isnull)
+{
+	int			attnum = SPI_fnumber(RelationGetDescr(rel), name);
+
+	if (attnum <= 0)
+		elog(ERROR, "column \"%s\" of relation \"%s\" does not exist",
+			 name, RelationGetRelationName(rel));
+	return heap_getattr(tuple, attnum, RelationGetDescr(rel), isnull);
+}
+
+/* The size of column name as stored, detoasted; 0 for NULL. */
+static Size
+column_size(Relation rel, HeapTuple tuple, const char *name)
+{
+	bool		isnull;
+	Datum		d = column(rel, tuple, name, &isnull);
+
+	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
+}
+
+/*
+ * _outbox_check_event() RETURNS trigger
+ *
+ * BEFORE INSERT OR UPDATE OF the event's columns, FOR EACH ROW, on outbox
+ * (outbox_emit's INSERT fires it too). Raises, naming the field and the
+ * rule: 23502 for a NULL in a NOT NULL column, 22023 for an empty
+ * event_type, 54000 for a size over a limit of event.h (type, aggregate
+ * fields, payload, headers, envelope), 22023/23514/54000 for headers
+ * (OutboxHeadersCheck, with the names events may carry), 23514 for
+ * negative attempts. A row that is already delivered or dead-lettered is
+ * history (a restore, say) and is not checked.
+ */
+Datum
+_outbox_check_event(PG_FUNCTION_ARGS)
+{
+	Relation	rel;
+	HeapTuple	tuple = trigger_row(fcinfo, "_outbox_check_event", &rel);
+	OutboxEventSizes sizes;
+	OutboxProblem p;
+	bool		isnull;
+	Datum		d;
+
+	check_not_null(rel, tuple);
+	(void) column(rel, tuple, "delivered_at", &isnull);
+	if (!isnull)
+		return PointerGetDatum(tuple);
+	(void) column(rel, tuple, "dead_at", &isnull);
+	if (!isnull)
+		return PointerGetDatum(tuple);
+
+	d = column(rel, tuple, "attempts", &isnull);
+	if (!isnull && DatumGetInt32(d) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("attempts must not be negative")));
+
+	sizes.event_type = column_size(rel, tuple, "event_type");
+	sizes.aggregate_type = column_size(rel, tuple, "aggregate_type");
+	sizes.aggregate_id = column_size(rel, tuple, "aggregate_id");
+	sizes.payload = column_size(rel, tuple, "payload");
+	sizes.headers = column_size(rel, tuple, "headers");
+	if (sizes.event_type == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event type must not be empty")));
+	if (!OutboxEventSizesCheck(&sizes, &p))
+		OutboxRaiseProblem(&p);
+
+	d = column(rel, tuple, "headers", &isnull);
+	if (!isnull && !OutboxHeadersCheck(DatumGetJsonbP(d), true, &p))
+		OutboxRaiseProblem(&p);
+	d = column(rel, tuple, "payload", &isnull);
+	if (!OutboxEnvelopeCheck(&sizes, d, &p))
+		OutboxRaiseProblem(&p);
+	return PointerGetDatum(tuple);
+}
+
+/* Raises 23514 with message and detail (both constant text). */
+static void
+refuse(const char *message, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg_internal("%s", message),
+			 detail ? errdetail_internal("%s", detail) : 0));
+}
+
+/*
+ * _outbox_check_destination() RETURNS trigger
+ *
+ * BEFORE INSERT OR UPDATE, FOR EACH ROW, on outbox_destinations: the rules
+ * of 1.0's check constraints, tightened, with errors that never show the
+ * row (its secret and headers are credentials). 23502 for NULL in a NOT
+ * NULL column; 23514 for an empty name or pattern, not exactly one of url
+ * and channel, an invalid url (OutboxUrlCheck), channel, headers
+ * (OutboxHeadersCheck) or secret (OutboxSecretCheck), a secret without a
+ * url, a timeout_ms outside 1..600000; 54000 for a size over a limit.
+ */
+Datum
+_outbox_check_destination(PG_FUNCTION_ARGS)
+{
+	Relation	rel;
+	HeapTuple	tuple = trigger_row(fcinfo, "_outbox_check_destination", &rel);
+	OutboxProblem p;
+	bool		isnull;
+	bool		has_url;
+	bool		has_channel;
+	Datum		d;
+
+	check_not_null(rel, tuple);
+	if (column_size(rel, tuple, "name") == 0)
+		refuse("destination name must not be empty", NULL);
+	if (column_size(rel, tuple, "name") > OUTBOX_MAX_TYPE_BYTES ||
+		column_size(rel, tuple, "event_types") > OUTBOX_MAX_TYPE_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("destination name and event_types are limited to %d bytes each",
+						OUTBOX_MAX_TYPE_BYTES)));
+	if (column_size(rel, tuple, "event_types") == 0)
+		refuse("destination event_types must not be empty", NULL);
+
+	d = column(rel, tuple, "url", &isnull);
+	has_url = !isnull;
+	if (has_url && !OutboxUrlCheck(TextDatumGetCString(d), &p))
+		OutboxRaiseProblem(&p);
+	d = column(rel, tuple, "channel", &isnull);
+	has_channel = !isnull;
+	if (has_url == has_channel)
+		refuse("destination must have either a url or a channel",
+			   "A destination is a webhook (url) or a NOTIFY channel (channel), not both.");
+	if (has_channel && (VARSIZE_ANY_EXHDR(DatumGetPointer(d)) < 1 ||
+						toast_raw_datum_size(d) - VARHDRSZ > 63))
+		refuse("destination channel is not valid", "A channel name has 1 to 63 bytes.");
+
+	d = column(rel, tuple, "headers", &isnull);
+	if (!isnull)
+	{
+		if (toast_raw_datum_size(d) > OUTBOX_MAX_HEADERS_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("destination headers are larger than %d bytes",
+							OUTBOX_MAX_HEADERS_BYTES)));
+		if (!OutboxHeadersCheck(DatumGetJsonbP(d), false, &p))
+			OutboxRaiseProblem(&p);
+	}
+
+	d = column(rel, tuple, "secret", &isnull);
+	if (!isnull)
+	{
+		if (!has_url)
+			refuse("destination secret needs a url", "Only webhooks are signed.");
+		if (toast_raw_datum_size(d) - VARHDRSZ > OUTBOX_MAX_SECRET_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("destination secret is longer than %d bytes",
+							OUTBOX_MAX_SECRET_BYTES)));
+		if (!OutboxSecretCheck(TextDatumGetCString(d), &p))
+			OutboxRaiseProblem(&p);
+	}
+
+	d = column(rel, tuple, "timeout_ms", &isnull);
+	if (!isnull && (DatumGetInt32(d) < 1 || DatumGetInt32(d) > 600000))
+		refuse("destination timeout_ms must be between 1 and 600000", NULL);
+	return PointerGetDatum(tuple);
+}
