@@ -200,8 +200,13 @@ OutboxHeaderList(Jsonb *headers, OutboxHeader **list)
 	return n;
 }
 
-static bool
-problem(OutboxProblem *p, int sqlstate, char *message, char *detail)
+/*
+ * Fills *p with an error to raise later (SQLSTATE, message, detail; the
+ * strings palloc'd by the caller) and returns false, so that a check can
+ * say "return OutboxProblemSet(...)". Raises nothing itself.
+ */
+bool
+OutboxProblemSet(OutboxProblem *p, int sqlstate, char *message, char *detail)
 {
 	p->sqlstate = sqlstate;
 	p->message = message;
@@ -228,14 +233,14 @@ OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *p)
 	int			n;
 
 	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-		return problem(p, ERRCODE_INVALID_PARAMETER_VALUE,
+		return OutboxProblemSet(p, ERRCODE_INVALID_PARAMETER_VALUE,
 					   psprintf("%s headers must be a JSON object", what), NULL);
 	if (VARSIZE(headers) > OUTBOX_MAX_HEADERS_BYTES)
-		return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 					   psprintf("%s headers are larger than %d bytes", what,
 								OUTBOX_MAX_HEADERS_BYTES), NULL);
 	if (JB_ROOT_COUNT(headers) > OUTBOX_MAX_HEADERS)
-		return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 					   psprintf("%s headers have more than %d entries", what,
 								OUTBOX_MAX_HEADERS), NULL);
 	n = OutboxHeaderList(headers, &list);
@@ -244,25 +249,25 @@ OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *p)
 		size_t		namelen = strlen(list[i].name);
 
 		if (namelen > OUTBOX_MAX_HEADER_NAME_BYTES)
-			return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+			return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   psprintf("%s header name is longer than %d bytes", what,
 									OUTBOX_MAX_HEADER_NAME_BYTES), NULL);
 		if (!OutboxHeaderNameValid(list[i].name, namelen))
-			return problem(p, ERRCODE_CHECK_VIOLATION,
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 						   psprintf("%s header name is not a valid HTTP field name", what),
 						   pstrdup("Header names are RFC 9110 tokens: ASCII letters, digits and !#$%&'*+-.^_`|~."));
 		if (event && !OutboxEventHeaderAllowed(list[i].name))
-			return problem(p, ERRCODE_CHECK_VIOLATION,
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 						   psprintf("event header \"%s\" is not allowed", list[i].name),
 						   pstrdup("An event may carry traceparent, tracestate, baggage, and x- headers whose names contain no credential or routing word; other headers belong to the destination."));
 		if (list[i].value == NULL)
 			continue;
 		if (strlen(list[i].value) > OUTBOX_MAX_HEADER_VALUE_BYTES)
-			return problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+			return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   psprintf("value of %s header \"%s\" is longer than %d bytes",
 									what, list[i].name, OUTBOX_MAX_HEADER_VALUE_BYTES), NULL);
 		if (!OutboxHeaderValueValid(list[i].value, strlen(list[i].value)))
-			return problem(p, ERRCODE_CHECK_VIOLATION,
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 						   psprintf("value of %s header \"%s\" has a control character",
 									what, list[i].name),
 						   pstrdup("Header values may contain no control character other than tab."));

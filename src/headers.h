@@ -33,6 +33,9 @@ typedef struct OutboxProblem
 	char	   *detail;			/* or NULL */
 } OutboxProblem;
 
+extern bool OutboxProblemSet(OutboxProblem *p, int sqlstate, char *message,
+							 char *detail);
+
 extern bool OutboxHeaderNameValid(const char *name, size_t len);
 extern bool OutboxHeaderValueValid(const char *value, size_t len);
 extern bool OutboxHeaderReserved(const char *name);

@@ -56,15 +56,6 @@ PG_FUNCTION_INFO_V1(_outbox_check_destination);
  */
 #define PAYLOAD_TEXT_FACTOR 128
 
-static bool
-set_problem(OutboxProblem *p, int sqlstate, char *message, char *detail)
-{
-	p->sqlstate = sqlstate;
-	p->message = message;
-	p->detail = detail;
-	return false;
-}
-
 /*
  * Checks the stored sizes of an event's columns against the limits of
  * event.h, without reading them. Returns true, or false with *p (54000).
@@ -74,24 +65,24 @@ bool
 OutboxEventSizesCheck(const OutboxEventSizes *s, OutboxProblem *p)
 {
 	if (s->event_type > OUTBOX_MAX_TYPE_BYTES)
-		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   psprintf("event type is longer than %d bytes", OUTBOX_MAX_TYPE_BYTES),
 						   psprintf("It has %zu bytes.", (size_t) s->event_type));
 	if (s->aggregate_type > OUTBOX_MAX_AGGREGATE_BYTES)
-		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   psprintf("aggregate type is longer than %d bytes", OUTBOX_MAX_AGGREGATE_BYTES),
 						   psprintf("It has %zu bytes.", (size_t) s->aggregate_type));
 	if (s->aggregate_id > OUTBOX_MAX_AGGREGATE_BYTES)
-		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   psprintf("aggregate id is longer than %d bytes", OUTBOX_MAX_AGGREGATE_BYTES),
 						   psprintf("It has %zu bytes.", (size_t) s->aggregate_id));
 	if (s->payload > OUTBOX_MAX_PAYLOAD_BYTES)
-		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   pstrdup("event payload is too large"),
 						   psprintf("The payload takes %zu bytes; the limit is %d bytes.",
 									(size_t) s->payload, OUTBOX_MAX_PAYLOAD_BYTES));
 	if (s->headers > OUTBOX_MAX_HEADERS_BYTES)
-		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   psprintf("event headers are larger than %d bytes", OUTBOX_MAX_HEADERS_BYTES),
 						   NULL);
 	return true;
@@ -190,7 +181,7 @@ OutboxEnvelopeCheck(const OutboxEventSizes *s, Datum payload, OutboxProblem *p)
 {
 	if (OutboxEnvelopeBound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
 		return true;
-	return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+	return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 					   psprintf("event envelope would be larger than %d bytes",
 								OUTBOX_MAX_ENVELOPE_BYTES),
 					   pstrdup("The JSON text sent for the event, its escaped strings and printed numbers included, must fit the limit."));
@@ -216,15 +207,15 @@ OutboxUrlCheck(const char *url, OutboxProblem *p)
 	const char *why = NULL;
 
 	if (len > 8192)
-		return set_problem(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 						   pstrdup("destination url is longer than 8192 bytes"), NULL);
 	for (size_t i = 0; i < len; i++)
 		if ((unsigned char) url[i] <= 0x20 || (unsigned char) url[i] == 0x7f)
-			return set_problem(p, ERRCODE_CHECK_VIOLATION,
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 							   pstrdup("destination url is not valid"),
 							   pstrdup("A URL has no spaces or control characters."));
 	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
-		return set_problem(p, ERRCODE_CHECK_VIOLATION,
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 						   pstrdup("destination url is not valid"),
 						   pstrdup("Only http and https URLs are allowed."));
 
@@ -251,7 +242,7 @@ OutboxUrlCheck(const char *url, OutboxProblem *p)
 	curl_free(port);
 	curl_url_cleanup(u);
 	if (why != NULL)
-		return set_problem(p, ERRCODE_CHECK_VIOLATION,
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 						   pstrdup("destination url is not valid"), pstrdup(why));
 	return true;
 }
