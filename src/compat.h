@@ -92,4 +92,16 @@ OutboxGucVariables(int *n)
 #endif
 }
 
+/*
+ * The "extra" of a GUC check hook: malloc'd before 16, from the GUC memory
+ * context (guc_malloc, freed with guc_free) from 16 on.
+ */
+#if PG_VERSION_NUM >= 160000
+#define OutboxGucMalloc(size) guc_malloc(LOG, (size))
+#define OutboxGucFree(ptr) guc_free(ptr)
+#else
+#define OutboxGucMalloc(size) malloc(size)
+#define OutboxGucFree(ptr) free(ptr)
+#endif
+
 #endif							/* OUTBOX_COMPAT_H */

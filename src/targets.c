@@ -39,6 +39,7 @@
 
 #include "utils/guc.h"
 
+#include "compat.h"
 #include "targets.h"
 
 typedef enum TargetKind
@@ -193,8 +194,8 @@ parse_entry(char *s, AllowEntry *e)
 
 /*
  * Check hook of outbox.http_allowed_targets: parses the list into *extra
- * (malloc'd, as the GUC machinery requires), or refuses it naming the
- * entry that is wrong.
+ * (allocated as the GUC machinery of this version requires: see
+ * OutboxGucMalloc), or refuses it naming the entry that is wrong.
  */
 bool
 OutboxTargetsCheckHook(char **newval, void **extra, GucSource source pg_attribute_unused())
@@ -207,7 +208,7 @@ OutboxTargetsCheckHook(char **newval, void **extra, GucSource source pg_attribut
 
 	for (const char *c = copy; *c; c++)
 		n += *c == ',';
-	list = malloc(offsetof(AllowList, entries) + sizeof(AllowEntry) * n);
+	list = OutboxGucMalloc(offsetof(AllowList, entries) + sizeof(AllowEntry) * n);
 	if (list == NULL)
 		return false;
 	list->n = 0;
@@ -225,7 +226,7 @@ OutboxTargetsCheckHook(char **newval, void **extra, GucSource source pg_attribut
 		if (!parse_entry(pstrdup(tok), &list->entries[list->n]))
 		{
 			GUC_check_errdetail("Entry \"%s\" is not a host name, address or range with an optional :port or :port-port.", tok);
-			free(list);
+			OutboxGucFree(list);
 			return false;
 		}
 		list->n++;
