@@ -105,12 +105,17 @@ for my $f (grep { $_->{received_at} > $first + 0.25 } @$reqs)
 	$most = $in_flight if $in_flight > $most;
 }
 note("slow requests in flight at fast arrivals: at most $most");
-cmp_ok($most, '<=', $conns / 2, 'slow had at most half the connections while fast had events waiting');
-
-# no gap in fast's flow as long as a slow request
 my @g = sort { $b <=> $a } gaps($reqs);
 note(sprintf('longest gap between fast arrivals: %.3f s', $g[0]));
-cmp_ok($g[0], '<', 1, 'fast never waited for a slow request');
+SKIP:
+{
+	# the sanitizer run's instrumented server is too slow for timings
+	skip 'timings are not representative under the sanitizers', 2
+	  if $ENV{OUTBOX_TEST_SANITIZER};
+	cmp_ok($most, '<=', $conns / 2, 'slow had at most half the connections while fast had events waiting');
+	# no gap in fast's flow as long as a slow request
+	cmp_ok($g[0], '<', 1, 'fast never waited for a slow request');
+}
 
 my ($best_alone, $best_with) = (max(@alone), max(@with));
 my $ratio = $best_with / $best_alone;
