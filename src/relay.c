@@ -528,7 +528,19 @@ record_step(void *arg)
 	}
 	else
 		OutboxRecordOutcomes(r->events, r->n);
-	r->next_due_ms = OutboxNextDueMs();
+
+	/*
+	 * Only a failure schedules an attempt (its retry); a delivery can only
+	 * make the next due time later, so it need not be read again.
+	 */
+	for (int i = 0; i < r->n; i++)
+	{
+		if (!r->events[i]->ok)
+		{
+			r->next_due_ms = OutboxNextDueMs();
+			break;
+		}
+	}
 }
 
 /*
