@@ -5,15 +5,19 @@
 /*
  * Relay v2: an HTTP event is leased while its request is in flight, and no
  * transaction stays open meanwhile. claimed_by is the number of the relay
- * that has it in flight (NULL otherwise); next_attempt_at is then the end
- * of the lease, when the event is due again if that relay died.
+ * that has it in flight, claimed_until the end of the lease: the claim
+ * leaves the event alone until then, and if that relay died, it is due
+ * again then, or at once when that relay starts again. Neither column is
+ * indexed, so that taking and giving back a lease are HOT updates: the
+ * event keeps its place in outbox_pending_idx and no index grows.
  */
-ALTER TABLE @extschema@.outbox ADD COLUMN claimed_by integer;
+ALTER TABLE @extschema@.outbox ADD COLUMN claimed_by integer,
+                               ADD COLUMN claimed_until timestamptz;
 
 COMMENT ON COLUMN @extschema@.outbox.claimed_by IS
     'Number of the relay that has the event in flight; NULL when it is not';
-COMMENT ON COLUMN @extschema@.outbox.next_attempt_at IS
-    'The event is not claimed before this time (retry backoff, or the end of the lease of an event in flight)';
+COMMENT ON COLUMN @extschema@.outbox.claimed_until IS
+    'End of the lease of an event in flight: it is not claimed again before this time';
 COMMENT ON COLUMN @extschema@.outbox.attempts IS
     'Deliveries started, counted when each starts (a crash cannot lose one)';
 
@@ -157,7 +161,7 @@ RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.repla
 CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
-       o.next_attempt_at,
+       o.next_attempt_at, o.claimed_until,
        d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
        d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
        d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors

@@ -158,6 +158,16 @@ def wait_for_count(counter, n, timeout=60):
         time.sleep(0.01)
 
 
+def cpu_seconds(pid):
+    """User and system CPU time of a process so far (from /proc), or 0."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def relay_pids(c):
     return [r[0] for r in c.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")]
 
@@ -265,13 +275,20 @@ def drain(c, n, event_type, dest_sql, label):
     c.sql(dest_sql)
     t0 = time.time()  # from the reload that starts the relay
     c.set(settle=False, databases="postgres")
+    pids = []
+    while not pids and time.time() - t0 < 10:
+        pids = relay_pids(c)
     wait_drained(c)
     t = time.time() - t0
+    cpu = sum(cpu_seconds(pid) for pid in pids)
     delivered = c.sql("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL")[0][0]
     first, last = c.sql("SELECT min(delivered_at), max(delivered_at) FROM outbox")[0]
     span = (last - first).total_seconds() if first else float("nan")
     print(f"  {label:8s} {delivered} events in {t:6.2f} s wall  = {delivered / t:8.0f} events/s"
           f"   (first to last pass: {span:.2f} s = {delivered / span if span else 0:.0f}/s)")
+    # CPU the relay used, per event: a figure that other load on the machine
+    # changes much less than the rate
+    print(f"  {'':8s} relay CPU {cpu:.2f} s = {1e6 * cpu / max(delivered, 1):.1f} us per event")
 
 
 def bench_throughput(c, tmp, n, nginx_port, batch, conns):

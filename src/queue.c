@@ -90,6 +90,7 @@ static Oid	ext_nspoid = InvalidOid;
 	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
+	"   AND (p.claimed_until IS NULL OR p.claimed_until <= now())" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))"
 #define CLAIM_LOCK \
 	" ORDER BY p.next_attempt_at, p.id" \
@@ -189,43 +190,49 @@ static OutboxStatement next_due_stmt = {
 /*
  * The lease of HTTP events, in the claim's transaction: the attempt is
  * counted before it starts (a crash cannot lose it), the relay's number is
- * recorded, and next_attempt_at moves past the time the request can take,
+ * recorded, and claimed_until is set past the time the request can take,
  * so that no one claims the event while it is in flight; if the relay dies,
  * the event is due again then, or at once when that relay starts again
- * (release_stmt).
+ * (release_stmt). It changes no indexed column, so it is a HOT update
+ * wherever the page has room: the event keeps its entries in every index.
+ * RETURNING gives each row's new version (ord: its place in $1), which is
+ * what the outcome is recorded on.
  */
-static const Oid lease_argtypes[] = {TIDARRAYOID, TEXTARRAYOID, FLOAT8ARRAYOID, INT4OID};
+static const Oid lease_argtypes[] = {TIDARRAYOID, FLOAT8ARRAYOID, INT4OID};
 static OutboxStatement lease_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET attempts = o.attempts + 1, destination = u.dest, claimed_by = $4,"
-		"       next_attempt_at = now() + make_interval(secs => u.lease_ms / 1000.0)"
-		"  FROM unnest($1::tid[], $2::text[], $3::float8[]) AS u(tid, dest, lease_ms)"
-		" WHERE o.ctid = u.tid",
-	.nargs = 4,
+		"   SET attempts = o.attempts + 1, claimed_by = $3,"
+		"       claimed_until = now() + make_interval(secs => u.lease_ms / 1000.0)"
+		"  FROM unnest($1::tid[], $2::float8[]) WITH ORDINALITY AS u(tid, lease_ms, ord)"
+		" WHERE o.ctid = u.tid"
+		" RETURNING u.ord, o.ctid",
+	.nargs = 3,
 	.argtypes = lease_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
 /*
  * Outcomes of leased events, each in a short transaction of its own after
- * the request: matched by id and by the attempt count of the lease, so an
- * outcome that arrives after the lease was given up (a restart released it,
- * an admin redelivered the event) changes nothing. The generic plan must
- * look the ids up in the primary key whatever the statistics say about the
- * pending rows: "o.id = ANY ($1)" offers that path, and the pending test is
- * written so that it does not match the partial index's predicate (a scan
- * of every pending row, in a hash join, was chosen otherwise).
+ * the request: on the row version the lease wrote (by TID: a third cheaper
+ * than primary key lookups), and only while it still has the lease's
+ * attempt count. A row changed since (a restart released the lease, an
+ * admin redelivered or cancelled the event) is a newer version: its old
+ * TID finds nothing, and the outcome changes nothing. The id is checked
+ * too: once that old version is pruned, its line pointer can be reused by
+ * another row.
  */
-static const Oid recorded_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID};
+static const Oid recorded_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
 static OutboxStatement recorded_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET delivered_at = now(), last_error = NULL, claimed_by = NULL"
-		"  FROM unnest($1::bigint[], $2::int[]) AS u(id, attempts)"
-		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.attempts"
-		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL",
-	.nargs = 2,
+		"   SET delivered_at = now(), last_error = NULL, destination = u.dest,"
+		"       claimed_by = NULL, claimed_until = NULL"
+		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
+		"       AS u(tid, id, attempts, dest)"
+		" WHERE o.ctid = u.tid AND o.id = u.id AND o.attempts = u.attempts"
+		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+	.nargs = 4,
 	.argtypes = recorded_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
@@ -239,7 +246,8 @@ TEXTARRAYOID, FLOAT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
 static OutboxStatement failure_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET attempts = u.attempts, last_error = u.err, claimed_by = NULL,"
+		"   SET attempts = u.attempts, last_error = u.err,"
+		"       claimed_by = NULL, claimed_until = NULL,"
 		"       destination = coalesce(u.dest, o.destination),"
 		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
 		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
@@ -254,12 +262,29 @@ static OutboxStatement failure_stmt = {
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
+/*
+ * Whether an enabled destination other than those named in $1 exists. A
+ * claim that leaves out every enabled destination could only find events
+ * that have none (to park), and would walk the whole due backlog of those
+ * it leaves out to find them: it is not made; such events are parked by
+ * the next claim that leaves nothing out.
+ */
+static const Oid others_argtypes[] = {TEXTARRAYOID};
+static OutboxStatement others_stmt = {
+	.sql =
+		"SELECT EXISTS (SELECT FROM %1$s.outbox_destinations d"
+		"                WHERE d.enabled AND d.name <> ALL ($1))",
+	.nargs = 1,
+	.argtypes = others_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
 /* Gives back the leases a relay with this number held when it stopped. */
 static const Oid release_argtypes[] = {INT4OID};
 static OutboxStatement release_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET next_attempt_at = now(), claimed_by = NULL"
+		"   SET claimed_by = NULL, claimed_until = NULL"
 		" WHERE o.claimed_by = $1"
 		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
 	.nargs = 1,
@@ -274,6 +299,7 @@ static OutboxStatement next_pending_stmt = {
 		"SELECT p.id, p.attempts"
 		"  FROM %1$s._outbox_pending p"
 		" WHERE p.next_attempt_at <= now()"
+		"   AND (p.claimed_until IS NULL OR p.claimed_until <= now())"
 		"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($1))"
 		" ORDER BY p.next_attempt_at, p.id"
 		" LIMIT 1",
@@ -513,6 +539,20 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = Int64GetDatum(only_id);
 
+	*claimed = 0;
+	*events = NULL;
+	if (nnames > 0 && only_id == 0)
+	{
+		bool		isnull;
+
+		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, ext_nspoid),
+							  &values[1], NULL, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not look for destinations: %s", SPI_result_code_string(rc));
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			return 0;
+	}
+
 	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
 											  ext_nspoid),
 						  values, NULL, false, 0);
@@ -693,30 +733,35 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 void
 OutboxLease(OutboxEvent **events, int n, int relay, const double *lease_ms)
 {
-	Datum	   *dests;
 	Datum	   *leases;
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', relay < 0 ? 'n' : ' '};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', relay < 0 ? 'n' : ' '};
 	int			rc;
 
 	if (n == 0)
 		return;
-	dests = palloc(sizeof(Datum) * n);
 	leases = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
-	{
-		dests[i] = CStringGetTextDatum(events[i]->dest.name);
 		leases[i] = Float8GetDatum(lease_ms[i]);
-	}
 	values[0] = tid_array(events, n);
-	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(leases, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[3] = Int32GetDatum(relay);
+	values[1] = PointerGetDatum(construct_array(leases, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[2] = Int32GetDatum(relay);
 
 	rc = SPI_execute_plan(OutboxStatementPlan(&lease_stmt, ext_nspoid), values, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE)
+	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not lease events: %s", SPI_result_code_string(rc));
 	check_marked(n, "in flight");
+	/* the outcome is recorded on the version the lease wrote */
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		bool		isnull;
+		int64		ord = DatumGetInt64(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
+
+		if (ord < 1 || ord > n)
+			elog(ERROR, "lease returned row %lld of %d", (long long) ord, n);
+		events[ord - 1]->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 2, &isnull));
+	}
 }
 
 /*
@@ -773,16 +818,18 @@ record_failures(OutboxEvent **events, int n, bool counted)
 }
 
 /*
- * Records the outcomes of n leased events, by id and lease (see
- * recorded_stmt): delivered, or a failed attempt (see failed_attempt).
+ * Records the outcomes of n leased events, on the row versions their lease
+ * wrote (see recorded_stmt): delivered, or a failed attempt (see failed_attempt).
  * Caller has a transaction open and SPI connected; ERROR if SPI fails.
  */
 void
 OutboxRecordOutcomes(OutboxEvent **events, int n)
 {
 	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	OutboxEvent **ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
 	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
 	int			nok = 0;
 	int			nfailed = 0;
 
@@ -793,17 +840,21 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 			failed[nfailed++] = events[i];
 			continue;
 		}
+		ok[nok] = events[i];
 		ids[nok] = Int64GetDatum(events[i]->id);
 		attempts[nok] = Int32GetDatum(events[i]->attempts + 1);
+		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
 		nok++;
 	}
 	if (nok > 0)
 	{
-		Datum		values[2];
+		Datum		values[4];
 		int			rc;
 
-		values[0] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		values[1] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
+		values[0] = tid_array(ok, nok);
+		values[1] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[2] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
+		values[3] = PointerGetDatum(construct_array(dests, nok, TEXTOID, -1, false, TYPALIGN_INT));
 		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, ext_nspoid), values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));

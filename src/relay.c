@@ -94,6 +94,16 @@ PG_FUNCTION_INFO_V1(outbox_relay);
  */
 #define RECORD_BATCH 64
 #define RECORD_DELAY_MS 5
+/*
+ * A claim that left out full destinations and still found less than a
+ * batch found every due event of the others: repeating it before an
+ * outcome frees one of those destinations can only find what was emitted
+ * or became due since, and it walks the full destinations' due backlog
+ * again to do so. Such a repeat waits this many times as long as that
+ * claim took, which keeps walking a large backlog under a tenth of the
+ * relay's time.
+ */
+#define DRY_CLAIM_REPEAT_FACTOR 10
 /* Caught errors are logged at most this often. */
 #define ERROR_LOG_INTERVAL_MS 10000
 /* The wait after a step failed, doubled while failures go on. */
@@ -485,7 +495,19 @@ claim_step(void *arg)
 							(unsigned long long) n)));
 		claims_released = true;
 	}
-	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, true, &c->d);
+	/* flushed by the worker once the requests are under way */
+	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, false, &c->d);
+}
+
+/* Reads the next due time (see OutboxNextDueMs) into *arg, a double. */
+static void
+next_due_step(void *arg)
+{
+	double	   *due_ms = arg;
+
+	*due_ms = OutboxQueueOpen() ? OutboxNextDueMs() : -1;
 }
 
 /* Arguments of record_step. */
@@ -513,8 +535,9 @@ record_step(void *arg)
 	 * An outcome's commit need not wait for the WAL flush: one lost in a
 	 * crash only sends its event again, which at-least-once allows, while a
 	 * flush per outcome batch would bound the relay to the disk's flush
-	 * rate. Claims stay synchronous: a lease must survive a crash, so that
-	 * the attempt is counted and the restarted relay releases it.
+	 * rate. A claim is flushed as soon as its requests are under way (see
+	 * the worker's loop): a lease must survive a crash, so that the attempt
+	 * is counted and the restarted relay releases it.
 	 */
 	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
@@ -605,7 +628,61 @@ typedef struct RelayState
 	TimestampTz not_before;		/* but not before (after failed steps) */
 	int			isolate;		/* claims left to make one event at a time */
 	int			error_backoff_ms;	/* after failed steps; 0 after success */
+	XLogRecPtr	flush_lsn;		/* a claim's commit, not flushed yet */
+	bool		want_next_due;	/* read the next due time after the claim */
+	List	   *dry_skip;		/* left out by the last dry claim, or NIL */
+	TimestampTz dry_until;		/* do not repeat that claim before then */
 } RelayState;
+
+/* Whether every name in sub is in list (both lists of destination names). */
+static bool
+names_subset(List *sub, List *list)
+{
+	ListCell   *lc;
+
+	foreach(lc, sub)
+	{
+		ListCell   *lc2;
+		bool		found = false;
+
+		foreach(lc2, list)
+		{
+			if (strcmp(lfirst(lc), lfirst(lc2)) == 0)
+			{
+				found = true;
+				break;
+			}
+		}
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Remembers whether a claim that left out the destinations in skip was dry
+ * (see DRY_CLAIM_REPEAT_FACTOR); started: when it began.
+ */
+static void
+note_dry_claim(RelayState *st, List *skip, bool dry, TimestampTz started)
+{
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext old;
+
+	/* a claim that left nothing out says nothing about the others */
+	if (skip == NIL)
+		return;
+	list_free_deep(st->dry_skip);
+	st->dry_skip = NIL;
+	if (!dry)
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	foreach(lc, skip)
+		st->dry_skip = lappend(st->dry_skip, pstrdup(lfirst(lc)));
+	MemoryContextSwitchTo(old);
+	st->dry_until = now + (now - started) * DRY_CLAIM_REPEAT_FACTOR;
+}
 
 /* Looks again no later than due_ms from now (<0: poll interval only). */
 static void
@@ -640,11 +717,21 @@ worker_claim(RelayState *st)
 {
 	ClaimStep	c;
 	char	   *error = NULL;
+	TimestampTz started = GetCurrentTimestamp();
 
 	memset(&c, 0, sizeof(c));
 	c.batch_size = outbox_batch_size;
 	c.skip = OutboxHttpFull();
 	st->next_look = DT_NOEND;
+
+	/* the last claim found the others dry, and nothing freed a full one */
+	if (st->isolate == 0 && st->dry_skip != NIL && started < st->dry_until &&
+		names_subset(st->dry_skip, c.skip))
+	{
+		st->look = false;
+		st->next_look = st->dry_until;
+		return;
+	}
 
 	if (st->isolate > 0)
 	{
@@ -694,6 +781,8 @@ worker_claim(RelayState *st)
 		return;
 	}
 	st->error_backoff_ms = 0;
+	if (c.d.claimed > 0)
+		st->flush_lsn = XactLastCommitEnd;
 	if (st->isolate > 0)
 		st->isolate--;
 
@@ -708,9 +797,11 @@ worker_claim(RelayState *st)
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
 	st->nfull = list_length(c.skip);
+	if (st->isolate == 0)
+		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
 	st->look = st->isolate > 0 || c.d.claimed >= c.batch_size;
-	if (!st->look)
-		look_again_in(st, c.d.next_due_ms);
+	/* read once the requests are under way: it is not on their path */
+	st->want_next_due = !st->look;
 }
 
 /*
@@ -947,6 +1038,43 @@ OutboxRelayMain(Datum main_arg)
 			st.look = true;
 		if (st.look && now >= st.not_before)
 			worker_claim(&st);
+
+		/*
+		 * The claim's commit did not wait for the WAL flush: its requests
+		 * are handed to the network first, then it is flushed, so that the
+		 * disk's flush time is not added to every delivery's latency. Its
+		 * WAL reaches the kernel right after the requests start; only an
+		 * operating system crash in the flush's time (about a millisecond)
+		 * can lose the lease, and with it the count of that attempt: the
+		 * event itself is still pending and is sent again.
+		 */
+		if (!XLogRecPtrIsInvalid(st.flush_lsn))
+		{
+			if (OutboxHttpBusy())
+			{
+				List	   *done;
+
+				/* up to 1 ms: a new connection sends after its connect */
+				MemoryContextSwitchTo(outcome_cxt);
+				done = OutboxHttpRun(1);
+				if (done != NIL && st.outcomes == NIL)
+					st.first_outcome = GetCurrentTimestamp();
+				st.outcomes = list_concat(st.outcomes, done);
+				MemoryContextSwitchTo(loop_cxt);
+			}
+			XLogFlush(st.flush_lsn);
+			st.flush_lsn = InvalidXLogRecPtr;
+		}
+		if (st.want_next_due)
+		{
+			double		due_ms = -1;
+
+			st.want_next_due = false;
+			if (run_step("find the next due time", next_due_step, &due_ms, NULL))
+				look_again_in(&st, due_ms);
+			else
+				step_failed(&st);
+		}
 
 		until = st.look ? st.not_before : st.next_look;
 		now = GetCurrentTimestamp();

@@ -123,7 +123,7 @@ sub crash_relay
 	my ($id) = @{ emit($node, 'postgres', 'hang.created', 1) };
 	ok(wait_until(sub { $sink->stats('/hang')->{arrived} == 1 }), 'b: the request is in flight, held by the sink');
 	my ($attempts, $by, $lease) = split /\|/, $node->safe_psql('postgres', qq{
-		SELECT attempts, claimed_by, extract(epoch FROM next_attempt_at - now()) > 30
+		SELECT attempts, claimed_by, extract(epoch FROM claimed_until - now()) > 30
 		  FROM outbox WHERE event_id = '$id'});
 	is("$attempts|$by|$lease", '1|0|t', 'b: leased by relay 0, attempt counted, not due for the lease (> 30 s)');
 
