@@ -261,3 +261,157 @@ GRANT EXECUTE ON FUNCTION @extschema@._outbox_event_id() TO outbox_writer, outbo
 
 COMMENT ON FUNCTION @extschema@._outbox_valid_headers(jsonb) IS
     'Internal: whether a headers object is one a destination may have (valid names and values, within the limits)';
+
+/*
+ * Health in SQL. What the relays and destinations have done since the
+ * server started (or since outbox_stats_reset()), read from shared memory
+ * (src/health.c): they need the library in shared_preload_libraries.
+ * Counters survive a relay's restart, not a server restart.
+ */
+CREATE FUNCTION @extschema@.outbox_relay_stats(
+    all_databases boolean DEFAULT false,
+    OUT database name,
+    OUT relay integer,
+    OUT pid integer,
+    OUT state text,
+    OUT reason text,
+    OUT next_start timestamptz,
+    OUT started_at timestamptz,
+    OUT restarts bigint,
+    OUT passes bigint,
+    OUT last_pass_at timestamptz,
+    OUT delivered bigint,
+    OUT failed bigint,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT stats_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_relay_stats'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.outbox_relay_stats(boolean) IS
+    'One row per relay of this database (all databases: needs pg_read_all_stats): state, passes, outcomes and last error, from shared memory';
+
+CREATE FUNCTION @extschema@.outbox_destination_stats(
+    all_databases boolean DEFAULT false,
+    OUT database name,
+    OUT destination text,
+    OUT delivered bigint,
+    OUT failed bigint,
+    OUT last_success_at timestamptz,
+    OUT last_failure_at timestamptz,
+    OUT last_error text,
+    OUT latency_p50_ms double precision,
+    OUT latency_p99_ms double precision,
+    OUT stats_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_destination_stats'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.outbox_destination_stats(boolean) IS
+    'One row per destination of this database (all databases: needs pg_read_all_stats): outcomes, last success and failure, latency from created_at to delivery';
+
+CREATE FUNCTION @extschema@.outbox_destination_latency(
+    all_databases boolean DEFAULT false,
+    OUT database name,
+    OUT destination text,
+    OUT le_ms double precision,
+    OUT count bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_destination_latency'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.outbox_destination_latency(boolean) IS
+    'The latency histogram of each destination as cumulative buckets (le_ms, count), for Prometheus';
+
+CREATE FUNCTION @extschema@.outbox_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox_stats_reset'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.outbox_stats_reset() IS
+    'Zeroes the relay counters and drops the destination statistics of this database';
+
+REVOKE ALL ON FUNCTION
+    @extschema@.outbox_relay_stats(boolean),
+    @extschema@.outbox_destination_stats(boolean),
+    @extschema@.outbox_destination_latency(boolean),
+    @extschema@.outbox_stats_reset()
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.outbox_relay_stats(boolean),
+    @extschema@.outbox_destination_stats(boolean),
+    @extschema@.outbox_destination_latency(boolean),
+    @extschema@.outbox_stats_reset()
+TO outbox_admin;
+
+/*
+ * Purge by index, in absolute time. The relay purges by itself when
+ * outbox.retention or outbox.inbox_retention is set (src/purge.c); both
+ * it and the functions below find purgeable rows through these indexes,
+ * so their cost follows what they delete, not the table's size: pending
+ * events are not in outbox_delivered_idx at all.
+ *
+ * Building them takes a SHARE lock on each table for the length of the
+ * build, so inserts (outbox_emit, inbox_accept) wait meanwhile: about a
+ * second per million rows. On a large table, build them first without
+ * blocking, with the same names and definitions; the upgrade then keeps
+ * them:
+ *   CREATE INDEX CONCURRENTLY outbox_delivered_idx ON outbox (delivered_at, id)
+ *       WHERE delivered_at IS NOT NULL;
+ *   CREATE INDEX CONCURRENTLY inbox_processed_at_idx ON inbox (processed_at);
+ */
+CREATE INDEX IF NOT EXISTS outbox_delivered_idx ON @extschema@.outbox (delivered_at, id)
+    WHERE delivered_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS inbox_processed_at_idx ON @extschema@.inbox (processed_at);
+
+/*
+ * The cut-off is now() minus the retention as a length of time: a day is
+ * 86400 seconds and a month 30 days (extract(epoch FROM interval)), so
+ * the same rows are purged under any TimeZone. now() - interval '30 days'
+ * counted calendar days in the session's zone instead, an hour off across
+ * a clock change.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.outbox_purge(retention interval DEFAULT '7 days')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF retention IS NULL OR retention < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a non-negative interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- one index range scan of outbox_delivered_idx: pending events are not in it
+    DELETE FROM @extschema@.outbox
+     WHERE delivered_at < now() - make_interval(secs => extract(epoch FROM retention));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.inbox_purge(retention interval DEFAULT '30 days')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF retention IS NULL OR retention < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a non-negative interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM @extschema@.inbox
+     WHERE processed_at < now() - make_interval(secs => extract(epoch FROM retention));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_purge(interval) IS
+    'Deletes events delivered longer ago than retention (absolute time), in the caller''s transaction; returns how many';
+COMMENT ON FUNCTION @extschema@.inbox_purge(interval) IS
+    'Deletes inbox rows processed longer ago than retention (absolute time); keep it longer than the longest redelivery delay';

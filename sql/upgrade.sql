@@ -41,5 +41,9 @@ SELECT pg_describe_object(classid, objid, 0) AS object
    AND classid <> 'pg_type'::regclass
  ORDER BY 1;
 SELECT event_type, pending, retrying, dead, unroutable FROM outbox_status ORDER BY event_type;
+-- the purge indexes, as a fresh install has them
+SELECT indexdef FROM pg_indexes WHERE tablename IN ('outbox', 'inbox') ORDER BY indexname;
+-- the purge functions keep their signatures and use the new indexes
+SELECT outbox_purge('1 day') AS purged, inbox_purge('1 day') AS purged_inbox;
 \c contrib_regression
 DROP DATABASE regress_upgrade;

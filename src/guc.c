@@ -33,6 +33,11 @@ int			outbox_http_max_connections = 16;
 int			outbox_max_attempts = 10;
 int			outbox_backoff_base = 1000;
 int			outbox_backoff_max = 3600 * 1000;
+int			outbox_retention = 0;
+int			outbox_inbox_retention = 0;
+int			outbox_purge_batch_size = 1000;
+int			outbox_purge_delay = 100;
+int			outbox_purge_interval = 60 * 1000;
 
 /*
  * Defines every outbox.* setting and reserves the prefix. Called from
@@ -132,6 +137,55 @@ OutboxDefineGucs(void)
 							   PGC_SIGHUP,
 							   GUC_LIST_INPUT | GUC_SUPERUSER_ONLY,
 							   OutboxTargetsCheckHook, OutboxTargetsAssignHook, NULL);
+
+	/*
+	 * Retention is off by default: nothing is deleted unless asked for. In
+	 * seconds, so '7d' works; a day is always 86400 s, whatever TimeZone.
+	 */
+	DefineCustomIntVariable("outbox.retention",
+							"Sets how long delivered events are kept before the relay deletes them.",
+							"0 keeps them. Counted from delivered_at in absolute time; pending and dead-lettered events are never deleted.",
+							&outbox_retention,
+							0, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.inbox_retention",
+							"Sets how long inbox rows are kept before the relay deletes them.",
+							"0 keeps them. Counted from processed_at in absolute time. Keep it longer than any redelivery can take.",
+							&outbox_inbox_retention,
+							0, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.purge_batch_size",
+							"Sets the number of rows the relay deletes per purge transaction.",
+							NULL,
+							&outbox_purge_batch_size,
+							1000, 1, 100000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.purge_delay",
+							"Sets the pause between two purge transactions while more rows are due.",
+							NULL,
+							&outbox_purge_delay,
+							100, 0, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.purge_interval",
+							"Sets how often the relay looks for rows to purge once none were left.",
+							NULL,
+							&outbox_purge_interval,
+							60 * 1000, 100, 24 * 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");
 }

@@ -19,6 +19,11 @@ extern int	outbox_http_max_connections;
 extern int	outbox_max_attempts;
 extern int	outbox_backoff_base;
 extern int	outbox_backoff_max;
+extern int	outbox_retention;
+extern int	outbox_inbox_retention;
+extern int	outbox_purge_batch_size;
+extern int	outbox_purge_delay;
+extern int	outbox_purge_interval;
 
 extern void OutboxDefineGucs(void);
 

@@ -45,6 +45,7 @@
 
 #include "compat.h"
 #include "guc.h"
+#include "health.h"
 #include "launcher.h"
 #include "shmem.h"
 
@@ -122,6 +123,7 @@ report_missing(List *names)
 {
 	static char *last_reported = NULL;
 	StringInfoData missing;
+	List	   *missing_names = NIL;
 	ListCell   *lc;
 
 	initStringInfo(&missing);
@@ -132,9 +134,13 @@ report_missing(List *names)
 		for (int i = 0; i < nrelays && !found; i++)
 			found = relays[i].wanted && strcmp(relays[i].dbname, lfirst(lc)) == 0;
 		if (!found)
+		{
 			appendStringInfo(&missing, "%s\"%s\"", missing.len ? ", " : "",
 							 (char *) lfirst(lc));
+			missing_names = lappend(missing_names, lfirst(lc));
+		}
 	}
+	OutboxHealthMissing(missing_names);
 	if (last_reported != NULL && strcmp(last_reported, missing.data) == 0)
 		return;
 	if (missing.len > 0)
@@ -252,10 +258,13 @@ start_relay(RelayEntry *e, TimestampTz now)
 	if (registered)
 	{
 		warned_no_slot = false;
+		OutboxHealthLaunch(e->dboid, e->relay_no, e->dbname, OUTBOX_LAUNCH_STARTING, 0, NULL);
 		return;
 	}
 	e->handle = NULL;
 	e->next_start = TimestampTzPlusMilliseconds(now, NO_SLOT_RETRY_MS);
+	OutboxHealthLaunch(e->dboid, e->relay_no, e->dbname, OUTBOX_LAUNCH_NOT_STARTED,
+					   e->next_start, "no background worker slot is free (max_worker_processes)");
 	if (!warned_no_slot)
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -332,6 +341,8 @@ reconcile(void)
 			else
 				e->restart_delay = Min(e->restart_delay * 2, RELAY_RESTART_DELAY_MAX_MS);
 			e->next_start = TimestampTzPlusMilliseconds(now, e->restart_delay);
+			OutboxHealthLaunch(e->dboid, e->relay_no, e->dbname, OUTBOX_LAUNCH_RESTARTING,
+							   e->next_start, NULL);
 		}
 		if (e->handle == NULL && OutboxRelayPid(e->dboid, e->relay_no) != 0)
 		{
@@ -343,7 +354,12 @@ reconcile(void)
 		}
 		else if (e->handle == NULL)
 		{
-			if (e->next_start <= now && !OutboxRelayPaused(e->dboid))
+			bool		paused = OutboxRelayPaused(e->dboid);
+
+			if (paused)
+				OutboxHealthLaunch(e->dboid, e->relay_no, e->dbname, OUTBOX_LAUNCH_NOT_STARTED, 0,
+								   "paused while a command needs the database to itself (DROP DATABASE or similar)");
+			if (e->next_start <= now && !paused)
 				start_relay(e, now);
 			else
 			{
@@ -359,6 +375,7 @@ reconcile(void)
 	nrelays = keep;
 	dboids = wanted_dboids(&ndboids);
 	OutboxStopRelaysExcept(dboids, ndboids, outbox_relays_per_database);
+	OutboxHealthSweep(dboids, ndboids, outbox_relays_per_database);
 	return nap;
 }
 

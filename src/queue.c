@@ -56,6 +56,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "health.h"
 #include "queue.h"
 #include "statements.h"
 #include "validate.h"
@@ -414,6 +415,13 @@ OutboxQueueOpen(void)
 	return true;
 }
 
+/* The extension's schema, as the last OutboxQueueOpen() found it. */
+Oid
+OutboxQueueSchema(void)
+{
+	return ext_nspoid;
+}
+
 /* The text in column col, or NULL. */
 static char *
 text_or_null(HeapTuple tuple, TupleDesc desc, int col)
@@ -628,7 +636,10 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 		return;
 	dests = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
+	{
 		dests[i] = CStringGetTextDatum(events[i]->dest.name);
+		OutboxHealthNote(events[i], NULL);
+	}
 	values[0] = tid_array(events, n);
 	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
 
@@ -797,6 +808,7 @@ record_failures(OutboxEvent **events, int n, bool counted)
 		errs[i] = CStringGetTextDatum(psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
 											   ev->response ? ": " : "",
 											   ev->response ? ev->response : ""));
+		OutboxHealthNote(ev, TextDatumGetCString(errs[i]));
 		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
 		delays[i] = Float8GetDatum(delay);
 		dest_nulls[i] = ev->dest.name == NULL;
@@ -844,6 +856,7 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		ids[nok] = Int64GetDatum(events[i]->id);
 		attempts[nok] = Int32GetDatum(events[i]->attempts + 1);
 		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
+		OutboxHealthNote(events[i], NULL);
 		nok++;
 	}
 	if (nok > 0)

@@ -20,6 +20,7 @@
 typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
 
 extern bool OutboxQueueOpen(void);
+extern Oid	OutboxQueueSchema(void);
 extern int	OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, int *claimed);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);

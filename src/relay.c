@@ -76,6 +76,8 @@
 #include "envelope.h"
 #include "event.h"
 #include "guc.h"
+#include "health.h"
+#include "purge.h"
 #include "queue.h"
 #include "relay.h"
 #include "shmem.h"
@@ -444,6 +446,7 @@ run_step(const char *what, StepFn fn, void *arg, char **error)
 		AbortCurrentTransaction();
 		RESUME_INTERRUPTS();
 		log_caught(what, edata);
+		OutboxHealthRelayError(what, edata->message);
 		if (error != NULL)
 			*error = pstrdup(edata->message);
 		FreeErrorData(edata);
@@ -783,6 +786,7 @@ worker_claim(RelayState *st)
 	st->error_backoff_ms = 0;
 	if (c.d.claimed > 0)
 		st->flush_lsn = XactLastCommitEnd;
+	OutboxHealthRelayPass();
 	if (st->isolate > 0)
 		st->isolate--;
 
@@ -990,6 +994,7 @@ OutboxRelayMain(Datum main_arg)
 						relay_no, dboid)));
 		proc_exit(0);
 	}
+	OutboxHealthRelayStarted(dboid, relay_no);
 
 	wait_event = OutboxWaitEvent("OutboxRelayMain");
 
@@ -1075,6 +1080,9 @@ OutboxRelayMain(Datum main_arg)
 			else
 				step_failed(&st);
 		}
+		/* the first relay of a database also purges old rows (purge.c) */
+		if (relay_no == 0 && OutboxPurgeDue())
+			OutboxPurgeDone(run_step("purge old rows", OutboxPurgeStep, NULL, NULL));
 
 		until = st.look ? st.not_before : st.next_look;
 		now = GetCurrentTimestamp();
@@ -1085,6 +1093,8 @@ OutboxRelayMain(Datum main_arg)
 
 			TimestampDifference(now, until, &secs, &usecs);
 			wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
+			if (relay_no == 0)
+				wait_ms = Min(wait_ms, OutboxPurgeWaitMs());
 		}
 
 		if (OutboxHttpBusy())
@@ -1101,8 +1111,12 @@ OutboxRelayMain(Datum main_arg)
 			MemoryContextSwitchTo(loop_cxt);
 		}
 		else if (wait_ms > 0)
+		{
+			OutboxHealthRelayIdle(true);
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 wait_ms, wait_event);
+			OutboxHealthRelayIdle(false);
+		}
 
 		if (st.outcomes != NIL &&
 			(list_length(st.outcomes) >= RECORD_BATCH || OutboxHttpPending() == 0 ||

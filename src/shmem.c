@@ -36,6 +36,7 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
+#include "health.h"
 #include "shmem.h"
 
 typedef struct OutboxRelayProc
@@ -76,6 +77,7 @@ outbox_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
+	OutboxHealthShmemRequest();
 }
 
 /* Creates or attaches to the shared area (shmem_startup_hook). */
@@ -95,6 +97,7 @@ outbox_shmem_startup(void)
 		SpinLockInit(&shared->mutex);
 	}
 	LWLockRelease(AddinShmemInitLock);
+	OutboxHealthShmemStartup();
 }
 
 /*

@@ -1,0 +1,244 @@
+/*-------------------------------------------------------------------------
+ *
+ * purge.c
+ *	  The relay's purge: deletes events delivered longer ago than
+ *	  outbox.retention and inbox rows processed longer ago than
+ *	  outbox.inbox_retention, a batch per short transaction.
+ *
+ * Only relay number 0 of a database purges, as one step of its loop
+ * (relay.c runs OutboxPurgeStep through its run_step, so a failing batch is
+ * rolled back, logged and shown in outbox_relay_stats like any step). A
+ * round deletes outbox.purge_batch_size rows per transaction, pausing
+ * outbox.purge_delay between two, first from outbox and then from inbox;
+ * when a table has no more due rows the round moves on, and after the last
+ * one the next round starts outbox.purge_interval later. A reload that
+ * changes a retention starts a round at once.
+ *
+ * Cost. Each batch finds its rows through an index on the purge key
+ * (outbox_delivered_idx on (delivered_at, id) over delivered rows only,
+ * inbox_processed_at_idx on processed_at), so it reads what it deletes
+ * plus one index probe: pending events are not in that index, and a table
+ * with nothing to purge costs a few buffers. Within a round, outbox
+ * batches resume after the last row deleted (keyset), so they do not walk
+ * the dead index entries the previous batches left before vacuum.
+ *
+ * Time. Cut-offs are absolute: now minus the retention in microseconds,
+ * computed in C, so the same rows go under any TimeZone and across clock
+ * changes.
+ *
+ * src/purge.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "purge.h"
+#include "queue.h"
+#include "statements.h"
+
+/*
+ * One batch of delivered events, oldest first, after ($2, $3) in
+ * (delivered_at, id) order. The inner SELECT walks outbox_delivered_idx;
+ * the outer DELETE finds the rows by TID and checks the cut-off again, so
+ * an event redelivered meanwhile (delivered_at now NULL) stays. Returns
+ * the last row deleted and how many were.
+ */
+static const Oid outbox_argtypes[] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT4OID};
+static OutboxStatement outbox_stmt = {
+	.sql =
+		"WITH doomed AS ("
+		"  DELETE FROM %1$s.outbox o"
+		"   WHERE o.ctid = ANY (ARRAY("
+		"           SELECT p.ctid FROM %1$s.outbox p"
+		"            WHERE p.delivered_at < $1 AND (p.delivered_at, p.id) > ($2, $3)"
+		"            ORDER BY p.delivered_at, p.id"
+		"            LIMIT $4))"
+		"     AND o.delivered_at < $1"
+		"  RETURNING o.delivered_at, o.id)"
+		" SELECT d.delivered_at, d.id, (count(*) OVER ())::int4"
+		"   FROM doomed d"
+		"  ORDER BY d.delivered_at DESC, d.id DESC"
+		"  LIMIT 1",
+	.nargs = 4,
+	.argtypes = outbox_argtypes,
+	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+};
+
+/* One batch of inbox rows, oldest first, through inbox_processed_at_idx. */
+static const Oid inbox_argtypes[] = {TIMESTAMPTZOID, INT4OID};
+static OutboxStatement inbox_stmt = {
+	.sql =
+		"WITH doomed AS ("
+		"  DELETE FROM %1$s.inbox i"
+		"   WHERE i.ctid = ANY (ARRAY("
+		"           SELECT q.ctid FROM %1$s.inbox q"
+		"            WHERE q.processed_at < $1"
+		"            ORDER BY q.processed_at"
+		"            LIMIT $2))"
+		"     AND i.processed_at < $1"
+		"  RETURNING 1)"
+		" SELECT (count(*))::int4 FROM doomed",
+	.nargs = 2,
+	.argtypes = inbox_argtypes,
+	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+};
+
+typedef enum PurgePhase
+{
+	PHASE_OUTBOX,
+	PHASE_INBOX,
+	PHASE_DONE
+} PurgePhase;
+
+static TimestampTz next_purge = 0;	/* 0: at once */
+static PurgePhase phase = PHASE_OUTBOX;
+static TimestampTz after_at = DT_NOBEGIN;	/* keyset of the outbox phase */
+static int64 after_id = 0;
+static bool batch_full = false; /* the last batch deleted a whole batch */
+static int	seen_retention = -1;
+static int	seen_inbox_retention = -1;
+
+/* The cut-off of a retention in seconds: now minus that, in absolute time. */
+static TimestampTz
+cutoff(int retention_s)
+{
+	return GetCurrentTimestamp() - (TimestampTz) retention_s * USECS_PER_SEC;
+}
+
+/* Starts a new round at the first table with a retention. */
+static void
+start_round(void)
+{
+	phase = outbox_retention > 0 ? PHASE_OUTBOX : PHASE_INBOX;
+	after_at = DT_NOBEGIN;
+	after_id = 0;
+}
+
+/*
+ * True when the purge has a batch to run now. Notices a reload that
+ * changed a retention (a round starts at once). Called by relay number 0
+ * in its loop, outside any transaction.
+ */
+bool
+OutboxPurgeDue(void)
+{
+	if (outbox_retention != seen_retention || outbox_inbox_retention != seen_inbox_retention)
+	{
+		seen_retention = outbox_retention;
+		seen_inbox_retention = outbox_inbox_retention;
+		next_purge = 0;
+		start_round();
+	}
+	if (outbox_retention == 0 && outbox_inbox_retention == 0)
+		return false;
+	return GetCurrentTimestamp() >= next_purge;
+}
+
+/*
+ * Runs one batch of the current phase: deletes up to
+ * outbox.purge_batch_size rows. A relay step (StepFn; arg unused): runs in
+ * a transaction of its own with SPI connected, and may raise ERROR, which
+ * rolls the batch back. Does nothing when the extension is absent.
+ */
+void
+OutboxPurgeStep(void *arg pg_attribute_unused())
+{
+	SPIPlanPtr	plan;
+	Datum		values[4];
+	int			rc;
+	int			deleted = 0;
+
+	batch_full = false;
+	if (phase == PHASE_DONE || !OutboxQueueOpen())
+		return;
+
+	if (phase == PHASE_OUTBOX)
+	{
+		values[0] = TimestampTzGetDatum(cutoff(outbox_retention));
+		values[1] = TimestampTzGetDatum(after_at);
+		values[2] = Int64GetDatum(after_id);
+		values[3] = Int32GetDatum(outbox_purge_batch_size);
+		plan = OutboxStatementPlan(&outbox_stmt, OutboxQueueSchema());
+		rc = SPI_execute_plan(plan, values, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not purge delivered events: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 1)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			after_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 1, &isnull));
+			after_id = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+			deleted = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		}
+	}
+	else
+	{
+		bool		isnull;
+
+		values[0] = TimestampTzGetDatum(cutoff(outbox_inbox_retention));
+		values[1] = Int32GetDatum(outbox_purge_batch_size);
+		plan = OutboxStatementPlan(&inbox_stmt, OutboxQueueSchema());
+		rc = SPI_execute_plan(plan, values, NULL, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not purge inbox rows: %s", SPI_result_code_string(rc));
+		deleted = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	batch_full = deleted >= outbox_purge_batch_size;
+	if (deleted > 0)
+		elog(DEBUG1, "outbox relay purged %d %s", deleted,
+			 phase == PHASE_OUTBOX ? "delivered events" : "inbox rows");
+}
+
+/*
+ * Schedules what comes after a batch: the next batch of the same table
+ * after outbox.purge_delay if it was full, else the next table, else the
+ * next round after outbox.purge_interval. ok is false when the batch's
+ * step failed: the round ends, and the next one starts after the interval.
+ * Called by relay number 0 after running OutboxPurgeStep.
+ */
+void
+OutboxPurgeDone(bool ok)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (ok && batch_full)
+	{
+		next_purge = TimestampTzPlusMilliseconds(now, outbox_purge_delay);
+		return;
+	}
+	if (ok && phase == PHASE_OUTBOX && outbox_inbox_retention > 0)
+	{
+		phase = PHASE_INBOX;
+		next_purge = TimestampTzPlusMilliseconds(now, outbox_purge_delay);
+		return;
+	}
+	start_round();
+	next_purge = TimestampTzPlusMilliseconds(now, outbox_purge_interval);
+}
+
+/* Milliseconds until the next batch is due (LONG_MAX: purge is off). */
+long
+OutboxPurgeWaitMs(void)
+{
+	long		secs;
+	int			usecs;
+	TimestampTz now;
+
+	if (outbox_retention == 0 && outbox_inbox_retention == 0)
+		return LONG_MAX;
+	now = GetCurrentTimestamp();
+	if (next_purge <= now)
+		return 0;
+	TimestampDifference(now, next_purge, &secs, &usecs);
+	return secs * 1000L + (usecs + 999) / 1000;
+}
