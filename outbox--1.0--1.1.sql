@@ -3,6 +3,29 @@
 \echo Use "ALTER EXTENSION outbox UPDATE TO '1.1'" to load this file. \quit
 
 /*
+ * First of all: the library this session runs must be 1.1's. A server keeps
+ * the library it loaded at startup until it restarts, and every CREATE
+ * FUNCTION below that names a C function of 1.1 would fail against 1.0's
+ * with "could not find function ... in file". outbox_library_version() is
+ * the first of them; creating it tells the two apart, and the update stops
+ * here, changing nothing, with the step that is missing. Later scripts call
+ * it and compare.
+ */
+DO $guard$
+BEGIN
+    CREATE FUNCTION @extschema@.outbox_library_version()
+    RETURNS text
+    AS 'MODULE_PATHNAME', 'outbox_library_version'
+    LANGUAGE C STABLE PARALLEL SAFE;
+EXCEPTION WHEN undefined_function THEN
+    RAISE EXCEPTION 'the outbox library loaded in this server is older than version 1.1'
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              DETAIL = 'The server keeps the library it loaded at startup until it restarts; the SQL objects of 1.1 need the library installed with them.',
+              HINT = 'Restart the server, then run ALTER EXTENSION outbox UPDATE again.';
+END
+$guard$;
+
+/*
  * Relay v2: an HTTP event is leased while its request is in flight, and no
  * transaction stays open meanwhile. claimed_by is the number of the relay
  * that has it in flight, claimed_until the end of the lease: the claim
@@ -392,6 +415,30 @@ BEGIN
 END
 $$;
 
+
+/*
+ * Operating for years: time-zone-proof times, redelivery by time range,
+ * cancelling by hand, and the library's version.
+ */
+
+COMMENT ON FUNCTION @extschema@.outbox_library_version() IS
+    'Version of the outbox library this server runs; differs from the extension''s version until both steps of an upgrade are done';
+
+/*
+ * What an operator did to an event is kept in its row: redelivered_at is
+ * set by every redelivery function, cancelled_at (with dead_at, and the
+ * reason in last_error) by outbox_cancel().
+ */
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN redelivered_at timestamptz,
+    ADD COLUMN cancelled_at timestamptz;
+
+COMMENT ON COLUMN @extschema@.outbox.redelivered_at IS
+    'When an operator last made the event due again (outbox_redeliver, outbox_redeliver_dead); NULL if never';
+COMMENT ON COLUMN @extschema@.outbox.cancelled_at IS
+    'When an operator cancelled the event (outbox_cancel): it is dead-lettered, with the reason in last_error';
+
+/* inbox_purge: the same absolute cut-off as outbox_purge */
 CREATE OR REPLACE FUNCTION @extschema@.inbox_purge(retention interval DEFAULT '30 days')
 RETURNS bigint
 LANGUAGE plpgsql
@@ -415,3 +462,128 @@ COMMENT ON FUNCTION @extschema@.outbox_purge(interval) IS
     'Deletes events delivered longer ago than retention (absolute time), in the caller''s transaction; returns how many';
 COMMENT ON FUNCTION @extschema@.inbox_purge(interval) IS
     'Deletes inbox rows processed longer ago than retention (absolute time); keep it longer than the longest redelivery delay';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_redeliver(event_id uuid)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH r AS (
+        UPDATE @extschema@.outbox o
+           SET delivered_at = NULL, dead_at = NULL, cancelled_at = NULL,
+               next_attempt_at = now(), redelivered_at = now()
+         WHERE o.event_id = outbox_redeliver.event_id
+           AND (o.delivered_at IS NOT NULL OR o.dead_at IS NOT NULL OR o.next_attempt_at > now())
+        RETURNING 1)
+    SELECT count(*) > 0 FROM r
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_redeliver(uuid) IS
+    'Makes a delivered, dead-lettered or cancelled event due again; returns false if it was already due';
+
+/* a cancelled event was stopped on purpose: only outbox_redeliver(uuid) brings it back */
+CREATE OR REPLACE FUNCTION @extschema@.outbox_redeliver_dead()
+RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH r AS (
+        UPDATE @extschema@.outbox
+           SET dead_at = NULL, next_attempt_at = now(), redelivered_at = now()
+         WHERE dead_at IS NOT NULL AND cancelled_at IS NULL
+        RETURNING 1)
+    SELECT count(*) FROM r
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_redeliver_dead() IS
+    'Makes every dead-lettered event due again, except cancelled ones; returns how many';
+
+/*
+ * Replay: delivered events whose delivery was recorded in [since, until),
+ * optionally only of one event type and one destination, are made due
+ * again. The bounds are instants (timestamptz): no time zone enters. They
+ * must be given: a NULL from a subquery must not replay everything
+ * ('-infinity' and 'infinity' say so on purpose). delivered_at has no
+ * index: the statement reads the whole table, once.
+ */
+CREATE FUNCTION @extschema@.outbox_redeliver(
+    since       timestamptz,
+    until       timestamptz,
+    event_type  text DEFAULT NULL,
+    destination text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF since IS NULL OR until IS NULL THEN
+        RAISE EXCEPTION 'since and until must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Use ''-infinity'' or ''infinity'' for an open end.';
+    END IF;
+    IF since > until THEN
+        RAISE EXCEPTION 'since must not be later than until'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE @extschema@.outbox o
+       SET delivered_at = NULL, next_attempt_at = now(), redelivered_at = now()
+     WHERE o.delivered_at >= outbox_redeliver.since
+       AND o.delivered_at < outbox_redeliver.until
+       AND (outbox_redeliver.event_type IS NULL OR o.event_type = outbox_redeliver.event_type)
+       AND (outbox_redeliver.destination IS NULL OR o.destination = outbox_redeliver.destination);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_redeliver(timestamptz, timestamptz, text, text) IS
+    'Makes the events delivered in [since, until) due again, optionally of one event type and one destination; returns how many';
+
+/*
+ * Cancelling by hand: a pending event is dead-lettered with the reason,
+ * and who gave it, in last_error. One in flight is cancelled too: its
+ * request may still arrive, but the relay records outcomes only for rows
+ * that are neither delivered nor dead (src/queue.c), so the cancel stands.
+ */
+CREATE FUNCTION @extschema@.outbox_cancel(event_id uuid, reason text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF event_id IS NULL OR reason IS NULL THEN
+        RAISE EXCEPTION 'event_id and reason must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF reason = '' THEN
+        RAISE EXCEPTION 'reason must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF octet_length(reason) > 1024 THEN
+        RAISE EXCEPTION 'reason must be at most 1024 bytes'
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    UPDATE @extschema@.outbox o
+       SET dead_at = now(), cancelled_at = now(), claimed_by = NULL,
+           last_error = 'cancelled by ' || current_user || ': ' || reason
+     WHERE o.event_id = outbox_cancel.event_id
+       AND o.delivered_at IS NULL AND o.dead_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_cancel(uuid, text) IS
+    'Dead-letters a pending event by hand, with the reason in last_error; returns false if it was not pending';
+
+REVOKE ALL ON FUNCTION
+    @extschema@.outbox_library_version(),
+    @extschema@.outbox_redeliver(timestamptz, timestamptz, text, text),
+    @extschema@.outbox_cancel(uuid, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.outbox_library_version(),
+    @extschema@.outbox_redeliver(timestamptz, timestamptz, text, text),
+    @extschema@.outbox_cancel(uuid, text)
+TO outbox_admin;

@@ -6,11 +6,31 @@
 # on a copy of the source tree in /tmp, left in place if a test fails. On
 # failure it prints regression.diffs and the end of every server log.
 #
-# Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER.
+# The upgrade test builds release 1.0 from the repository's history: unless
+# OUTBOX_1_0_SRC already names its source (ci/chroot.sh extracts it on the
+# host), this extracts it with git (see release_1_0_tree in ci/lib.sh) and
+# warns if it cannot, in which case that test is skipped.
+#
+# Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER,
+# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=ci/lib.sh
+. ci/lib.sh
 PG_CONFIG=${PG_CONFIG:-pg_config}
+OUTBOX_1_0_SRC=${OUTBOX_1_0_SRC:-}
+OUTBOX_1_0_SRC_ERROR=${OUTBOX_1_0_SRC_ERROR:-}
+
+# release_1_0 DEST: sets OUTBOX_1_0_SRC, or OUTBOX_1_0_SRC_ERROR with a warning.
+release_1_0() {
+    [ -z "$OUTBOX_1_0_SRC" ] && [ -z "$OUTBOX_1_0_SRC_ERROR" ] || return 0
+    if OUTBOX_1_0_SRC_ERROR=$(release_1_0_tree "$PWD" "$1"); then
+        OUTBOX_1_0_SRC=$1
+    else
+        echo "WARNING: the upgrade test from 1.0 will be skipped: $OUTBOX_1_0_SRC_ERROR" >&2
+    fi
+}
 
 if [ "$(id -u)" = 0 ]; then
     user=${OUTBOX_TEST_USER:-postgres}
@@ -21,9 +41,11 @@ if [ "$(id -u)" = 0 ]; then
     else
         tar -cf - --exclude=.git --exclude=tmp_check --exclude=results . | tar -xf - -C "$work"
     fi
+    release_1_0 "$work/.release-1.0"
     chown -R "$user" "$work"
     echo "==> tests as $user in $work"
-    if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" bash "$work/ci/check.sh"; then
+    if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" OUTBOX_1_0_SRC="$OUTBOX_1_0_SRC" \
+        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0
     fi
@@ -38,7 +60,10 @@ bindir=$("$PG_CONFIG" --bindir)
 export PATH="$bindir:$PATH"
 rm -rf tmp_check results regression.diffs regression.out
 out=$(mktemp /tmp/outbox-check-output.XXXXXX)
-trap 'rm -f "$out"' EXIT
+release=$(mktemp -d /tmp/outbox-1.0.XXXXXX)
+trap 'rm -rf "$out" "$release"' EXIT
+release_1_0 "$release"
+export OUTBOX_1_0_SRC OUTBOX_1_0_SRC_ERROR
 if make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer" 2>&1 | tee "$out"; then
     exit 0
 fi

@@ -126,3 +126,33 @@ result_text() {
     *) echo "FAIL (setup)" ;;
     esac
 }
+
+# The commit of the released 1.0, which test/t/062_upgrade_from_1_0.pl
+# builds and upgrades from. The tests run from a copy of the tree without
+# .git, so the scripts extract it (ci/check.sh, and ci/chroot.sh on the
+# host for the chroots) and pass its place in OUTBOX_1_0_SRC, or why they
+# could not in OUTBOX_1_0_SRC_ERROR, which the test prints as it skips.
+RELEASE_1_0=c0d51ffd0a6f4e53b49c6010e6ceeb0b00ab210a
+
+# release_1_0_tree REPO DEST: extracts the tree of release 1.0 from the git
+# repository REPO into DEST (replaced). A shallow clone lacks the commit:
+# it is deepened first (git fetch --unshallow). On failure, prints why on
+# stdout and returns 1.
+release_1_0_tree() {
+    local repo=$1 dest=$2 short=${RELEASE_1_0:0:7}
+    if ! command -v git >/dev/null || ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+        echo "$repo is not a git repository (or git is missing): release 1.0 ($short) cannot be extracted"
+        return 1
+    fi
+    if ! git -C "$repo" cat-file -e "$RELEASE_1_0^{commit}" 2>/dev/null &&
+        [ "$(git -C "$repo" rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+        git -C "$repo" fetch --quiet --unshallow >/dev/null 2>&1 || true
+    fi
+    if ! git -C "$repo" cat-file -e "$RELEASE_1_0^{commit}" 2>/dev/null; then
+        echo "commit $short (release 1.0) is not in the repository at $repo, and git fetch --unshallow did not bring it"
+        return 1
+    fi
+    rm -rf "$dest" && mkdir -p "$dest" &&
+        git -C "$repo" archive "$RELEASE_1_0" | tar -xf - -C "$dest" ||
+        { echo "git archive $short into $dest failed"; return 1; }
+}

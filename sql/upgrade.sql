@@ -45,5 +45,19 @@ SELECT event_type, pending, retrying, dead, unroutable FROM outbox_status ORDER 
 SELECT indexdef FROM pg_indexes WHERE tablename IN ('outbox', 'inbox') ORDER BY indexname;
 -- the purge functions keep their signatures and use the new indexes
 SELECT outbox_purge('1 day') AS purged, inbox_purge('1 day') AS purged_inbox;
+-- 1.1 records operators' actions in the row: the events of 1.0 have none
+SELECT count(*) AS events,
+       count(*) FILTER (WHERE redelivered_at IS NULL AND cancelled_at IS NULL) AS untouched
+  FROM outbox;
+-- the library and the SQL objects now agree
+SELECT outbox_library_version() = extversion AS same_version
+  FROM pg_extension WHERE extname = 'outbox';
+-- redelivery by time range and cancel work on the upgraded table
+SELECT outbox_redeliver('-infinity', 'infinity') AS replayed;
+SELECT outbox_cancel(event_id, 'upgrade test') AS cancelled
+  FROM outbox WHERE event_type = 'task.created';
+SELECT event_type, dead_at IS NOT NULL AS dead, cancelled_at IS NOT NULL AS cancelled, last_error
+  FROM outbox ORDER BY id;
+SELECT outbox_redeliver_dead() AS redelivered;
 \c contrib_regression
 DROP DATABASE regress_upgrade;

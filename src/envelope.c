@@ -5,7 +5,7 @@
  *	  channels alike.
  *
  * {"id": <event_id>, "type": ..., "aggregate_type": ..., "aggregate_id": ...,
- *  "created_at": <ISO 8601>, "attempt": <n>, "payload": <the payload>}
+ *  "created_at": <ISO 8601 in UTC, with Z>, "attempt": <n>, "payload": <the payload>}
  *
  * Built in C, in a fixed key order, once per attempt. _outbox_envelope()
  * exposes the same builder to SQL, so that the exact bytes sent (and their
@@ -44,8 +44,13 @@ append_string_or_null(StringInfo buf, const char *key, const char *value)
  * Returns the envelope of one attempt of ev, palloc'd in the current memory
  * context, from the event's columns (event_id, event_type, the aggregate
  * fields, which may be NULL, created_at and payload); attempt counts from
- * 1. Runs in any backend or the relay, inside a transaction (the timestamp
- * uses the session's TimeZone).
+ * 1. Runs in any backend or the relay, inside a transaction.
+ *
+ * created_at is written in UTC with the suffix Z (RFC 3339), whatever the
+ * server's or the session's TimeZone, so that consumers read the same text
+ * for the same instant from any server. A timestamptz holds UTC, so its
+ * value encoded as a timestamp without time zone is the UTC wall-clock
+ * time; infinity stays as it is.
  */
 char *
 OutboxBuildEnvelope(const OutboxEvent *ev, int attempt)
@@ -58,9 +63,9 @@ OutboxBuildEnvelope(const OutboxEvent *ev, int attempt)
 	append_string_or_null(&buf, "type", ev->event_type);
 	append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
 	append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
-	JsonEncodeDateTime(ts, TimestampTzGetDatum(ev->created_at), TIMESTAMPTZOID, NULL);
-	appendStringInfo(&buf, ", \"created_at\": \"%s\", \"attempt\": %d, \"payload\": ",
-					 ts, attempt);
+	JsonEncodeDateTime(ts, TimestampGetDatum((Timestamp) ev->created_at), TIMESTAMPOID, NULL);
+	appendStringInfo(&buf, ", \"created_at\": \"%s%s\", \"attempt\": %d, \"payload\": ",
+					 ts, TIMESTAMP_NOT_FINITE(ev->created_at) ? "" : "Z", attempt);
 	JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
 	appendStringInfoChar(&buf, '}');
 	return buf.data;

@@ -60,6 +60,7 @@
 #include "queue.h"
 #include "statements.h"
 #include "validate.h"
+#include "version.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
 PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
@@ -336,41 +337,6 @@ _outbox_unroutable_error(PG_FUNCTION_ARGS pg_attribute_unused())
 }
 
 /*
- * Finds the extension: its OID, schema and installed version (palloc'd),
- * or false when it is not installed in this database.
- */
-static bool
-find_extension(Oid *extoid, Oid *nspoid, char **version)
-{
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tup;
-	bool		found = false;
-
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum("outbox"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		Form_pg_extension ext = (Form_pg_extension) GETSTRUCT(tup);
-		bool		isnull;
-		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
-									 RelationGetDescr(rel), &isnull);
-
-		*extoid = ext->oid;
-		*nspoid = ext->extnamespace;
-		*version = isnull ? pstrdup("") : TextDatumGetCString(d);
-		found = true;
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
-}
-
-/*
  * Makes the outbox tables ready for a pass: returns false, doing nothing,
  * when the extension is not installed in this database, another session
  * holds it for DROP EXTENSION, or its SQL objects are of another version
@@ -387,24 +353,20 @@ OutboxQueueOpen(void)
 	Oid			again;
 	char	   *version;
 
-	if (!find_extension(&extoid, &nspoid, &version))
+	if (!OutboxFindExtension(&extoid, &nspoid, &version))
 		return false;
 	if (!ConditionalLockDatabaseObject(ExtensionRelationId, extoid, 0,
 									   AccessShareLock))
 		return false;
 	/* the lock processed invalidations: make sure it is still the same */
-	if (!find_extension(&again, &nspoid, &version) || again != extoid)
+	if (!OutboxFindExtension(&again, &nspoid, &version) || again != extoid)
 		return false;
 
 	if (strcmp(version, OUTBOX_VERSION) != 0)
 	{
 		if (mismatch_logged == NULL || strcmp(mismatch_logged, version) != 0)
 		{
-			ereport(WARNING,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("outbox relay paused: the extension's SQL objects are version %s, the library is version %s",
-							version, OUTBOX_VERSION),
-					 errhint("Run ALTER EXTENSION outbox UPDATE in this database.")));
+			OutboxReportVersionMismatch(WARNING, true, version);
 			if (mismatch_logged != NULL)
 				pfree(mismatch_logged);
 			mismatch_logged = MemoryContextStrdup(TopMemoryContext, version);

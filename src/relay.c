@@ -82,6 +82,7 @@
 #include "relay.h"
 #include "shmem.h"
 #include "validate.h"
+#include "version.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
 
@@ -334,7 +335,9 @@ OutboxRelayPass(int batch_size, OutboxPassResult *result)
  * SQL-callable: one relay pass in the calling session's transaction, with
  * the worker's claim, transports and marks. batch_size NULL means
  * outbox.batch_size. Needs the privileges of outbox_admin. Errors:
- * batch_size out of 1..10000 (22023); called during recovery (25006).
+ * batch_size out of 1..10000 (22023); called during recovery (25006); the
+ * SQL objects are not of this library's version (55000, with the step that
+ * is missing: ALTER EXTENSION UPDATE or a restart).
  */
 Datum
 outbox_relay(PG_FUNCTION_ARGS)
@@ -356,6 +359,8 @@ outbox_relay(PG_FUNCTION_ARGS)
 				 errhint("Run outbox_relay() on the primary.")));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	/* the worker pauses on a mismatch; a caller is told what to do */
+	OutboxRequireSqlVersion();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
