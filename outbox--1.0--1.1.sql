@@ -373,18 +373,23 @@ TO outbox_admin;
  * outbox.retention or outbox.inbox_retention is set (src/purge.c); both
  * it and the functions below find purgeable rows through these indexes,
  * so their cost follows what they delete, not the table's size: pending
- * events are not in outbox_delivered_idx at all.
+ * events are not in outbox_delivered_idx at all. It is keyed by
+ * destination first, for NOTIFY consumers' catch-up (outbox_catch_up);
+ * a purge takes one destination after the other, each found from the
+ * previous one with a probe of the index. One index serves both: every
+ * index on outbox is one more insert for each event the relay marks
+ * delivered.
  *
  * Building them takes a SHARE lock on each table for the length of the
  * build, so inserts (outbox_emit, inbox_accept) wait meanwhile: about a
  * second per million rows. On a large table, build them first without
  * blocking, with the same names and definitions; the upgrade then keeps
  * them:
- *   CREATE INDEX CONCURRENTLY outbox_delivered_idx ON outbox (delivered_at, id)
+ *   CREATE INDEX CONCURRENTLY outbox_delivered_idx ON outbox (destination, delivered_at, id)
  *       WHERE delivered_at IS NOT NULL;
  *   CREATE INDEX CONCURRENTLY inbox_processed_at_idx ON inbox (processed_at);
  */
-CREATE INDEX IF NOT EXISTS outbox_delivered_idx ON @extschema@.outbox (delivered_at, id)
+CREATE INDEX IF NOT EXISTS outbox_delivered_idx ON @extschema@.outbox (destination, delivered_at, id)
     WHERE delivered_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS inbox_processed_at_idx ON @extschema@.inbox (processed_at);
 
@@ -401,20 +406,35 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    n bigint;
+    cut timestamptz;
+    dest text;
+    k bigint;
+    n bigint := 0;
 BEGIN
     IF retention IS NULL OR retention < interval '0' THEN
         RAISE EXCEPTION 'retention must be a non-negative interval'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- one index range scan of outbox_delivered_idx: pending events are not in it
-    DELETE FROM @extschema@.outbox
-     WHERE delivered_at < now() - make_interval(secs => extract(epoch FROM retention));
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+    cut := now() - make_interval(secs => extract(epoch FROM retention));
+    -- a range scan of outbox_delivered_idx per destination, each found
+    -- from the previous one: pending events are not in that index
+    SELECT min(o.destination) INTO dest
+      FROM @extschema@.outbox o WHERE o.delivered_at IS NOT NULL;
+    WHILE dest IS NOT NULL LOOP
+        DELETE FROM @extschema@.outbox o
+         WHERE o.destination = dest AND o.delivered_at < cut;
+        GET DIAGNOSTICS k = ROW_COUNT;
+        n := n + k;
+        SELECT min(o.destination) INTO dest
+          FROM @extschema@.outbox o
+         WHERE o.delivered_at IS NOT NULL AND o.destination > dest;
+    END LOOP;
+    DELETE FROM @extschema@.outbox o
+     WHERE o.destination IS NULL AND o.delivered_at < cut;
+    GET DIAGNOSTICS k = ROW_COUNT;
+    RETURN n + k;
 END
 $$;
-
 
 /*
  * Operating for years: time-zone-proof times, redelivery by time range,

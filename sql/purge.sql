@@ -12,10 +12,12 @@ SELECT outbox_purge('12 hours') AS purged;
 SELECT event_type FROM outbox ORDER BY 1;
 SELECT outbox_purge('0') AS purged;
 
--- many rows at once
-INSERT INTO outbox (event_type, payload, created_at, delivered_at)
-SELECT 'bulk', '{}', now() - interval '30 days', now() - interval '30 days'
-  FROM generate_series(1, 25000);
+-- many rows at once, of three destinations and none (the purge takes one
+-- destination after the other)
+INSERT INTO outbox (event_type, payload, created_at, delivered_at, destination)
+SELECT 'bulk', '{}', now() - interval '30 days', now() - interval '30 days',
+       (ARRAY['a', 'b', 'c', NULL])[g % 4 + 1]
+  FROM generate_series(1, 25000) g;
 SELECT outbox_purge('1 day') AS purged;
 SELECT event_type, count(*) FROM outbox GROUP BY 1 ORDER BY 1;
 
@@ -75,8 +77,9 @@ RESET TimeZone;
 -- purge would walk them.
 TRUNCATE outbox;
 SET session_replication_role = replica;
-INSERT INTO outbox (event_type, payload, created_at, delivered_at, attempts)
-SELECT 'bulk', '{}', now() - interval '2 days', now() - (g % 86400) * interval '1 second', 1
+INSERT INTO outbox (event_type, payload, created_at, delivered_at, attempts, destination)
+SELECT 'bulk', '{}', now() - interval '2 days', now() - (g % 86400) * interval '1 second', 1,
+       (ARRAY['a', 'b', 'c', NULL])[g % 4 + 1]
   FROM generate_series(1, 1200000) g;
 INSERT INTO outbox (event_type, payload, created_at) SELECT 'pending', '{}', now() - interval '30 days'
   FROM generate_series(1, 1000);

@@ -14,13 +14,17 @@
  * one the next round starts outbox.purge_interval later. A reload that
  * changes a retention starts a round at once.
  *
- * Cost. Each batch finds its rows through an index on the purge key
- * (outbox_delivered_idx on (delivered_at, id) over delivered rows only,
- * inbox_processed_at_idx on processed_at), so it reads what it deletes
- * plus one index probe: pending events are not in that index, and a table
- * with nothing to purge costs a few buffers. Within a round, outbox
- * batches resume after the last row deleted (keyset), so they do not walk
- * the dead index entries the previous batches left before vacuum.
+ * Cost. Each batch finds its rows through an index on the purge key, so it
+ * reads what it deletes plus an index probe or two: pending events are not
+ * in that index, and a table with nothing to purge costs a few buffers.
+ * Delivered events are indexed by (destination, delivered_at, id)
+ * (outbox_delivered_idx, which NOTIFY consumers' catch-up reads as well),
+ * so the outbox phase takes one destination after the other, each found
+ * from the last with one probe of that index, then the events without a
+ * destination; inbox rows are indexed by processed_at. Within a
+ * destination, batches resume after the last row deleted (keyset), so they
+ * do not walk the dead index entries the previous batches left before
+ * vacuum.
  *
  * Time. Cut-offs are absolute: now minus the retention in microseconds,
  * computed in C, so the same rows go under any TimeZone and across clock
@@ -36,6 +40,8 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
@@ -44,30 +50,54 @@
 #include "statements.h"
 
 /*
- * One batch of delivered events, oldest first, after ($2, $3) in
- * (delivered_at, id) order. The inner SELECT walks outbox_delivered_idx;
- * the outer DELETE finds the rows by TID and checks the cut-off again, so
- * an event redelivered meanwhile (delivered_at now NULL) stays. Returns
- * the last row deleted and how many were.
+ * One batch of delivered events of destination $5, oldest first, after
+ * ($2, $3) in (delivered_at, id) order. The inner SELECT walks
+ * outbox_delivered_idx; the outer DELETE finds the rows by TID and checks
+ * the cut-off again, so an event redelivered meanwhile (delivered_at now
+ * NULL) stays. Returns the last row deleted and how many were.
+ * outbox_null_stmt does the same for events without a destination.
  */
-static const Oid outbox_argtypes[] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT4OID};
+#define OUTBOX_BATCH(dest_test) \
+		"WITH doomed AS (" \
+		"  DELETE FROM %1$s.outbox o" \
+		"   WHERE o.ctid = ANY (ARRAY(" \
+		"           SELECT p.ctid FROM %1$s.outbox p" \
+		"            WHERE " dest_test " AND p.delivered_at < $1" \
+		"              AND (p.delivered_at, p.id) > ($2, $3)" \
+		"            ORDER BY p.delivered_at, p.id" \
+		"            LIMIT $4))" \
+		"     AND o.delivered_at < $1" \
+		"  RETURNING o.delivered_at, o.id)" \
+		" SELECT d.delivered_at, d.id, (count(*) OVER ())::int4" \
+		"   FROM doomed d" \
+		"  ORDER BY d.delivered_at DESC, d.id DESC" \
+		"  LIMIT 1"
+
+static const Oid outbox_argtypes[] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID};
 static OutboxStatement outbox_stmt = {
-	.sql =
-		"WITH doomed AS ("
-		"  DELETE FROM %1$s.outbox o"
-		"   WHERE o.ctid = ANY (ARRAY("
-		"           SELECT p.ctid FROM %1$s.outbox p"
-		"            WHERE p.delivered_at < $1 AND (p.delivered_at, p.id) > ($2, $3)"
-		"            ORDER BY p.delivered_at, p.id"
-		"            LIMIT $4))"
-		"     AND o.delivered_at < $1"
-		"  RETURNING o.delivered_at, o.id)"
-		" SELECT d.delivered_at, d.id, (count(*) OVER ())::int4"
-		"   FROM doomed d"
-		"  ORDER BY d.delivered_at DESC, d.id DESC"
-		"  LIMIT 1",
+	.sql = OUTBOX_BATCH("p.destination = $5"),
+	.nargs = 5,
+	.argtypes = outbox_argtypes,
+	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+};
+static OutboxStatement outbox_null_stmt = {
+	.sql = OUTBOX_BATCH("p.destination IS NULL"),
 	.nargs = 4,
 	.argtypes = outbox_argtypes,
+	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+};
+
+/*
+ * The destination after $1 (or the first, if $1 is NULL) that delivered
+ * events have: one probe of outbox_delivered_idx.
+ */
+static const Oid next_dest_argtypes[] = {TEXTOID};
+static OutboxStatement next_dest_stmt = {
+	.sql =
+		"SELECT min(p.destination) FROM %1$s.outbox p"
+		" WHERE p.delivered_at IS NOT NULL AND ($1::text IS NULL OR p.destination > $1)",
+	.nargs = 1,
+	.argtypes = next_dest_argtypes,
 	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
 };
 
@@ -99,7 +129,10 @@ typedef enum PurgePhase
 
 static TimestampTz next_purge = 0;	/* 0: at once */
 static PurgePhase phase = PHASE_OUTBOX;
-static TimestampTz after_at = DT_NOBEGIN;	/* keyset of the outbox phase */
+/* where the outbox phase is: a destination, or (dest NULL) those without */
+static char *dest = NULL;		/* in TopMemoryContext */
+static bool dest_next = true;	/* look up the destination after dest */
+static TimestampTz after_at = DT_NOBEGIN;	/* keyset within the destination */
 static int64 after_id = 0;
 static bool batch_full = false; /* the last batch deleted a whole batch */
 static int	seen_retention = -1;
@@ -117,6 +150,33 @@ static void
 start_round(void)
 {
 	phase = outbox_retention > 0 ? PHASE_OUTBOX : PHASE_INBOX;
+	if (dest != NULL)
+		pfree(dest);
+	dest = NULL;
+	dest_next = true;
+	after_at = DT_NOBEGIN;
+	after_id = 0;
+}
+
+/* Moves the outbox phase to the destination after the current one. */
+static void
+next_destination(void)
+{
+	Datum		value = dest != NULL ? CStringGetTextDatum(dest) : (Datum) 0;
+	char		null = dest != NULL ? ' ' : 'n';
+	bool		isnull;
+	Datum		d;
+	int			rc;
+
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_dest_stmt, OutboxQueueSchema()),
+						  &value, &null, false, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not find the next destination to purge: %s", SPI_result_code_string(rc));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (dest != NULL)
+		pfree(dest);
+	dest = isnull ? NULL : MemoryContextStrdup(TopMemoryContext, TextDatumGetCString(d));
+	dest_next = false;
 	after_at = DT_NOBEGIN;
 	after_id = 0;
 }
@@ -151,9 +211,10 @@ void
 OutboxPurgeStep(void *arg pg_attribute_unused())
 {
 	SPIPlanPtr	plan;
-	Datum		values[4];
+	Datum		values[5];
 	int			rc;
 	int			deleted = 0;
+	bool		more = false;
 
 	batch_full = false;
 	if (phase == PHASE_DONE || !OutboxQueueOpen())
@@ -161,11 +222,18 @@ OutboxPurgeStep(void *arg pg_attribute_unused())
 
 	if (phase == PHASE_OUTBOX)
 	{
+		bool		named;
+
+		if (dest_next)
+			next_destination();
+		named = dest != NULL;
 		values[0] = TimestampTzGetDatum(cutoff(outbox_retention));
 		values[1] = TimestampTzGetDatum(after_at);
 		values[2] = Int64GetDatum(after_id);
 		values[3] = Int32GetDatum(outbox_purge_batch_size);
-		plan = OutboxStatementPlan(&outbox_stmt, OutboxQueueSchema());
+		values[4] = named ? CStringGetTextDatum(dest) : (Datum) 0;
+		plan = OutboxStatementPlan(named ? &outbox_stmt : &outbox_null_stmt,
+								   OutboxQueueSchema());
 		rc = SPI_execute_plan(plan, values, NULL, false, 1);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not purge delivered events: %s", SPI_result_code_string(rc));
@@ -179,6 +247,10 @@ OutboxPurgeStep(void *arg pg_attribute_unused())
 			after_id = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
 			deleted = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 		}
+		/* this destination is done: the next one, if any, comes next */
+		if (named && deleted < outbox_purge_batch_size)
+			dest_next = true;
+		more = named;
 	}
 	else
 	{
@@ -193,7 +265,7 @@ OutboxPurgeStep(void *arg pg_attribute_unused())
 		deleted = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	batch_full = deleted >= outbox_purge_batch_size;
+	batch_full = more || deleted >= outbox_purge_batch_size;
 	if (deleted > 0)
 		elog(DEBUG1, "outbox relay purged %d %s", deleted,
 			 phase == PHASE_OUTBOX ? "delivered events" : "inbox rows");
