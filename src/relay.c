@@ -1102,12 +1102,13 @@ OutboxRelayMain(Datum main_arg)
 				wait_ms = Min(wait_ms, OutboxPurgeWaitMs());
 		}
 
+		/* outcomes in hand are recorded before any wait */
+		if (st.outcomes != NIL)
+			wait_ms = 0;
 		if (OutboxHttpBusy())
 		{
 			List	   *done;
 
-			if (st.outcomes != NIL)
-				wait_ms = 0;
 			MemoryContextSwitchTo(outcome_cxt);
 			done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
 			if (done != NIL && st.outcomes == NIL)
