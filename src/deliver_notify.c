@@ -81,21 +81,17 @@ signed_notification(const OutboxEvent *ev, const char *body, const char *timesta
 void
 OutboxDeliverNotify(OutboxEvent *event)
 {
-	const char *forms[3];
-	int			nforms = 0;
+	OutboxEnvelopeForm first = event->dest.notify_reference ?
+		OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL;
 	char		timestamp[32];
 	size_t		len = 0;
 
-	forms[nforms++] = event->body;
-	if (!event->dest.notify_reference)
-		forms[nforms++] = OutboxBuildEnvelopeForm(event, event->attempts + 1,
-												  OUTBOX_ENVELOPE_REFERENCE);
-	forms[nforms++] = OutboxBuildEnvelopeForm(event, event->attempts + 1, OUTBOX_ENVELOPE_ID);
 	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
-
-	for (int i = 0; i < nforms; i++)
+	for (OutboxEnvelopeForm form = first; form <= OUTBOX_ENVELOPE_ID; form++)
 	{
-		const char *text = forms[i];
+		/* the shorter forms are built only when needed */
+		const char *text = form == first ? event->body :
+			OutboxBuildEnvelopeForm(event, event->attempts + 1, form);
 
 		/* signing only makes it longer: do not sign what cannot fit */
 		len = strlen(text);

@@ -14,7 +14,10 @@
 
 #include "event.h"
 
-/* What an envelope holds: see envelope.c. */
+/*
+ * What an envelope holds (see envelope.c), largest first: NOTIFY tries
+ * them in this order.
+ */
 typedef enum OutboxEnvelopeForm
 {
 	OUTBOX_ENVELOPE_FULL,		/* every field and the payload */
