@@ -607,3 +607,128 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.outbox_redeliver(timestamptz, timestamptz, text, text),
     @extschema@.outbox_cancel(uuid, text)
 TO outbox_admin;
+
+/*
+ * NOTIFY consumers (catch-up, reference mode, signatures).
+ *
+ * notify_mode: what a NOTIFY destination puts on its channel. 'full' is the
+ * whole envelope; 'reference' leaves the payload out, so that a listener
+ * without privileges (any role that can connect may LISTEN) learns only
+ * the event's id, type and aggregate; the payload is read with
+ * outbox_catch_up(). A NOTIFY destination may now have a secret: its
+ * notifications are then signed (see the README).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN notify_mode text NOT NULL DEFAULT 'full';
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.notify_mode IS
+    'NOTIFY destinations: full (the envelope with its payload) or reference (without the payload, read with outbox_catch_up)';
+COMMENT ON COLUMN @extschema@.outbox_destinations.secret IS
+    'Standard Webhooks signing secret (whsec_<base64> or raw text) of a webhook or a NOTIFY channel; readable by outbox_admin only';
+COMMENT ON COLUMN @extschema@.outbox_destinations.created_at IS
+    'When the destination was created; outbox_catch_up returns only events delivered to it since';
+
+/*
+ * _outbox_route() expanded d.* when it was created: create it again so
+ * that it returns the new column, then add the column to the view the
+ * relay reads (at its end, which CREATE OR REPLACE VIEW allows).
+ */
+CREATE OR REPLACE FUNCTION @extschema@._outbox_route(event_type text)
+RETURNS SETOF @extschema@.outbox_destinations
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE d.enabled
+       AND _outbox_route.event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(d.event_types)
+     ORDER BY d.name
+     LIMIT 1;
+END;
+
+CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
+SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
+       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
+       o.next_attempt_at, o.claimed_until,
+       d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
+       d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
+       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors,
+       d.notify_mode AS dest_notify_mode
+  FROM @extschema@.outbox o
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
+ WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
+
+/*
+ * The catch-up of a NOTIFY consumer: the events delivered to NOTIFY
+ * destination dest within the last `within` that consumer has not
+ * accepted with inbox_accept(), oldest delivery first, at most max_events.
+ * Keyed by the inbox, not by a position: events commit, and are
+ * delivered, out of id order, and a listener that was away or failed to
+ * process one gets it here whatever came after it.
+ *
+ * SECURITY DEFINER, for outbox_consumer, which may not read outbox: it
+ * reveals only events delivered to a destination that is a NOTIFY channel
+ * (never a webhook's) since that destination was created (a webhook
+ * deleted and replaced by a channel of the same name does not expose its
+ * events; names and kinds of destinations cannot be changed in place).
+ * Any NOTIFY destination may be named: members of outbox_consumer read
+ * every NOTIFY destination's events of the window, payloads included.
+ * The window is at most 7 days (outbox_purge's default retention); cost:
+ * a range scan of outbox_delivered_idx over the destination's window and
+ * one inbox lookup per event in it, until max_events are found.
+ */
+CREATE FUNCTION @extschema@.outbox_catch_up(
+    destination text,
+    consumer    text DEFAULT 'default',
+    within      interval DEFAULT '1 day',
+    max_events  integer DEFAULT 100)
+RETURNS TABLE (event_id uuid, event_type text, aggregate_type text, aggregate_id text,
+               created_at timestamptz, delivered_at timestamptz, payload jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since timestamptz;
+BEGIN
+    IF outbox_catch_up.destination IS NULL OR outbox_catch_up.consumer IS NULL
+       OR within IS NULL OR max_events IS NULL THEN
+        RAISE EXCEPTION 'destination, consumer, within and max_events must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF within <= interval '0' OR within > interval '7 days' THEN
+        RAISE EXCEPTION 'within must be more than 0 and at most 7 days'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_events < 1 OR max_events > 10000 THEN
+        RAISE EXCEPTION 'max_events must be between 1 and 10000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- in seconds: a day of the session's time zone can have 23 or 25 hours
+    SELECT greatest(now() - make_interval(secs => extract(epoch FROM within)), d.created_at)
+      INTO since
+      FROM @extschema@.outbox_destinations d
+     WHERE d.name = outbox_catch_up.destination AND d.channel IS NOT NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no NOTIFY destination named "%"', outbox_catch_up.destination
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Catch-up reads events of NOTIFY destinations only.';
+    END IF;
+    RETURN QUERY
+    SELECT o.event_id, o.event_type, o.aggregate_type, o.aggregate_id,
+           o.created_at, o.delivered_at, o.payload
+      FROM @extschema@.outbox o
+     WHERE o.destination = outbox_catch_up.destination
+       AND o.delivered_at >= since
+       AND NOT EXISTS (SELECT FROM @extschema@.inbox i
+                        WHERE i.consumer = outbox_catch_up.consumer
+                          AND i.event_id = o.event_id)
+     ORDER BY o.delivered_at, o.id
+     LIMIT max_events;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, integer) IS
+    'Events delivered to a NOTIFY destination within the window that consumer has not accepted with inbox_accept, oldest first';
+
+REVOKE ALL ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, integer)
+    TO outbox_consumer, outbox_admin;

@@ -33,14 +33,28 @@ SET ROLE regress_stranger;
 SELECT outbox_emit('task.created', '{}');
 RESET ROLE;
 
--- the consumer role uses the inbox and cannot read events
+-- the consumer role uses the inbox and cannot read events, but those
+-- delivered to a NOTIFY destination, through outbox_catch_up; not those of
+-- a webhook
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('regress_n', 'none.n', 'regress_n');
+INSERT INTO outbox_destinations (name, event_types, url) VALUES ('regress_w', 'none.w', 'http://127.0.0.1:1/');
+INSERT INTO outbox (event_type, payload, delivered_at, destination)
+VALUES ('none.n', '{"to": "listeners"}', now(), 'regress_n'), ('none.w', '{"to": "webhook"}', now(), 'regress_w');
 CREATE ROLE regress_consumer;
 GRANT outbox_consumer TO regress_consumer;
 SET ROLE regress_consumer;
 SELECT inbox_accept('00000000-0000-0000-0000-000000000001', 'regress') AS first,
        inbox_accept('00000000-0000-0000-0000-000000000001', 'regress') AS again;
 SELECT count(*) FROM outbox;
+SELECT event_type, payload FROM outbox_catch_up('regress_n', 'regress');
+SELECT * FROM outbox_catch_up('regress_w', 'regress');
 RESET ROLE;
+-- the writer cannot catch up
+SET ROLE regress_app;
+SELECT * FROM outbox_catch_up('regress_n', 'regress');
+RESET ROLE;
+DELETE FROM outbox WHERE destination IN ('regress_n', 'regress_w');
+DELETE FROM outbox_destinations;
 
 -- the admin role reads and marks events, and manages destinations
 CREATE ROLE regress_ops;

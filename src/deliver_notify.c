@@ -7,15 +7,37 @@
  * marks the event delivered: PostgreSQL sends it at COMMIT and drops it at
  * ABORT, so a listener hears of the event exactly when it is marked.
  *
+ * What is sent is the first of these forms that fits in NOTIFY's payload
+ * limit (envelope.c): the full envelope (notify_mode 'full' only), the
+ * reference (no payload), the id form. The id form always fits, so an
+ * event is never dropped or cut for its size: a listener that gets no
+ * "payload" reads it with outbox_catch_up(). Any role that can connect
+ * may LISTEN, hence the reference mode; any role may NOTIFY too, hence the
+ * signature: with a secret, the notification is
+ *
+ *	 {"webhook-id": <event_id>, "webhook-timestamp": <Unix seconds>,
+ *	  "webhook-signature": "v1,<base64 HMAC-SHA256>", "body": <form, as a
+ *	  JSON string>}
+ *
+ * signed as a webhook is (signature.c: "<id>.<timestamp>.<body>"), so that
+ * the three fields are the Standard Webhooks headers and the body string
+ * is the exact bytes signed, whatever JSON parser reads the outer object.
+ *
  * src/deliver_notify.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <time.h>
+
 #include "commands/async.h"
+#include "lib/stringinfo.h"
+#include "utils/json.h"
 
 #include "deliver_notify.h"
+#include "envelope.h"
+#include "signature.h"
 
 /*
  * The NOTIFY payload must be shorter than this many bytes (PostgreSQL docs
@@ -25,26 +47,76 @@
 #define OUTBOX_NOTIFY_PAYLOAD_LIMIT (BLCKSZ - NAMEDATALEN - 128)
 
 /*
- * Queues the event's envelope as a notification on its channel and records
- * the outcome in the event. A payload of OUTBOX_NOTIFY_PAYLOAD_LIMIT bytes
- * or more cannot be sent; rather than cut it, the event fails permanently
- * (dead-lettered, with the size in last_error) and stays redeliverable, for
- * instance after routing its type to a webhook. Runs inside the relay pass's
- * transaction, in the relay worker or an outbox_relay() backend.
+ * The signed notification of body (see the file's header), palloc'd; NULL
+ * if the destination's secret cannot sign.
+ */
+static char *
+signed_notification(const OutboxEvent *ev, const char *body, const char *timestamp)
+{
+	char	   *sig = OutboxSignature(ev->dest.secret, ev->event_id, timestamp,
+									  body, strlen(body));
+	StringInfoData buf;
+
+	if (sig == NULL)
+		return NULL;
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"webhook-id\": \"%s\", \"webhook-timestamp\": \"%s\", "
+					 "\"webhook-signature\": \"%s\", \"body\": ",
+					 ev->event_id, timestamp, sig);
+	escape_json(&buf, body);
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * Queues a notification of the event on its destination's channel, in the
+ * first form that fits (see the file's header; ev->body is the envelope or,
+ * in reference mode, the reference), signed if the destination has a
+ * secret, and records the outcome in the event. Fails permanently only if
+ * the secret cannot sign (the trigger on destinations refuses such
+ * secrets) or, which the forms' sizes rule out, nothing fits. Runs inside
+ * the claim's transaction, in the relay worker or an outbox_relay()
+ * backend; the event's payload is no longer there, its other columns are.
  */
 void
 OutboxDeliverNotify(OutboxEvent *event)
 {
-	size_t		len = strlen(event->body);
+	OutboxEnvelopeForm first = event->dest.notify_reference ?
+		OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL;
+	char		timestamp[32];
+	size_t		len = 0;
 
-	if (len >= OUTBOX_NOTIFY_PAYLOAD_LIMIT)
+	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
+	for (OutboxEnvelopeForm form = first; form <= OUTBOX_ENVELOPE_ID; form++)
 	{
-		event->ok = false;
-		event->permanent = true;
-		event->error = psprintf("payload of %zu bytes is too large for NOTIFY (limit: %d bytes)",
-								len, OUTBOX_NOTIFY_PAYLOAD_LIMIT - 1);
+		/* the shorter forms are built only when needed */
+		const char *text = form == first ? event->body :
+			OutboxBuildEnvelopeForm(event, event->attempts + 1, form);
+
+		/* signing only makes it longer: do not sign what cannot fit */
+		len = strlen(text);
+		if (len >= OUTBOX_NOTIFY_PAYLOAD_LIMIT)
+			continue;
+		if (event->dest.secret != NULL)
+		{
+			text = signed_notification(event, text, timestamp);
+			if (text == NULL)
+			{
+				event->ok = false;
+				event->permanent = true;
+				event->error = pstrdup("the destination's secret cannot be used to sign (see the rules for secrets)");
+				return;
+			}
+			len = strlen(text);
+			if (len >= OUTBOX_NOTIFY_PAYLOAD_LIMIT)
+				continue;
+		}
+		Async_Notify(event->dest.channel, text);
+		event->ok = true;
 		return;
 	}
-	Async_Notify(event->dest.channel, event->body);
-	event->ok = true;
+	event->ok = false;
+	event->permanent = true;
+	event->error = psprintf("payload of %zu bytes is too large for NOTIFY (limit: %d bytes)",
+							len, OUTBOX_NOTIFY_PAYLOAD_LIMIT - 1);
 }

@@ -11,6 +11,11 @@
  * exposes the same builder to SQL, so that the exact bytes sent (and their
  * size against NOTIFY's limit) can be computed and tested.
  *
+ * NOTIFY also sends two shorter forms (deliver_notify.c): the reference,
+ * the same keys without "payload", and the id form, {"id", "created_at",
+ * "attempt"}, whose size does not depend on the event's text. A listener
+ * tells them from the full envelope by the missing "payload" key.
+ *
  * src/envelope.c
  *
  *-------------------------------------------------------------------------
@@ -41,10 +46,11 @@ append_string_or_null(StringInfo buf, const char *key, const char *value)
 }
 
 /*
- * Returns the envelope of one attempt of ev, palloc'd in the current memory
- * context, from the event's columns (event_id, event_type, the aggregate
- * fields, which may be NULL, created_at and payload); attempt counts from
- * 1. Runs in any backend or the relay, inside a transaction.
+ * Returns the envelope of one attempt of ev in the given form, palloc'd in
+ * the current memory context, from the event's columns (event_id,
+ * event_type, the aggregate fields, which may be NULL, created_at, and for
+ * the full form the payload); attempt counts from 1. Runs in any backend
+ * or the relay, inside a transaction.
  *
  * created_at is written in UTC with the suffix Z (RFC 3339), whatever the
  * server's or the session's TimeZone, so that consumers read the same text
@@ -53,22 +59,36 @@ append_string_or_null(StringInfo buf, const char *key, const char *value)
  * time; infinity stays as it is.
  */
 char *
-OutboxBuildEnvelope(const OutboxEvent *ev, int attempt)
+OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt, OutboxEnvelopeForm form)
 {
 	StringInfoData buf;
 	char		ts[MAXDATELEN + 1];
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"id\": \"%s\"", ev->event_id);
-	append_string_or_null(&buf, "type", ev->event_type);
-	append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
-	append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
+	if (form != OUTBOX_ENVELOPE_ID)
+	{
+		append_string_or_null(&buf, "type", ev->event_type);
+		append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
+		append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
+	}
 	JsonEncodeDateTime(ts, TimestampGetDatum((Timestamp) ev->created_at), TIMESTAMPOID, NULL);
-	appendStringInfo(&buf, ", \"created_at\": \"%s%s\", \"attempt\": %d, \"payload\": ",
+	appendStringInfo(&buf, ", \"created_at\": \"%s%s\", \"attempt\": %d",
 					 ts, TIMESTAMP_NOT_FINITE(ev->created_at) ? "" : "Z", attempt);
-	JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
+	if (form == OUTBOX_ENVELOPE_FULL)
+	{
+		appendStringInfoString(&buf, ", \"payload\": ");
+		JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
+	}
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
+}
+
+/* The full envelope (OutboxBuildEnvelopeForm): what webhooks are sent. */
+char *
+OutboxBuildEnvelope(const OutboxEvent *ev, int attempt)
+{
+	return OutboxBuildEnvelopeForm(ev, attempt, OUTBOX_ENVELOPE_FULL);
 }
 
 /*

@@ -14,7 +14,20 @@
 
 #include "event.h"
 
+/*
+ * What an envelope holds (see envelope.c), largest first: NOTIFY tries
+ * them in this order.
+ */
+typedef enum OutboxEnvelopeForm
+{
+	OUTBOX_ENVELOPE_FULL,		/* every field and the payload */
+	OUTBOX_ENVELOPE_REFERENCE,	/* every field but the payload */
+	OUTBOX_ENVELOPE_ID			/* id, created_at and attempt */
+} OutboxEnvelopeForm;
+
 extern char *OutboxBuildEnvelope(const OutboxEvent *ev, int attempt);
+extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,
+									 OutboxEnvelopeForm form);
 
 extern Datum _outbox_envelope(PG_FUNCTION_ARGS);
 

@@ -61,6 +61,10 @@
  */
 #define OUTBOX_PASS_BYTES (256 * 1024 * 1024)
 
+/* outbox_destinations.notify_mode: the envelope, or the reference form */
+#define OUTBOX_NOTIFY_FULL "full"
+#define OUTBOX_NOTIFY_REFERENCE "reference"
+
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
  * (_outbox_route() in SQL). Exactly one of url and channel is set.
@@ -74,6 +78,8 @@ typedef struct OutboxDestination
 	int			timeout_ms;		/* -1: the transport's default */
 	Jsonb	   *headers;		/* the destination's headers, or NULL */
 	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
+	bool		notify_reference;	/* NOTIFY: send the reference form, no
+									 * payload (notify_mode 'reference') */
 } OutboxDestination;
 
 /*

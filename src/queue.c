@@ -89,7 +89,8 @@ static Oid	ext_nspoid = InvalidOid;
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
 	"       p.dest_name, p.dest_url, p.dest_channel, p.dest_secret," \
-	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors" \
+	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors," \
+	"       p.dest_notify_mode" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.claimed_until IS NULL OR p.claimed_until <= now())" \
@@ -132,7 +133,8 @@ enum
 	Anum_claim_dest_timeout_ms,
 	Anum_claim_dest_headers,
 	Anum_claim_dest_retry_client_errors,
-	Natts_claim = Anum_claim_dest_retry_client_errors
+	Anum_claim_dest_notify_mode,
+	Natts_claim = Anum_claim_dest_notify_mode
 };
 
 static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID};
@@ -449,6 +451,9 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	ev->dest.headers = jsonb_or_null(tuple, desc, Anum_claim_dest_headers);
 	d = SPI_getbinval(tuple, desc, Anum_claim_dest_retry_client_errors, &isnull);
 	ev->dest.retry_client_errors = !isnull && DatumGetBool(d);
+	d = SPI_getbinval(tuple, desc, Anum_claim_dest_notify_mode, &isnull);
+	ev->dest.notify_reference = !isnull &&
+		strcmp(TextDatumGetCString(d), OUTBOX_NOTIFY_REFERENCE) == 0;
 	bytes += value_size(tuple, desc, Anum_claim_dest_url) +
 		value_size(tuple, desc, Anum_claim_dest_headers) +
 		value_size(tuple, desc, Anum_claim_dest_secret);

@@ -144,8 +144,9 @@ typedef struct DestLoad
  * Prepares a claimed event (OutboxPrepareFn, called by OutboxClaim in the
  * claim's memory context): checks what decode_event could not check
  * without reading it (the event's headers, for HTTP; the size of its
- * envelope, OutboxEnvelopeCheck), then builds the body and lets the
- * payload go. An event that breaks a rule gets no body and a permanent
+ * envelope, OutboxEnvelopeCheck), then builds the body (the envelope, or
+ * its reference form for a NOTIFY destination in reference mode) and lets
+ * the payload go. An event that breaks a rule gets no body and a permanent
  * failure with the reason, and is dead-lettered on its own. Returns the
  * bytes the body costs: twice its length, as the transport copies it
  * (libcurl's COPYPOSTFIELDS, or the NOTIFY queue).
@@ -177,7 +178,10 @@ prepare_event(OutboxEvent *ev)
 		ev->error = p.message;
 		return 0;
 	}
-	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1);
+	/* a NOTIFY destination in reference mode never sends the payload */
+	ev->body = OutboxBuildEnvelopeForm(ev, ev->attempts + 1,
+									   ev->dest.channel != NULL && ev->dest.notify_reference ?
+									   OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL);
 	len = strlen(ev->body);
 	pfree(ev->payload);
 	ev->payload = NULL;

@@ -379,8 +379,15 @@ refuse(const char *message, const char *detail)
  * row (its secret and headers are credentials). 23502 for NULL in a NOT
  * NULL column; 23514 for an empty name or pattern, not exactly one of url
  * and channel, an invalid url (OutboxUrlCheck), channel, headers
- * (OutboxHeadersCheck) or secret (OutboxSecretCheck), a secret without a
- * url, a timeout_ms outside 1..600000; 54000 for a size over a limit.
+ * (OutboxHeadersCheck) or secret (OutboxSecretCheck), a timeout_ms
+ * outside 1..600000, a notify_mode other than 'full' and 'reference' (or
+ * 'reference' for a webhook), and, on UPDATE, a change of name or of kind
+ * (webhook or channel); 54000 for a size over a limit.
+ *
+ * Name and kind are fixed because outbox_catch_up() gives consumers the
+ * events delivered under a NOTIFY destination's name since its created_at:
+ * a webhook turned into a channel, or a channel renamed to the name a
+ * webhook had, would show them the webhook's events.
  */
 Datum
 _outbox_check_destination(PG_FUNCTION_ARGS)
@@ -433,8 +440,6 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	d = column(rel, tuple, "secret", &isnull);
 	if (!isnull)
 	{
-		if (!has_url)
-			refuse("destination secret needs a url", "Only webhooks are signed.");
 		if (toast_raw_datum_size(d) - VARHDRSZ > OUTBOX_MAX_SECRET_BYTES)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -447,5 +452,33 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	d = column(rel, tuple, "timeout_ms", &isnull);
 	if (!isnull && (DatumGetInt32(d) < 1 || DatumGetInt32(d) > 600000))
 		refuse("destination timeout_ms must be between 1 and 600000", NULL);
+
+	d = column(rel, tuple, "notify_mode", &isnull);
+	if (!isnull)
+	{
+		char	   *mode = TextDatumGetCString(d);
+
+		if (strcmp(mode, OUTBOX_NOTIFY_FULL) != 0 && strcmp(mode, OUTBOX_NOTIFY_REFERENCE) != 0)
+			refuse("destination notify_mode is not valid", "It is full or reference.");
+		if (has_url && strcmp(mode, OUTBOX_NOTIFY_FULL) != 0)
+			refuse("destination notify_mode reference needs a channel",
+				   "Webhooks are sent the full envelope.");
+	}
+
+	if (TRIGGER_FIRED_BY_UPDATE(((TriggerData *) fcinfo->context)->tg_event))
+	{
+		HeapTuple	old = ((TriggerData *) fcinfo->context)->tg_trigtuple;
+		bool		old_isnull;
+		Datum		old_name = column(rel, old, "name", &old_isnull);
+
+		d = column(rel, tuple, "name", &isnull);
+		if (strcmp(TextDatumGetCString(d), TextDatumGetCString(old_name)) != 0)
+			refuse("a destination cannot be renamed",
+				   "Insert a destination with the new name and delete the old one.");
+		(void) column(rel, old, "channel", &old_isnull);
+		if (old_isnull == has_channel)
+			refuse("a destination cannot change between webhook and channel",
+				   "Insert a new destination and delete the old one.");
+	}
 	return PointerGetDatum(tuple);
 }

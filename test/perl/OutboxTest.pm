@@ -19,7 +19,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_sink wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
-  count_by_id relay_warnings gaps);
+  count_by_id relay_warnings gaps start_listener readme_sql);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 
@@ -159,6 +159,32 @@ sub gaps
 	return map { $t[$_] - $t[ $_ - 1 ] } 1 .. $#t;
 }
 
+# The ```sql block of the README that contains $text, so that a test runs
+# the very code the README gives; dies if there is none.
+sub readme_sql
+{
+	my ($text) = @_;
+	my $readme = slurp_file("$test_dir/../README.md");
+	for my $block ($readme =~ /^```sql\n(.*?)^```$/msg)
+	{
+		return $block if index($block, $text) >= 0;
+	}
+	die "README.md has no sql block with \"$text\"";
+}
+
+# A psql session of role $user (undef: the test's superuser) in database $db
+# that LISTENs on $channel; returns an OutboxTest::Listener.
+sub start_listener
+{
+	my ($node, $db, $channel, $user) = @_;
+	my $psql = $node->background_psql($db,
+		defined $user ? (extra_params => [ '-U', $user ]) : ());
+	$psql->set_query_timer_restart;
+	$psql->query_safe("LISTEN $channel");
+	return bless { node => $node, db => $db, channel => $channel, psql => $psql, notes => [] },
+	  'OutboxTest::Listener';
+}
+
 # Starts test/sink.py on a free port of 127.0.0.1; returns an OutboxTest::Sink.
 sub start_sink
 {
@@ -176,6 +202,49 @@ sub start_sink
 	return bless { pid => $pid, base => "http://127.0.0.1:$port" },
 	  'OutboxTest::Sink';
 }
+
+package OutboxTest::Listener;
+
+my $markers = 0;
+
+# Runs $sql in the listener's session; keeps the notifications psql printed
+# after it (in $self->{notes}: {channel, payload, pid}) and returns the rest
+# of the output.
+sub query
+{
+	my ($self, $sql) = @_;
+	my $out = $self->{psql}->query_safe($sql);
+	my @rest;
+	for my $line (split /\n/, $out)
+	{
+		if ($line =~ /^Asynchronous notification "([^"]*)" with payload "(.*)" received from server process with PID (\d+)\.$/)
+		{
+			push @{ $self->{notes} }, { channel => $1, payload => $2, pid => $3 };
+		}
+		else
+		{
+			push @rest, $line;
+		}
+	}
+	return join("\n", @rest);
+}
+
+# The notifications received so far, after collecting those waiting.
+sub notes { my ($self) = @_; $self->query('SELECT 1'); return $self->{notes}; }
+
+# Waits until every notification committed before now has been received
+# (they arrive in commit order: a marker sent now comes after them).
+sub sync
+{
+	my ($self) = @_;
+	my $marker = 'marker-' . ++$markers;
+	$self->{node}->safe_psql($self->{db}, "NOTIFY $self->{channel}, '$marker'");
+	my $ok = OutboxTest::wait_until(sub { grep { $_->{payload} eq $marker } @{ $self->notes } });
+	$self->{notes} = [ grep { $_->{payload} !~ /^marker-\d+$/ } @{ $self->{notes} } ];
+	return $ok;
+}
+
+sub quit { my ($self) = @_; $self->{psql}->quit; }
 
 package OutboxTest::Sink;
 

@@ -1,7 +1,8 @@
 # NOTIFY destinations seen by a real LISTEN client: every event arrives
 # exactly once with its envelope; nothing arrives for a relay pass that rolled
-# back; an envelope of 8000 bytes or more is dead-lettered, never cut, while
-# one of 7999 bytes arrives intact.
+# back; an envelope of 8000 bytes or more is never cut: the event is
+# delivered in the reference form (without its payload), while one of 7999
+# bytes arrives intact.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -148,9 +149,10 @@ is_deeply([ keys %$got ], [$rb_id], 'received now, and only it');
 is(scalar @{ $got->{$rb_id} }, 1, 'exactly once');
 
 ############################################################################
-# Size limit: an envelope of 8000 bytes or more is dead-lettered with its
-# size, never sent; one of 7999 bytes arrives intact. The text is multibyte
-# ('ж' is 2 bytes), so bytes and characters differ.
+# Size limit: an envelope of 8000 bytes or more is never cut: the event is
+# delivered, and the notification is its reference (the envelope without
+# "payload"); one of 7999 bytes arrives whole. The text is multibyte ('ж'
+# is 2 bytes), so bytes and characters differ.
 
 # the envelope the relay sends for an event (attempt: attempts + 1 before it)
 my $envelope = q{_outbox_envelope(event_id, event_type, aggregate_type, aggregate_id,
@@ -175,12 +177,14 @@ ok( $node->poll_query_until('notify',
 		"SELECT count(*) = 3 FROM outbox WHERE aggregate_id IN ('huge', 'edge-8000', 'edge-7999') AND attempts = 1"),
 	'the three events were processed');
 my %row;
+my %event_of;
 for my $line (split /\n/, $node->safe_psql('notify', sprintf(
-	"SELECT aggregate_id, octet_length(%s), delivered_at IS NOT NULL, dead_at IS NOT NULL, coalesce(last_error, '')
+	"SELECT aggregate_id, event_id, octet_length(%s), delivered_at IS NOT NULL, dead_at IS NOT NULL, coalesce(last_error, '')
 	   FROM outbox WHERE aggregate_id IN ('huge', 'edge-8000', 'edge-7999')", sprintf($envelope, 'attempts'))))
 {
-	my ($agg, @cols) = split /\|/, $line, -1;
+	my ($agg, $id, @cols) = split /\|/, $line, -1;
 	$row{$agg} = \@cols;
+	$event_of{$agg} = $id;
 }
 my $huge_size = $row{huge}[0];
 cmp_ok($huge_size, '>', 8200, "the huge envelope: $huge_size bytes");
@@ -188,20 +192,31 @@ is_deeply(
 	\%row,
 	{
 		'edge-7999' => [ 7999, 't', 'f', '' ],
-		'edge-8000' => [ 8000, 'f', 't', 'payload of 8000 bytes is too large for NOTIFY (limit: 7999 bytes)' ],
-		huge => [ $huge_size, 'f', 't', "payload of $huge_size bytes is too large for NOTIFY (limit: 7999 bytes)" ],
+		'edge-8000' => [ 8000, 't', 'f', '' ],
+		huge => [ $huge_size, 't', 'f', '' ],
 	},
-	'8000 bytes and more: dead-lettered with the size in last_error; 7999 bytes: delivered');
+	'all three delivered, none dead-lettered, no error');
 is( $node->safe_psql('notify', "SELECT length(payload->>'text'), octet_length(payload->>'text') FROM outbox WHERE aggregate_id = 'huge'"),
 	'4100|8200', 'the huge text: 4100 characters, 8200 bytes');
 
 ok(sync_listener(), 'listener in sync');
 $got = events_received();
-my ($edge_id, $edge_raw, $edge_text) = split /\|/, $node->safe_psql('notify',
-	sprintf("SELECT event_id, %s, payload->>'text' FROM outbox WHERE aggregate_id = 'edge-7999'",
+is_deeply([ sort keys %$got ], [ sort values %event_of ], 'the three were received');
+is_deeply([ grep { @{ $got->{$_} } != 1 } keys %$got ], [], 'each once');
+for my $agg ('huge', 'edge-8000')
+{
+	my $ref = $got->{ $event_of{$agg} }[0];
+	is_deeply(
+		[ sort grep { $_ ne 'raw' && $_ ne 'pid' } keys %$ref ],
+		[qw(aggregate_id aggregate_type attempt created_at id type)],
+		"$agg: the reference form, without payload");
+	is(join('|', @$ref{qw(type aggregate_type aggregate_id attempt)}),
+		"note.@{[ $agg eq 'huge' ? 'huge' : 'edge' ]}|note|$agg|1", "$agg: its type, aggregate and attempt");
+}
+my ($edge_raw, $edge_text) = split /\|/, $node->safe_psql('notify',
+	sprintf("SELECT %s, payload->>'text' FROM outbox WHERE aggregate_id = 'edge-7999'",
 		sprintf($envelope, 'attempts')));
-is_deeply([ keys %$got ], [$edge_id], 'only the 7999-byte envelope was received');
-my $recv = $got->{$edge_id}[0];
+my $recv = $got->{ $event_of{'edge-7999'} }[0];
 is(length($recv->{raw}), 7999, 'received payload: 7999 bytes');
 ok($recv->{raw} eq $edge_raw, 'byte for byte the envelope the relay built');
 is($recv->{payload}{text}, decode_utf8($edge_text), 'payload text intact');
