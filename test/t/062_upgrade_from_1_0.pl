@@ -161,11 +161,13 @@ is($node->safe_psql('postgres', q{
 ok($sink->wait_delivered(5), 'the relay resumes: the event emitted meanwhile arrives');
 
 # every event of 1.0 comes through: the retrying ones made due, the dead
-# ones routed to the webhook and redelivered, the pending ones given a
+# ones routed to a webhook (a destination's kind cannot change: a new one)
+# and redelivered, the pending ones given a
 # destination
 $node->safe_psql('postgres', qq{
 	UPDATE outbox.outbox_destinations SET url = '$hook' WHERE name = 'down';
-	UPDATE outbox.outbox_destinations SET url = '$hook', channel = NULL WHERE name = 'note';
+	DELETE FROM outbox.outbox_destinations WHERE name = 'note';
+	INSERT INTO outbox.outbox_destinations (name, event_types, url) VALUES ('note-hook', 'big.*', '$hook');
 	INSERT INTO outbox.outbox_destinations (name, event_types, url) VALUES ('later', 'pend.*', '$hook');
 	SELECT outbox.outbox_redeliver(event_id) FROM outbox.outbox WHERE event_type = 'retry.before';
 	SELECT outbox.outbox_redeliver_dead();});
