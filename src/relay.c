@@ -1128,8 +1128,14 @@ OutboxRelayMain(Datum main_arg)
 			OutboxHealthRelayIdle(false);
 		}
 
+		/*
+		 * An idle relay records at once, unless a commit has just woken
+		 * it: then the new events are claimed first, and these outcomes
+		 * wait for the next round (RECORD_DELAY_MS at most).
+		 */
 		if (st.outcomes != NIL &&
-			(list_length(st.outcomes) >= RECORD_BATCH || OutboxHttpPending() == 0 ||
+			(list_length(st.outcomes) >= RECORD_BATCH ||
+			 (OutboxHttpPending() == 0 && !MyLatch->is_set) ||
 			 TimestampDifferenceExceeds(st.first_outcome, GetCurrentTimestamp(), RECORD_DELAY_MS)))
 		{
 			worker_record(&st, st.outcomes);
