@@ -97,16 +97,6 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@._outbox_valid_secret(text) IS
     'Internal: whether the relay can sign with a destination''s secret: whsec_ and canonical base64, or printable ASCII';
 
-/*
- * NOT VALID: an existing destination whose secret cannot be used (the relay
- * dead-letters its events) must not make the upgrade fail; it is refused
- * from its next change on.
- */
-ALTER TABLE @extschema@.outbox_destinations
-    DROP CONSTRAINT outbox_destinations_secret_check,
-    ADD CONSTRAINT outbox_destinations_secret_check
-        CHECK (@extschema@._outbox_valid_secret(secret)) NOT VALID;
-
 /* The text that marks a parked event has one home too: the relay's. */
 CREATE FUNCTION @extschema@._outbox_unroutable_error()
 RETURNS text
@@ -139,7 +129,7 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
            SELECT FROM @extschema@._outbox_route(o.event_type))) AS unroutable,
        min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending,
-       count(*) FILTER (WHERE o.dead_at IS NULL AND o.claimed_by IS NOT NULL) AS in_flight
+       count(*) FILTER (WHERE o.dead_at IS NULL AND o.claimed_until > now()) AS in_flight
   FROM @extschema@.outbox o
  WHERE o.delivered_at IS NULL
  GROUP BY o.event_type;
@@ -523,8 +513,9 @@ COMMENT ON FUNCTION @extschema@.outbox_redeliver_dead() IS
  * optionally only of one event type and one destination, are made due
  * again. The bounds are instants (timestamptz): no time zone enters. They
  * must be given: a NULL from a subquery must not replay everything
- * ('-infinity' and 'infinity' say so on purpose). delivered_at has no
- * index: the statement reads the whole table, once.
+ * ('-infinity' and 'infinity' say so on purpose). With a destination, it
+ * is a range of outbox_delivered_idx; without, it reads the whole table,
+ * once.
  */
 CREATE FUNCTION @extschema@.outbox_redeliver(
     since       timestamptz,

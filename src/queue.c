@@ -24,8 +24,10 @@
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
- * held until the pass commits, so a crash at any point leaves every claimed
- * event pending and it is delivered again (at-least-once).
+ * held until the claim commits; from then on a lease (claimed_until)
+ * keeps other relays away from an HTTP event in flight, and a crash leaves
+ * it pending, due again when its relay starts again or its lease ends
+ * (at-least-once).
  *
  * src/queue.c
  *
@@ -235,7 +237,8 @@ static OutboxStatement recorded_stmt = {
 		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
 		"       AS u(tid, id, attempts, dest)"
 		" WHERE o.ctid = u.tid AND o.id = u.id AND o.attempts = u.attempts"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
+		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL"
+		" RETURNING o.id",
 	.nargs = 4,
 	.argtypes = recorded_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -260,7 +263,8 @@ static OutboxStatement failure_stmt = {
 		"              $6::bool[], $7::text[])"
 		"       AS u(id, expected, attempts, err, delay_ms, dead, dest)"
 		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.expected"
-		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL",
+		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL"
+		" RETURNING o.id",
 	.nargs = 7,
 	.argtypes = failure_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
@@ -743,6 +747,32 @@ OutboxLease(OutboxEvent **events, int n, int relay, const double *lease_ms)
 }
 
 /*
+ * Notes in the statistics the outcome of each event whose row the last
+ * statement changed (its RETURNING gives the ids): an outcome that changed
+ * nothing (the row had moved on) is not counted. errors[i] is the
+ * last_error of events[i], NULL for a delivery.
+ */
+static void
+note_changed(OutboxEvent **events, char **errors, int n)
+{
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+
+		for (int i = 0; i < n; i++)
+		{
+			if (events[i]->id == id)
+			{
+				OutboxHealthNote(events[i], errors ? errors[i] : NULL);
+				break;
+			}
+		}
+	}
+}
+
+/*
  * Records failed attempts by id: for each event, counted says whether its
  * lease counted this attempt already (then the row must have attempts + 1)
  * or not (the row must still have attempts; it gets attempts + 1). Returns
@@ -755,6 +785,7 @@ record_failures(OutboxEvent **events, int n, bool counted)
 	Datum	   *expected = palloc(sizeof(Datum) * n);
 	Datum	   *attempts = palloc(sizeof(Datum) * n);
 	Datum	   *errs = palloc(sizeof(Datum) * n);
+	char	  **errors = palloc(sizeof(char *) * n);
 	Datum	   *delays = palloc(sizeof(Datum) * n);
 	Datum	   *dead = palloc(sizeof(Datum) * n);
 	Datum	   *dests = palloc(sizeof(Datum) * n);
@@ -772,10 +803,10 @@ record_failures(OutboxEvent **events, int n, bool counted)
 		ids[i] = Int64GetDatum(ev->id);
 		expected[i] = Int32GetDatum(counted ? ev->attempts + 1 : ev->attempts);
 		attempts[i] = Int32GetDatum(ev->attempts + 1);
-		errs[i] = CStringGetTextDatum(psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
-											   ev->response ? ": " : "",
-											   ev->response ? ev->response : ""));
-		OutboxHealthNote(ev, TextDatumGetCString(errs[i]));
+		errors[i] = psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
+							 ev->response ? ": " : "",
+							 ev->response ? ev->response : "");
+		errs[i] = CStringGetTextDatum(errors[i]);
 		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
 		delays[i] = Float8GetDatum(delay);
 		dest_nulls[i] = ev->dest.name == NULL;
@@ -791,8 +822,9 @@ record_failures(OutboxEvent **events, int n, bool counted)
 												   TEXTOID, -1, false, TYPALIGN_INT));
 
 	rc = SPI_execute_plan(OutboxStatementPlan(&failure_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
+	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
+	note_changed(events, errors, n);
 	return SPI_processed;
 }
 
@@ -823,7 +855,6 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		ids[nok] = Int64GetDatum(events[i]->id);
 		attempts[nok] = Int32GetDatum(events[i]->attempts + 1);
 		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
-		OutboxHealthNote(events[i], NULL);
 		nok++;
 	}
 	if (nok > 0)
@@ -836,8 +867,9 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		values[2] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
 		values[3] = PointerGetDatum(construct_array(dests, nok, TEXTOID, -1, false, TYPALIGN_INT));
 		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, ext_nspoid), values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE)
+		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));
+		note_changed(ok, NULL, nok);
 	}
 	if (nfailed > 0)
 		(void) record_failures(failed, nfailed, true);
@@ -900,8 +932,10 @@ OutboxNextPending(List *skip, int64 *id, int32 *attempts)
 }
 
 /*
- * Milliseconds until the earliest scheduled attempt (a retry, a parked
- * event, or the end of a lease), or -1 when none is waiting. Run with a
+ * Milliseconds until the earliest scheduled attempt (a retry or a parked
+ * event), or -1 when none is waiting. The end of a lease is not among
+ * them: a relay's own leases end in outcomes, and those of a relay that
+ * is gone are taken within outbox.poll_interval after they end. Run with a
  * snapshot of its own (not read-only), so that it sees this transaction's
  * writes and whatever was committed meanwhile: a decision about when to look
  * again must never rest on an older picture.

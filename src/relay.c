@@ -10,7 +10,7 @@
  *
  *	 due --claim--> [NOTIFY] delivered, in the claim's own transaction
  *				   [none]   parked (see queue.c)
- *				   [HTTP]   leased: attempts + 1, next_attempt_at past the
+ *				   [HTTP]   leased: attempts + 1, claimed_until past the
  *							request's time limit, claimed_by = this relay
  *	 leased --request--> delivered | retry later | dead-lettered,
  *						 each recorded in a short transaction as it comes
@@ -210,13 +210,17 @@ load_of(List **loads, const char *name)
 
 /*
  * The lease of an HTTP event, in ms: its time limit for each round of
- * requests it may wait behind in the transport, plus LEASE_MARGIN_MS.
+ * requests it may wait behind in the transport, plus LEASE_MARGIN_MS. A
+ * round is as wide as the smallest share of the connections the transport
+ * may give a destination (an eighth, for one much slower than another:
+ * dest_share in deliver_http.c), so that a lease does not end while its
+ * event still waits in the relay's own queue.
  */
 static double
 lease_ms(const OutboxEvent *ev, int ahead)
 {
 	int			timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : outbox_http_timeout;
-	int			share = Max(outbox_http_max_connections / 2, 1);
+	int			share = Max(outbox_http_max_connections / 8, 1);
 
 	return (double) timeout * (1 + ahead / share) + LEASE_MARGIN_MS;
 }
@@ -478,6 +482,8 @@ typedef struct ClaimStep
 	int32		only_attempts;	/* and its attempts, when it was found */
 	ClaimBatch *batch;
 	Dispatch	d;
+	bool		did_release;	/* gave back the previous run's leases */
+	uint64		released;		/* how many */
 } ClaimStep;
 
 /* Finds the event that a claim of one would take (isolation). */
@@ -497,15 +503,11 @@ claim_step(void *arg)
 {
 	ClaimStep  *c = arg;
 
+	/* done once it commits (worker_claim): a failed claim rolls it back */
 	if (!claims_released && OutboxQueueOpen())
 	{
-		uint64		n = OutboxReleaseClaims(relay_no);
-
-		if (n > 0)
-			ereport(LOG,
-					(errmsg("outbox relay released %llu events left in flight by its previous run",
-							(unsigned long long) n)));
-		claims_released = true;
+		c->released = OutboxReleaseClaims(relay_no);
+		c->did_release = true;
 	}
 	/* flushed by the worker once the requests are under way */
 	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
@@ -793,6 +795,14 @@ worker_claim(RelayState *st)
 		return;
 	}
 	st->error_backoff_ms = 0;
+	if (c.did_release)
+	{
+		claims_released = true;
+		if (c.released > 0)
+			ereport(LOG,
+					(errmsg("outbox relay released %llu events left in flight by its previous run",
+							(unsigned long long) c.released)));
+	}
 	if (c.d.claimed > 0)
 		st->flush_lsn = XactLastCommitEnd;
 	OutboxHealthRelayPass();
@@ -1056,11 +1066,12 @@ OutboxRelayMain(Datum main_arg)
 		/*
 		 * The claim's commit did not wait for the WAL flush: its requests
 		 * are handed to the network first, then it is flushed, so that the
-		 * disk's flush time is not added to every delivery's latency. Its
-		 * WAL reaches the kernel right after the requests start; only an
-		 * operating system crash in the flush's time (about a millisecond)
-		 * can lose the lease, and with it the count of that attempt: the
-		 * event itself is still pending and is sent again.
+		 * disk's flush time is not added to every delivery's latency. A
+		 * crash of the server in the few microseconds before the flush has
+		 * written the WAL, or of the operating system before it is on disk
+		 * (about a millisecond), can lose the lease, and with it the count
+		 * of that attempt: the event itself is still pending and is sent
+		 * again, with the same webhook-id.
 		 */
 		if (!XLogRecPtrIsInvalid(st.flush_lsn))
 		{
@@ -1068,9 +1079,9 @@ OutboxRelayMain(Datum main_arg)
 			{
 				List	   *done;
 
-				/* up to 1 ms: a new connection sends after its connect */
+				/* sends on open connections; new ones wait for the flush */
 				MemoryContextSwitchTo(outcome_cxt);
-				done = OutboxHttpRun(1);
+				done = OutboxHttpRun(0);
 				if (done != NIL && st.outcomes == NIL)
 					st.first_outcome = GetCurrentTimestamp();
 				st.outcomes = list_concat(st.outcomes, done);

@@ -2,10 +2,6 @@
 # share 10,000 events, each delivered exactly once. The relays claim with
 # FOR UPDATE SKIP LOCKED and lease what they send (claimed_by is the
 # relay's number), so no event is sent by two of them.
-#
-# Builds without outbox.relays_per_database (before relay v2) run one relay:
-# there the checks that need several are TODO, so that the file still runs
-# (and checks exactly-once delivery with the one relay) without failing.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -22,18 +18,8 @@ my $node = outbox_node('relays4', 'outbox.relays_per_database' => $relays);
 my $sink = start_sink();
 my $relays_here = "FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'postgres'";
 ok($node->poll_query_until('postgres', "SELECT count(*) >= 1 $relays_here"), 'a relay runs');
-my $known = $node->safe_psql('postgres',
-	"SELECT count(*) FROM pg_settings WHERE name = 'outbox.relays_per_database'");
-my $todo = $known ? undef : 'outbox.relays_per_database is not implemented in this build';
-
-TODO:
-{
-	local $TODO = $todo;
-	is($known, '1', 'outbox.relays_per_database is a setting');
-	# without the setting, one relay is all there will be: no need to wait
-	ok($known ? $node->poll_query_until('postgres', "SELECT count(*) = $relays $relays_here") : 0,
-		"$relays relay processes in pg_stat_activity");
-}
+ok($node->poll_query_until('postgres', "SELECT count(*) = $relays $relays_here"),
+	"$relays relay processes in pg_stat_activity");
 my @pids = split /\n/, $node->safe_psql('postgres', "SELECT pid $relays_here ORDER BY pid");
 note(scalar(@pids) . ' relay process(es): ' . join(', ', @pids));
 
@@ -67,13 +53,9 @@ is( $node->safe_psql('postgres', q{
 		 WHERE attempts = 1 AND last_error IS NULL AND claimed_by IS NULL AND dead_at IS NULL}),
 	$n, 'each event: one attempt, no error, no lease left');
 
-TODO:
-{
-	local $TODO = $todo;
-	is(join(',', sort keys %leased_by), join(',', 0 .. $relays - 1),
-		"relays 0 to " . ($relays - 1) . ' all leased events');
-	is($node->safe_psql('postgres', "SELECT count(*) $relays_here"), $relays, "still $relays relays, none restarted");
-}
+is(join(',', sort keys %leased_by), join(',', 0 .. $relays - 1),
+	"relays 0 to " . ($relays - 1) . ' all leased events');
+is($node->safe_psql('postgres', "SELECT count(*) $relays_here"), $relays, "still $relays relays, none restarted");
 is( $node->safe_psql('postgres',
 		"SELECT string_agg(pid::text, '\n' ORDER BY pid) $relays_here"),
 	join("\n", @pids), 'the same relay processes as at the start');

@@ -53,6 +53,10 @@ my ($after_id) = @{ emit($node, 'postgres', 'ok.after', 1) };
 ok( $node->poll_query_until('postgres',
 		qq{SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$after_id'}),
 	'a later event is delivered and recorded');
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(destination || ':' || delivered || '/' || failed, ',' ORDER BY destination)
+		  FROM outbox_destination_stats() WHERE delivered + failed > 0}),
+	'ok:2/0', 'the statistics count the outcomes recorded, not those of the cancelled events');
 
 my $row = q{
 	SELECT concat_ws('|', attempts, delivered_at IS NULL, dead_at IS NOT NULL, cancelled_at IS NOT NULL,
