@@ -1,9 +1,9 @@
 # A slow destination does not slow down the others. The endpoint of
-# destination "slow" answers after 2 s; "fast" answers at once. While slow
-# has events waiting it gets at most half of outbox.http_max_connections,
-# and its backlog beyond http_max_connections (and one batch) stays in the
-# table, so the
-# events to fast keep flowing at nearly the rate they have alone.
+# destination "slow" answers after 2 s; "fast" answers at once. While fast
+# has events waiting, slow gets at most half of outbox.http_max_connections
+# (an eighth once its requests are 4 times slower), and its backlog beyond
+# http_max_connections (and one batch) stays in the table, so the events to
+# fast keep flowing at nearly the rate they have alone.
 #
 # Measured: the rate at which the sink receives $n events to fast, from the
 # first request to the last (sink times), alone (two rounds), then with a
@@ -122,10 +122,11 @@ my $ratio = $best_with / $best_alone;
 diag(sprintf('fast rate alone %.0f events/s, with slow present %.0f events/s: %.0f %%',
 	$best_alone, $best_with, 100 * $ratio));
 {
-	# Not met yet: with slow holding at most an eighth of the connections,
-	# fast still drains at 55-70 % of its rate alone against this sink;
-	# what else slows it is still to be found (claims walk slow's backlog in
-	# the pending index before they reach fast's events, for one).
+	# Not met reliably yet: with slow holding at most an eighth of the
+	# connections, fast drains at 53-85 % of its rate alone against this
+	# sink, depending on the machine's load: every claim that leaves slow
+	# out walks slow's due backlog in the pending index before it reaches
+	# fast's events (routing is decided at claim time).
 	local $TODO = 'the fast destination does not keep 80 % of its rate yet';
 	cmp_ok($ratio, '>=', 0.8, 'with a slow destination present, fast keeps at least 80 % of its rate');
 }
