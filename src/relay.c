@@ -1067,11 +1067,12 @@ OutboxRelayMain(Datum main_arg)
 		 * The claim's commit did not wait for the WAL flush: its requests
 		 * are handed to the network first, then it is flushed, so that the
 		 * disk's flush time is not added to every delivery's latency. A
-		 * crash of the server in the few microseconds before the flush has
-		 * written the WAL, or of the operating system before it is on disk
-		 * (about a millisecond), can lose the lease, and with it the count
-		 * of that attempt: the event itself is still pending and is sent
-		 * again, with the same webhook-id.
+		 * crash of the server in the millisecond at most before the flush
+		 * has written the WAL (new connections are given that long to
+		 * connect and send), or of the operating system before it is on
+		 * disk, can lose the lease, and with it the count of that attempt:
+		 * the event itself is still pending and is sent again, with the
+		 * same webhook-id.
 		 */
 		if (!XLogRecPtrIsInvalid(st.flush_lsn))
 		{
@@ -1079,9 +1080,9 @@ OutboxRelayMain(Datum main_arg)
 			{
 				List	   *done;
 
-				/* sends on open connections; new ones wait for the flush */
+				/* up to 1 ms: a new connection sends after its connect */
 				MemoryContextSwitchTo(outcome_cxt);
-				done = OutboxHttpRun(0);
+				done = OutboxHttpRun(1);
 				if (done != NIL && st.outcomes == NIL)
 					st.first_outcome = GetCurrentTimestamp();
 				st.outcomes = list_concat(st.outcomes, done);
