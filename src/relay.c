@@ -130,7 +130,6 @@ typedef struct Dispatch
 	int			unroutable;
 	OutboxEvent **http;			/* leased, to be sent */
 	int			nhttp;
-	double		next_due_ms;	/* <0: nothing scheduled */
 } Dispatch;
 
 /* Events of one destination ahead of the next one leased, in one dispatch. */
@@ -236,7 +235,7 @@ lease_ms(const OutboxEvent *ev, int ahead)
  */
 static void
 dispatch(int batch_size, List *skip, int64 only_id, int relay,
-		 MemoryContext cxt, bool want_next_due, Dispatch *d)
+		 MemoryContext cxt, Dispatch *d)
 {
 	OutboxEvent *events;
 	OutboxEvent **ok,
@@ -250,7 +249,6 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 				nunroutable = 0;
 
 	memset(d, 0, sizeof(*d));
-	d->next_due_ms = -1;
 	if (!OutboxQueueOpen())
 		return;
 	d->opened = true;
@@ -300,9 +298,6 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 	d->delivered = nok;
 	d->failed = nfailed;
 	d->unroutable = nunroutable;
-	/* a full batch is followed by another claim at once: no need to know */
-	if (want_next_due && d->claimed < batch_size)
-		d->next_due_ms = OutboxNextDueMs();
 }
 
 /*
@@ -319,7 +314,7 @@ OutboxRelayPass(int batch_size, OutboxPassResult *result)
 	Dispatch	d;
 
 	memset(result, 0, sizeof(*result));
-	dispatch(batch_size, NIL, 0, -1, CurrentMemoryContext, false, &d);
+	dispatch(batch_size, NIL, 0, -1, CurrentMemoryContext, &d);
 	if (!d.opened)
 		return;
 	OutboxDeliverHttp(d.http, d.nhttp);
@@ -512,7 +507,7 @@ claim_step(void *arg)
 	/* flushed by the worker once the requests are under way */
 	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, false, &c->d);
+	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, &c->d);
 }
 
 /* Reads the next due time (see OutboxNextDueMs) into *arg, a double. */
