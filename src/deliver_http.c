@@ -109,7 +109,8 @@ struct HttpDest
 	int			queued;
 	int			running;		/* handles attached to the multi handle */
 	int			unreported;		/* enqueued, outcome not reported yet */
-	TimestampTz last_enqueued;	/* when an event was last handed over */
+	TimestampTz last_active;	/* when an event was last handed over, or
+								 * its outcome reported */
 	double		avg_ms;			/* moving average of its requests' time to an outcome */
 };
 
@@ -650,13 +651,15 @@ static void
 report(HttpRequest *req, List **done)
 {
 	HttpDest   *d = req->dest;
+	TimestampTz now = GetCurrentTimestamp();
 
 	*done = lappend(*done, req->event);
 	req->event = NULL;
 	d->unreported--;
+	d->last_active = now;
 	if (req->started_at != 0)
 	{
-		double		ms = (double) (GetCurrentTimestamp() - req->started_at) / 1000.0;
+		double		ms = (double) (now - req->started_at) / 1000.0;
 
 		d->avg_ms = d->avg_ms == 0 ? ms : 0.8 * d->avg_ms + 0.2 * ms;
 	}
@@ -696,15 +699,19 @@ OutboxHttpEnqueue(OutboxEvent *ev)
 	dlist_push_tail(&req->dest->queue, &req->node);
 	req->dest->queued++;
 	req->dest->unreported++;
-	req->dest->last_enqueued = GetCurrentTimestamp();
+	req->dest->last_active = GetCurrentTimestamp();
 }
 
 /*
  * Whether destination d counts as busy for sharing connections: it has
- * events in the transport, or had some handed over within SHARE_WINDOW_MS
- * (its next ones are on their way from the table, and the connections it
- * will need must not be taken meanwhile by a slow destination for the
- * length of its requests).
+ * events in the transport, or had one handed over or reported within
+ * SHARE_WINDOW_MS. Its next events may still be on their way from the
+ * table (the claim that brings them comes after the outcomes that make
+ * room for them are recorded), and the connections they need must not be
+ * taken meanwhile by a slow destination for the length of its requests.
+ * The window starts at the last outcome too: a destination whose first
+ * events waited longer than the window for a connection would otherwise
+ * count as idle between its last outcome and its next claim.
  */
 #define SHARE_WINDOW_MS 1000
 
@@ -712,7 +719,7 @@ static bool
 dest_busy(HttpDest *d, TimestampTz now)
 {
 	return d->unreported > 0 ||
-		!TimestampDifferenceExceeds(d->last_enqueued, now, SHARE_WINDOW_MS);
+		!TimestampDifferenceExceeds(d->last_active, now, SHARE_WINDOW_MS);
 }
 
 /*
