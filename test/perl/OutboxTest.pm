@@ -19,7 +19,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_sink wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
-  count_by_id relay_warnings gaps start_listener readme_sql);
+  count_by_id check_repeats relay_warnings gaps start_listener readme_sql);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 
@@ -140,6 +140,40 @@ sub count_by_id
 	my %n;
 	$n{ $_->{webhook_id} }++ for @$requests;
 	return \%n;
+}
+
+# After a crash, checks which events of $type on $node were sent again
+# ($requests: the sink's requests for them, each a first attempt or a
+# repeat). An event whose repeated attempt was counted (attempts = 2) had
+# its lease released by the new relay: at most $released of them. One with
+# attempts = 1 lost its lease with its claim's commit, which is flushed up
+# to a millisecond after the claim's requests went out (README, "No
+# transaction over the network"): at most $conns of them
+# (outbox.http_max_connections), each first sent by the old relay, before
+# $restarted_at (when the new relay ran). No event is sent more than twice.
+# Four tests, named after $part; returns the number of repeats.
+sub check_repeats
+{
+	my ($node, $part, $type, $requests, $released, $conns, $restarted_at) = @_;
+	my %attempts = split /[|\n]/, $node->safe_psql('postgres',
+		"SELECT event_id, attempts FROM outbox WHERE event_type = '$type'");
+	my %sent = %{ count_by_id($requests) };
+	my %first;
+	for my $r (sort { $a->{received_at} <=> $b->{received_at} } @$requests)
+	{
+		$first{ $r->{webhook_id} } //= $r->{received_at};
+	}
+	my @again = grep { $sent{$_} > 1 } keys %sent;
+	my @lost = grep { $attempts{$_} == 1 } @again;
+	note(sprintf('%s: %d events sent again, %d of them had lost their lease with its claim\'s commit',
+		$part, scalar @again, scalar @lost));
+	cmp_ok(@again - @lost, '<=', $released,
+		"$part: only events in flight at the crash were sent again (released by the new relay)");
+	cmp_ok(scalar @lost, '<=', $conns, "$part: leases lost with an unflushed claim: at most one claim's requests");
+	is(scalar(grep { $first{$_} >= $restarted_at } @lost), 0,
+		"$part: and each of those was first sent before the restart");
+	is(scalar(grep { $sent{$_} > 2 } @again), 0, "$part: no event was sent more than twice");
+	return scalar @again;
 }
 
 # The lines of the server log of $node from byte $offset on in which the

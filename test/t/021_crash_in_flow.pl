@@ -80,8 +80,8 @@ sub crash_relay
 
 	my $offset = -s $node->logfile;
 	my $sent = $sink->stats('/flow')->{arrived};
-	my $killed_at = Time::HiRes::time();
 	$pid = crash_relay('a', $offset);
+	my $restarted_at = Time::HiRes::time();
 	note("a: relay killed after $sent requests");
 
 	# the crash ended the emitting session too (its psql has exited, so
@@ -116,24 +116,7 @@ sub crash_relay
 	diag("a: $n events, " . scalar(@$requests) . " requests: $dups sent again; "
 		  . "the new relay released $released events left in flight");
 	cmp_ok($released, '<=', $conns, "a: at most http_max_connections ($conns) were in flight at the crash");
-	# an event sent again whose attempt was counted had its lease
-	# released; one whose was not lost its lease with its claim's commit
-	my %attempts = split /[|\n]/, $node->safe_psql('postgres',
-		"SELECT event_id, attempts FROM outbox WHERE event_type = 'flow.created'");
-	my %sent = %{ count_by_id($requests) };
-	my @again = grep { $sent{$_} > 1 } keys %sent;
-	my @lost = grep { $attempts{$_} == 1 } @again;
-	note(sprintf('a: %d of the events sent again had lost their lease with their claim\'s commit', scalar @lost));
-	cmp_ok(@again - @lost, '<=', $released, 'a: only events in flight at the crash were sent again');
-	cmp_ok(scalar @lost, '<=', $conns, 'a: leases lost with an unflushed claim: at most one claim\'s requests');
-	my %first;
-	for my $r (sort { $a->{received_at} <=> $b->{received_at} } @$requests)
-	{
-		$first{ $r->{webhook_id} } //= $r->{received_at};
-	}
-	is( scalar(grep { $first{$_} > $killed_at } @lost), 0,
-		'a: and each of those was first sent before the crash');
-	is( scalar(grep { $sent{$_} > 2 } keys %sent), 0, 'a: no event was sent more than twice');
+	check_repeats($node, 'a', 'flow.created', $requests, $released, $conns, $restarted_at);
 	is( $node->safe_psql('postgres',
 			"SELECT count(*) FROM outbox WHERE event_type = 'flow.created' AND attempts > 2"),
 		'0', 'a: no event took more than 2 attempts');
