@@ -249,6 +249,11 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: the relays open up to
+    # outbox.http_max_connections each at once, and a connection that finds
+    # the accept queue full waits for SYN-ACK retransmits (1, 2, 4 s...),
+    # past a request's time limit on a busy machine. nginx's default.
+    request_queue_size = 511
 
     def handle_error(self, request, client_address):
         # a client that goes away (a relay killed, a time limit) is expected

@@ -47,11 +47,22 @@ is(scalar @$requests, $n, "the sink got $n requests");
 is(scalar keys %$times, $n, "$n distinct webhook-ids");
 my %emitted = map { $_ => 1 } @$ids;
 is(scalar(grep { !$emitted{$_} } keys %$times), 0, 'each one an emitted event');
-is_deeply([ grep { $times->{$_} != 1 } keys %$times ], [], 'each event sent exactly once');
+is_deeply([ grep { $times->{$_} != 1 } keys %$times ], [], 'each event sent exactly once')
+  or diag(join("\n", map {
+		sprintf('%s received %.3f answered %.3f ended %s at %.3f port %d',
+			$_->{webhook_id}, $_->{received_at}, $_->{answered_at}, $_->{ended} // '-',
+			$_->{ended_at} // 0, $_->{peer_port})
+	} grep { $times->{ $_->{webhook_id} } != 1 } @$requests));
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM outbox
 		 WHERE attempts = 1 AND last_error IS NULL AND claimed_by IS NULL AND dead_at IS NULL}),
-	$n, 'each event: one attempt, no error, no lease left');
+	$n, 'each event: one attempt, no error, no lease left')
+  or diag($node->safe_psql('postgres', q{
+		SELECT id, event_id, attempts, last_error, claimed_by, claimed_until,
+		       next_attempt_at, delivered_at, dead_at
+		  FROM outbox
+		 WHERE NOT (attempts = 1 AND last_error IS NULL AND claimed_by IS NULL
+		            AND dead_at IS NULL)}));
 
 is(join(',', sort keys %leased_by), join(',', 0 .. $relays - 1),
 	"relays 0 to " . ($relays - 1) . ' all leased events');
