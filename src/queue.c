@@ -7,7 +7,10 @@
  * Every function here runs with a transaction open and SPI connected, in the
  * relay worker or in a backend calling outbox_relay(). Statements name the
  * tables with the extension's schema, looked up from the catalog, and are
- * kept prepared by statements.c.
+ * kept prepared by statements.c, each with its access path pinned
+ * (OutboxPlanPath): the claim and the next-due lookup walk
+ * outbox_pending_idx in its order, marks and outcomes fetch rows by TID,
+ * failures by primary key, whatever ANALYZE last saw in the table.
  *
  * Routing has one home, the SQL function _outbox_route(), which the view
  * _outbox_pending (read by the statements here) and the outbox_status view
@@ -107,13 +110,15 @@ static OutboxStatement claim_stmt = {
 	.sql = CLAIM_SELECT CLAIM_LOCK,
 	.nargs = 2,
 	.argtypes = claim_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 static OutboxStatement claim_one_stmt = {
 	.sql = CLAIM_SELECT " AND p.id = $3" CLAIM_LOCK,
 	.nargs = 3,
 	.argtypes = claim_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 enum
@@ -149,7 +154,8 @@ static OutboxStatement delivered_stmt = {
 		" WHERE o.ctid = u.tid",
 	.nargs = 2,
 	.argtypes = delivered_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
 };
 
 
@@ -177,7 +183,8 @@ static OutboxStatement unroutable_stmt = {
 		"                    WHERE p.id = o.id AND p.dest_name IS NOT NULL)",
 	.nargs = 1,
 	.argtypes = unroutable_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 static OutboxStatement next_due_stmt = {
@@ -190,7 +197,8 @@ static OutboxStatement next_due_stmt = {
 		" LIMIT 1",
 	.nargs = 0,
 	.argtypes = NULL,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 /*
@@ -215,7 +223,8 @@ static OutboxStatement lease_stmt = {
 		" RETURNING u.ord, o.ctid",
 	.nargs = 3,
 	.argtypes = lease_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
 };
 
 /*
@@ -241,7 +250,8 @@ static OutboxStatement recorded_stmt = {
 		" RETURNING o.id",
 	.nargs = 4,
 	.argtypes = recorded_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
 };
 
 /*
@@ -267,7 +277,8 @@ static OutboxStatement failure_stmt = {
 		" RETURNING o.id",
 	.nargs = 7,
 	.argtypes = failure_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 /*
@@ -297,7 +308,8 @@ static OutboxStatement release_stmt = {
 		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
 	.nargs = 1,
 	.argtypes = release_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 /* The next event the claim would take, without locking it. */
@@ -313,7 +325,8 @@ static OutboxStatement next_pending_stmt = {
 		" LIMIT 1",
 	.nargs = 1,
 	.argtypes = next_pending_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 /*

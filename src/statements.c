@@ -13,6 +13,17 @@
  * asked for another schema (the extension dropped and created elsewhere)
  * is prepared again too.
  *
+ * The relay's statements touch a few rows of a table that may hold
+ * millions, and the outbox table's statistics are a poor guide to which:
+ * analyzed while it is empty (after a purge) or while nothing is pending
+ * (the steady state), they make a sequential scan, or a walk of the
+ * pending index joined to every row of a batch, look cheaper than
+ * fetching each row by TID; the generic plan built then is kept until the
+ * next ANALYZE, while a backlog turns each statement into a scan of it.
+ * So a statement can pin its access path (OutboxPlanPath): its plan is
+ * built with the other scan methods disabled, as a function's SET clause
+ * would, for the planning only.
+ *
  * Runs in any backend or worker, with SPI connected.
  *
  * src/statements.c
@@ -23,8 +34,11 @@
 
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/plancache.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "statements.h"
@@ -57,11 +71,59 @@ OutboxStatementText(const OutboxStatement *stmt, Oid nspoid)
 	return sql.data;
 }
 
+/* planner methods disabled while a pinned plan is built */
+static const char *const keyed_off[] = {
+	"enable_seqscan", "enable_bitmapscan", "enable_sort", NULL
+};
+static const char *const by_tid_off[] = {
+	"enable_seqscan", "enable_bitmapscan", "enable_sort",
+	"enable_indexscan", "enable_indexonlyscan", NULL
+};
+
+/*
+ * Builds (or checks) the generic plan of kept plan with the planner methods
+ * that path rules out disabled. Disabled, not forbidden: a plan with no
+ * alternative still gets one. The settings are undone at once, and do not
+ * reach anything the statement runs (triggers plan their own queries
+ * later, under the session's settings). The plan then stays valid for
+ * this transaction: its locks are held, so the execution that follows
+ * does not read invalidations in between and uses this plan.
+ */
+static void
+pin_plan(SPIPlanPtr plan, OutboxPlanPath path)
+{
+	const char *const *off = path == OUTBOX_PLAN_BY_TID ? by_tid_off : keyed_off;
+	int			nestlevel = NewGUCNestLevel();
+	bool		pushed = false;
+	CachedPlan *cplan;
+
+	for (; *off != NULL; off++)
+		(void) set_config_option(*off, "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	/* planning may read the catalogs and estimate with a snapshot */
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed = true;
+	}
+	cplan = SPI_plan_get_cached_plan(plan);
+	if (cplan == NULL)
+		elog(ERROR, "SPI_plan_get_cached_plan failed");
+	/* kept plans count their references in CurrentResourceOwner */
+	ReleaseCachedPlan(cplan, CurrentResourceOwner);
+	if (pushed)
+		PopActiveSnapshot();
+	AtEOXact_GUC(true, nestlevel);
+}
+
 /*
  * Returns the kept plan of stmt for the extension's schema nspoid,
- * preparing it if this process has none yet or it is stale. Caller has SPI
- * connected. Errors: those of parse analysis (a missing table or function,
- * for instance), raised as ERROR.
+ * preparing it if this process has none yet or it is stale, and for a
+ * statement with a pinned path, its generic plan built now if the last
+ * one was invalidated (pin_plan). Caller has SPI connected and a
+ * transaction open, and executes the plan next. Errors: those of parse
+ * analysis and planning (a missing table or function, for instance),
+ * raised as ERROR.
  */
 SPIPlanPtr
 OutboxStatementPlan(OutboxStatement *stmt, Oid nspoid)
@@ -77,7 +139,11 @@ OutboxStatementPlan(OutboxStatement *stmt, Oid nspoid)
 	}
 	if (stmt->plan != NULL && stmt->nspoid == nspoid &&
 		stmt->generation == nsp_generation)
+	{
+		if (stmt->path != OUTBOX_PLAN_ANY)
+			pin_plan(stmt->plan, stmt->path);
 		return stmt->plan;
+	}
 
 	/* read before the name: a change while preparing leaves the plan stale */
 	generation = nsp_generation;
@@ -96,5 +162,9 @@ OutboxStatementPlan(OutboxStatement *stmt, Oid nspoid)
 	stmt->plan = plan;
 	stmt->nspoid = nspoid;
 	stmt->generation = generation;
+	Assert(stmt->path == OUTBOX_PLAN_ANY ||
+		   (stmt->cursor_options & CURSOR_OPT_GENERIC_PLAN) != 0);
+	if (stmt->path != OUTBOX_PLAN_ANY)
+		pin_plan(plan, stmt->path);
 	return plan;
 }

@@ -13,9 +13,24 @@
 #include "executor/spi.h"
 
 /*
+ * How the rows of a statement may be reached, whatever the statistics say
+ * (see OutboxStatementPlan). The planner's choice, or:
+ *   OUTBOX_PLAN_KEYED   no sequential or bitmap scan and no sort: rows are
+ *                       found by TID or by an index, in its order
+ *   OUTBOX_PLAN_BY_TID  by TID only, not by an index either
+ */
+typedef enum OutboxPlanPath
+{
+	OUTBOX_PLAN_ANY = 0,
+	OUTBOX_PLAN_KEYED,
+	OUTBOX_PLAN_BY_TID
+} OutboxPlanPath;
+
+/*
  * A statement whose text names the extension's schema as %1$s. Declare one
- * as a static variable with the first four fields set; the rest is the
- * per-process cache that OutboxStatementPlan keeps.
+ * as a static variable with the first fields set (path: OUTBOX_PLAN_ANY if
+ * left out); the rest is the per-process cache that OutboxStatementPlan
+ * keeps.
  */
 typedef struct OutboxStatement
 {
@@ -23,6 +38,7 @@ typedef struct OutboxStatement
 	int			nargs;
 	const Oid  *argtypes;
 	int			cursor_options; /* for SPI_prepare_cursor */
+	OutboxPlanPath path;		/* needs CURSOR_OPT_GENERIC_PLAN unless ANY */
 
 	/* cache */
 	SPIPlanPtr	plan;

@@ -1,0 +1,110 @@
+# The relay's statements reach rows by key whatever the statistics of the
+# outbox table say. Analyzed while empty (after a purge) or while nothing
+# is pending (the steady state), the statistics make a sequential scan, or
+# a walk of the pending index joined to every outcome of a batch, look
+# cheapest; a generic plan built then would scan the whole backlog for
+# every claim or batch of outcomes. The plans the relay actually runs are
+# read from the server log (auto_explain, nested statements included):
+# the claim and the next-due lookup walk outbox_pending_idx in its order,
+# leases and outcomes fetch rows by TID, failures by primary key, and no
+# relay statement scans the outbox table sequentially or sorts it.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = outbox_node('plans',
+	shared_preload_libraries => "'outbox,auto_explain'",
+	'auto_explain.log_min_duration' => 0,
+	'auto_explain.log_nested_statements' => 'on');
+my $sink = start_sink();
+my $pid = wait_relay($node, 'postgres');
+ok($pid, 'relay runs');
+
+$sink->paths('/fail' => { status => 503 });
+$node->safe_psql('postgres', sprintf(q{
+	INSERT INTO outbox_destinations (name, event_types, url) VALUES
+	    ('hook', 'hook.*', '%s'), ('fail', 'fail.*', '%s');
+	INSERT INTO outbox_destinations (name, event_types, channel) VALUES
+	    ('note', 'note.*', 'outbox_plans')},
+	$sink->url('/hook'), $sink->url('/fail')));
+
+# Which statement a plan belongs to (by its text), and the access path it
+# must use on the outbox table.
+my @statements = (
+	[ 'claim', qr/FOR UPDATE OF p SKIP LOCKED/, qr/Index Scan using outbox_pending_idx on outbox o\b/ ],
+	[ 'lease', qr/SET attempts = o\.attempts \+ 1, claimed_by = \$3/, qr/Tid Scan on outbox o\b/ ],
+	[ 'outcome', qr/claimed_by = NULL, claimed_until = NULL\s+FROM unnest\(\$1::tid\[\]/, qr/Tid Scan on outbox o\b/ ],
+	[ 'NOTIFY mark', qr/SET delivered_at = now\(\), attempts = o\.attempts \+ 1/, qr/Tid Scan on outbox o\b/ ],
+	[ 'failure', qr/SET attempts = u\.attempts, last_error = u\.err/, qr/Index Scan using outbox_pkey on outbox o\b/ ],
+	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
+	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ]);
+
+# The plans the relay logged in $text: [query text, plan text] each.
+sub relay_plans
+{
+	my ($text) = @_;
+	my @plans;
+	for my $entry (split /^(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \S+ \[\d+\])/m, $text)
+	{
+		next unless $entry =~ /^\S+ \S+ \S+ \[$pid\] .*plan:\n/;
+		my ($query, $plan) = $entry =~ /Query Text: ([^\n]*)\n(.*)\z/s or next;
+		push @plans, [ $query, $plan ];
+	}
+	return @plans;
+}
+
+my $round = 0;
+sub round
+{
+	my ($what, $stats_sql) = @_;
+	$round++;
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', $stats_sql);
+	note("$what: " . $node->safe_psql('postgres',
+		"SELECT format('reltuples %s, relpages %s', reltuples, relpages) FROM pg_class WHERE relname = 'outbox'"));
+	emit($node, 'postgres', "hook.r$round", 500);
+	emit($node, 'postgres', "note.r$round", 50);
+	emit($node, 'postgres', "fail.r$round", 5);
+	emit($node, 'postgres', "nowhere.r$round", 5);
+	ok( $node->poll_query_until('postgres', qq{
+			SELECT count(*) FILTER (WHERE event_type IN ('hook.r$round', 'note.r$round') AND delivered_at IS NOT NULL) = 550
+			   AND count(*) FILTER (WHERE event_type = 'fail.r$round' AND attempts >= 2 AND claimed_by IS NULL) = 5
+			   AND count(*) FILTER (WHERE event_type = 'nowhere.r$round' AND last_error IS NOT NULL) = 5
+			  FROM outbox}),
+		"$what: events delivered, failed and parked");
+
+	my @plans = relay_plans(log_since($node, $offset));
+	for my $s (@statements)
+	{
+		my ($name, $text, $path) = @$s;
+		my @mine = grep { $_->[0] =~ $text } @plans;
+		ok(@mine > 0, "$what: the relay ran its $name statement");
+		my @off = grep { $_->[1] !~ $path } @mine;
+		is(scalar @off, 0, "$what: every $name plan uses the expected access path")
+		  or diag("$name plan:\n$off[0][1]");
+	}
+	my @scans = grep { $_->[1] =~ /(?:Seq Scan|Bitmap Heap Scan) on outbox o\b/ } @plans;
+	is(scalar @scans, 0, "$what: no relay statement scans the outbox table")
+	  or diag("query: $scans[0][0]\nplan:\n$scans[0][1]");
+}
+
+# the table analyzed while empty: a sequential scan looks free
+round('analyzed while empty', 'VACUUM ANALYZE outbox');
+
+# the steady state: many rows, few pending, so the pending index looks
+# nearly empty and walking it for every outcome looks cheap
+emit($node, 'postgres', 'hook.bulk', 5000);
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM outbox WHERE event_type = 'hook.bulk' AND delivered_at IS NULL"),
+	'a bulk of events delivered');
+round('analyzed with few pending', 'ANALYZE outbox');
+
+is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
+$sink->stop;
+$node->stop;
+done_testing();
