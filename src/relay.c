@@ -982,8 +982,10 @@ OutboxRelayMain(Datum main_arg)
 	/*
 	 * Settings from postgresql.conf or ALTER SYSTEM that would break a step
 	 * do not apply here either: timeouts, a serializable or read-only
-	 * default. The worker's queries name every object; user schemas stay
-	 * out.
+	 * default, and a forced custom plan, which would be planned at each
+	 * execution without the access paths the relay's statements pin
+	 * (statements.c). The worker's queries name every object; user
+	 * schemas stay out.
 	 */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
@@ -994,6 +996,7 @@ OutboxRelayMain(Datum main_arg)
 #endif
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("plan_cache_mode", "auto", PGC_SUSET, PGC_S_OVERRIDE);
 
 	/* whatever the database's settings said, the relay is the superuser */
 	if (GetSessionUserId() != BOOTSTRAP_SUPERUSERID || GetUserId() != BOOTSTRAP_SUPERUSERID)

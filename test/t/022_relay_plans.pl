@@ -7,7 +7,9 @@
 # read from the server log (auto_explain, nested statements included):
 # the claim and the next-due lookup walk outbox_pending_idx in its order,
 # leases and outcomes fetch rows by TID, failures by primary key, and no
-# relay statement scans the outbox table sequentially or sorts it.
+# relay statement scans the outbox table sequentially. The server's
+# plan_cache_mode = force_custom_plan, which would plan each execution
+# afresh, does not apply to the relay.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -20,7 +22,8 @@ use Test::More;
 my $node = outbox_node('plans',
 	shared_preload_libraries => "'outbox,auto_explain'",
 	'auto_explain.log_min_duration' => 0,
-	'auto_explain.log_nested_statements' => 'on');
+	'auto_explain.log_nested_statements' => 'on',
+	plan_cache_mode => 'force_custom_plan');
 my $sink = start_sink();
 my $pid = wait_relay($node, 'postgres');
 ok($pid, 'relay runs');
