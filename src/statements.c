@@ -116,34 +116,13 @@ pin_plan(SPIPlanPtr plan, OutboxPlanPath path)
 	AtEOXact_GUC(true, nestlevel);
 }
 
-/*
- * Returns the kept plan of stmt for the extension's schema nspoid,
- * preparing it if this process has none yet or it is stale, and for a
- * statement with a pinned path, its generic plan built now if the last
- * one was invalidated (pin_plan). Caller has SPI connected and a
- * transaction open, and executes the plan next. Errors: those of parse
- * analysis and planning (a missing table or function, for instance),
- * raised as ERROR.
- */
-SPIPlanPtr
-OutboxStatementPlan(OutboxStatement *stmt, Oid nspoid)
+/* Prepares stmt for schema nspoid and keeps it in stmt, freeing the old plan. */
+static void
+prepare_statement(OutboxStatement *stmt, Oid nspoid)
 {
 	SPIPlanPtr	plan;
 	char	   *sql;
 	uint64		generation;
-
-	if (!callback_registered)
-	{
-		CacheRegisterSyscacheCallback(NAMESPACEOID, nsp_changed, (Datum) 0);
-		callback_registered = true;
-	}
-	if (stmt->plan != NULL && stmt->nspoid == nspoid &&
-		stmt->generation == nsp_generation)
-	{
-		if (stmt->path != OUTBOX_PLAN_ANY)
-			pin_plan(stmt->plan, stmt->path);
-		return stmt->plan;
-	}
 
 	/* read before the name: a change while preparing leaves the plan stale */
 	generation = nsp_generation;
@@ -162,9 +141,32 @@ OutboxStatementPlan(OutboxStatement *stmt, Oid nspoid)
 	stmt->plan = plan;
 	stmt->nspoid = nspoid;
 	stmt->generation = generation;
+}
+
+/*
+ * Returns the kept plan of stmt for the extension's schema nspoid,
+ * preparing it if this process has none yet or it is stale, and for a
+ * statement with a pinned path, its generic plan built now if the last
+ * one was invalidated (pin_plan). Caller has SPI connected and a
+ * transaction open, and executes the plan next. Errors: those of parse
+ * analysis and planning (a missing table or function, for instance),
+ * raised as ERROR.
+ */
+SPIPlanPtr
+OutboxStatementPlan(OutboxStatement *stmt, Oid nspoid)
+{
+	if (!callback_registered)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, nsp_changed, (Datum) 0);
+		callback_registered = true;
+	}
+	if (stmt->plan == NULL || stmt->nspoid != nspoid ||
+		stmt->generation != nsp_generation)
+		prepare_statement(stmt, nspoid);
+
 	Assert(stmt->path == OUTBOX_PLAN_ANY ||
 		   (stmt->cursor_options & CURSOR_OPT_GENERIC_PLAN) != 0);
 	if (stmt->path != OUTBOX_PLAN_ANY)
-		pin_plan(plan, stmt->path);
-	return plan;
+		pin_plan(stmt->plan, stmt->path);
+	return stmt->plan;
 }
