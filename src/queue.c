@@ -151,7 +151,7 @@ static OutboxStatement delivered_stmt = {
 		"   SET delivered_at = now(), attempts = o.attempts + 1,"
 		"       last_error = NULL, destination = u.dest, claimed_by = NULL"
 		"  FROM unnest($1::tid[], $2::text[]) AS u(tid, dest)"
-		" WHERE o.ctid = u.tid",
+		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid",
 	.nargs = 2,
 	.argtypes = delivered_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
@@ -219,7 +219,7 @@ static OutboxStatement lease_stmt = {
 		"   SET attempts = o.attempts + 1, claimed_by = $3,"
 		"       claimed_until = now() + make_interval(secs => u.lease_ms / 1000.0)"
 		"  FROM unnest($1::tid[], $2::float8[]) WITH ORDINALITY AS u(tid, lease_ms, ord)"
-		" WHERE o.ctid = u.tid"
+		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
 		" RETURNING u.ord, o.ctid",
 	.nargs = 3,
 	.argtypes = lease_argtypes,
@@ -245,7 +245,8 @@ static OutboxStatement recorded_stmt = {
 		"       claimed_by = NULL, claimed_until = NULL"
 		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
 		"       AS u(tid, id, attempts, dest)"
-		" WHERE o.ctid = u.tid AND o.id = u.id AND o.attempts = u.attempts"
+		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
+		"   AND o.id = u.id AND o.attempts = u.attempts"
 		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL"
 		" RETURNING o.id",
 	.nargs = 4,

@@ -77,7 +77,8 @@ static const char *const keyed_off[] = {
 };
 static const char *const by_tid_off[] = {
 	"enable_seqscan", "enable_bitmapscan", "enable_sort",
-	"enable_indexscan", "enable_indexonlyscan", NULL
+	"enable_indexscan", "enable_indexonlyscan",
+	"enable_nestloop", "enable_mergejoin", NULL
 };
 
 /*

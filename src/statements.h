@@ -17,7 +17,13 @@
  * (see OutboxStatementPlan). The planner's choice, or:
  *   OUTBOX_PLAN_KEYED   no sequential or bitmap scan and no sort: rows are
  *                       found by TID or by an index, in its order
- *   OUTBOX_PLAN_BY_TID  by TID only, not by an index either
+ *   OUTBOX_PLAN_BY_TID  by TID only, not by an index either, and all in
+ *                       one TID scan: a statement that joins its rows to
+ *                       a batch's values (unnest of arrays) also names the
+ *                       TIDs as "ctid = ANY (array)", and the join is a
+ *                       hash join, not a nested loop of one TID scan per
+ *                       row (each such scan asks the kernel for the
+ *                       table's size, an lseek per row)
  */
 typedef enum OutboxPlanPath
 {

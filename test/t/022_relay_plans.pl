@@ -6,7 +6,8 @@
 # every claim or batch of outcomes. The plans the relay actually runs are
 # read from the server log (auto_explain, nested statements included):
 # the claim and the next-due lookup walk outbox_pending_idx in its order,
-# leases and outcomes fetch rows by TID, failures by primary key, and no
+# leases and outcomes fetch rows by TID (one scan of a batch's TIDs, hash
+# joined to its values), failures by primary key, and no
 # relay statement scans the outbox table sequentially. The server's
 # plan_cache_mode = force_custom_plan, which would plan each execution
 # afresh, does not apply to the relay.
@@ -37,12 +38,16 @@ $node->safe_psql('postgres', sprintf(q{
 	$sink->url('/hook'), $sink->url('/fail')));
 
 # Which statement a plan belongs to (by its text), and the access path it
-# must use on the outbox table.
+# must use on the outbox table. Statements that join rows to a batch's
+# arrays fetch them in one TID scan and hash join them: a nested loop
+# would rescan by TID once per row, each rescan an lseek for the table's
+# size.
+my $tid_list = qr/Hash Join\b.*->  Tid Scan on outbox o\b[^\n]*\n\s*TID Cond: \(ctid = ANY \(\$1\)\)/s;
 my @statements = (
 	[ 'claim', qr/FOR UPDATE OF p SKIP LOCKED/, qr/Index Scan using outbox_pending_idx on outbox o\b/ ],
-	[ 'lease', qr/SET attempts = o\.attempts \+ 1, claimed_by = \$3/, qr/Tid Scan on outbox o\b/ ],
-	[ 'outcome', qr/claimed_by = NULL, claimed_until = NULL\s+FROM unnest\(\$1::tid\[\]/, qr/Tid Scan on outbox o\b/ ],
-	[ 'NOTIFY mark', qr/SET delivered_at = now\(\), attempts = o\.attempts \+ 1/, qr/Tid Scan on outbox o\b/ ],
+	[ 'lease', qr/SET attempts = o\.attempts \+ 1, claimed_by = \$3/, $tid_list ],
+	[ 'outcome', qr/claimed_by = NULL, claimed_until = NULL\s+FROM unnest\(\$1::tid\[\]/, $tid_list ],
+	[ 'NOTIFY mark', qr/SET delivered_at = now\(\), attempts = o\.attempts \+ 1/, $tid_list ],
 	[ 'failure', qr/SET attempts = u\.attempts, last_error = u\.err/, qr/Index Scan using outbox_pkey on outbox o\b/ ],
 	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
 	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ]);
