@@ -112,6 +112,12 @@ struct HttpDest
 	TimestampTz last_active;	/* when an event was last handed over, or
 								 * its outcome reported */
 	double		avg_ms;			/* moving average of its requests' time to an outcome */
+
+	/* what target_allowed last found for this destination's URL */
+	char	   *target_url;		/* NULL: nothing yet */
+	uint64		target_generation;	/* of outbox.http_allowed_targets */
+	bool		target_parsed;
+	OutboxTargetVerdict target_verdict;
 };
 
 static CURLM *multi = NULL;
@@ -124,9 +130,65 @@ static int	running = 0;		/* handles attached, all destinations */
 static int	next_dest = 0;		/* round-robin position */
 static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
 
+/*
+ * Easy handles of finished requests, reset, for the next ones: a handle
+ * costs a large zeroed allocation and its setup, once per request
+ * otherwise. Connections stay in the multi handle's pool either way.
+ */
+static CURL **idle_easy = NULL;
+static int	nidle_easy = 0;
+static int	max_idle_easy = 0;
+
+/* An easy handle with default options, or NULL if out of memory. */
+static CURL *
+take_easy(void)
+{
+	if (nidle_easy > 0)
+		return idle_easy[--nidle_easy];
+	return curl_easy_init();
+}
+
+/*
+ * Keeps a handle detached from the multi handle for reuse, up to
+ * outbox.http_max_connections of them, or frees it.
+ */
+static void
+park_easy(CURL *easy)
+{
+	int			want = outbox_http_max_connections;
+
+	if (want > max_idle_easy)
+	{
+		CURL	  **grown = MemoryContextAlloc(http_cxt, sizeof(CURL *) * want);
+
+		if (nidle_easy > 0)
+			memcpy(grown, idle_easy, sizeof(CURL *) * nidle_easy);
+		if (idle_easy != NULL)
+			pfree(idle_easy);
+		idle_easy = grown;
+		max_idle_easy = want;
+	}
+	if (nidle_easy < want)
+	{
+		curl_easy_reset(easy);
+		idle_easy[nidle_easy++] = easy;
+	}
+	else
+		curl_easy_cleanup(easy);
+}
+
+/* Frees the kept handles. */
+static void
+drop_idle_easy(void)
+{
+	while (nidle_easy > 0)
+		curl_easy_cleanup(idle_easy[--nidle_easy]);
+}
+
 static void
 http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
+	drop_idle_easy();
 	if (multi != NULL)
 		curl_multi_cleanup(multi);
 	multi = NULL;
@@ -399,21 +461,37 @@ redact(const char *s, size_t len)
 static bool
 target_allowed(HttpRequest *req, const char *url)
 {
-	CURLU	   *u = curl_url();
-	char	   *host = NULL;
-	char	   *port = NULL;
-	OutboxTargetVerdict verdict = OUTBOX_TARGET_REFUSED;
+	HttpDest   *d = req->dest;
+	OutboxTargetVerdict verdict;
 	bool		parsed;
 
-	parsed = u != NULL &&
-		curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
-	if (parsed)
-		verdict = OutboxTargetByName(host, atoi(port));
-	curl_free(host);
-	curl_free(port);
-	curl_url_cleanup(u);
+	/* a destination's URL rarely changes: parse it once per URL and list */
+	if (d->target_url == NULL || strcmp(d->target_url, url) != 0 ||
+		d->target_generation != OutboxTargetsGeneration())
+	{
+		CURLU	   *u = curl_url();
+		char	   *host = NULL;
+		char	   *port = NULL;
+
+		verdict = OUTBOX_TARGET_REFUSED;
+		parsed = u != NULL &&
+			curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+			curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+			curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+		if (parsed)
+			verdict = OutboxTargetByName(host, atoi(port));
+		curl_free(host);
+		curl_free(port);
+		curl_url_cleanup(u);
+		if (d->target_url != NULL)
+			pfree(d->target_url);
+		d->target_url = MemoryContextStrdup(http_cxt, url);
+		d->target_generation = OutboxTargetsGeneration();
+		d->target_parsed = parsed;
+		d->target_verdict = verdict;
+	}
+	parsed = d->target_parsed;
+	verdict = d->target_verdict;
 	if (!parsed)
 	{
 		req->event->error = pstrdup("the destination's url cannot be parsed");
@@ -492,7 +570,7 @@ prepare_request(HttpRequest *req)
 	if (ok && !target_allowed(req, ev->dest.url))
 		return false;
 	if (ok)
-		req->easy = curl_easy_init();
+		req->easy = take_easy();
 	ok = ok && req->easy != NULL &&
 		curl_easy_setopt(req->easy, CURLOPT_URL, ev->dest.url) == CURLE_OK &&
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -672,7 +750,7 @@ release_request(HttpRequest *req)
 	if (req->easy != NULL)
 	{
 		curl_multi_remove_handle(multi, req->easy);
-		curl_easy_cleanup(req->easy);
+		park_easy(req->easy);
 		dlist_delete(&req->node);
 		req->dest->running--;
 		running--;
@@ -804,7 +882,7 @@ start_requests(List **done)
 				req->event->error = "could not queue the HTTP request";
 			if (req->easy != NULL)
 			{
-				curl_easy_cleanup(req->easy);
+				park_easy(req->easy);
 				req->easy = NULL;
 			}
 			report(req, done);
@@ -840,6 +918,7 @@ OutboxHttpRun(long wait_ms)
 	if (running == 0 && multi_generation != OutboxTargetsGeneration())
 	{
 		curl_multi_cleanup(multi);
+		drop_idle_easy();
 		multi = curl_multi_init();
 		if (multi == NULL)
 			ereport(FATAL,
