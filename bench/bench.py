@@ -432,7 +432,7 @@ def bench_backlog(c, delivered, waiting, passes):
     cur.execute("RESET client_min_messages; SET auto_explain.log_min_duration = -1")
     print("  claim query plan (auto_explain of the relay's own query):")
     for notice in conn.notices:
-        if "FOR UPDATE OF o SKIP LOCKED" in notice:
+        if "SKIP LOCKED" in notice:  # the claim, the only statement that skips locked rows
             plan = notice.split("Limit", 1)
             text = ("Limit" + plan[1]) if len(plan) > 1 else notice
             for line in text.rstrip().splitlines():
