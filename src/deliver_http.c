@@ -135,9 +135,8 @@ static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi'
  * costs a large zeroed allocation and its setup, once per request
  * otherwise. Connections stay in the multi handle's pool either way.
  */
-static CURL **idle_easy = NULL;
+static CURL *idle_easy[OUTBOX_HTTP_MAX_CONNECTIONS_LIMIT];
 static int	nidle_easy = 0;
-static int	max_idle_easy = 0;
 
 /* An easy handle with default options, or NULL if out of memory. */
 static CURL *
@@ -155,20 +154,7 @@ take_easy(void)
 static void
 park_easy(CURL *easy)
 {
-	int			want = outbox_http_max_connections;
-
-	if (want > max_idle_easy)
-	{
-		CURL	  **grown = MemoryContextAlloc(http_cxt, sizeof(CURL *) * want);
-
-		if (nidle_easy > 0)
-			memcpy(grown, idle_easy, sizeof(CURL *) * nidle_easy);
-		if (idle_easy != NULL)
-			pfree(idle_easy);
-		idle_easy = grown;
-		max_idle_easy = want;
-	}
-	if (nidle_easy < want)
+	if (nidle_easy < outbox_http_max_connections)
 	{
 		curl_easy_reset(easy);
 		idle_easy[nidle_easy++] = easy;
@@ -462,8 +448,6 @@ static bool
 target_allowed(HttpRequest *req, const char *url)
 {
 	HttpDest   *d = req->dest;
-	OutboxTargetVerdict verdict;
-	bool		parsed;
 
 	/* a destination's URL rarely changes: parse it once per URL and list */
 	if (d->target_url == NULL || strcmp(d->target_url, url) != 0 ||
@@ -473,13 +457,12 @@ target_allowed(HttpRequest *req, const char *url)
 		char	   *host = NULL;
 		char	   *port = NULL;
 
-		verdict = OUTBOX_TARGET_REFUSED;
-		parsed = u != NULL &&
+		d->target_parsed = u != NULL &&
 			curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
 			curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
 			curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
-		if (parsed)
-			verdict = OutboxTargetByName(host, atoi(port));
+		d->target_verdict = d->target_parsed ?
+			OutboxTargetByName(host, atoi(port)) : OUTBOX_TARGET_REFUSED;
 		curl_free(host);
 		curl_free(port);
 		curl_url_cleanup(u);
@@ -487,22 +470,18 @@ target_allowed(HttpRequest *req, const char *url)
 			pfree(d->target_url);
 		d->target_url = MemoryContextStrdup(http_cxt, url);
 		d->target_generation = OutboxTargetsGeneration();
-		d->target_parsed = parsed;
-		d->target_verdict = verdict;
 	}
-	parsed = d->target_parsed;
-	verdict = d->target_verdict;
-	if (!parsed)
+	if (!d->target_parsed)
 	{
 		req->event->error = pstrdup("the destination's url cannot be parsed");
 		return false;
 	}
-	if (verdict == OUTBOX_TARGET_REFUSED)
+	if (d->target_verdict == OUTBOX_TARGET_REFUSED)
 	{
 		req->event->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
 		return false;
 	}
-	req->check_address = verdict == OUTBOX_TARGET_CHECK_ADDRESS;
+	req->check_address = d->target_verdict == OUTBOX_TARGET_CHECK_ADDRESS;
 	return true;
 }
 

@@ -97,7 +97,7 @@ OutboxDefineGucs(void)
 							"Sets the maximum number of webhook requests a relay has in flight at once.",
 							"Connections are kept alive between passes. Set it to 1 to deliver one request after another.",
 							&outbox_http_max_connections,
-							16, 1, 1000,
+							16, 1, OUTBOX_HTTP_MAX_CONNECTIONS_LIMIT,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

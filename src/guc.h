@@ -16,6 +16,9 @@ extern int	outbox_batch_size;
 extern int	outbox_poll_interval;
 extern int	outbox_http_timeout;
 extern int	outbox_http_max_connections;
+
+/* the largest outbox.http_max_connections allowed */
+#define OUTBOX_HTTP_MAX_CONNECTIONS_LIMIT 1000
 extern int	outbox_max_attempts;
 extern int	outbox_backoff_base;
 extern int	outbox_backoff_max;
