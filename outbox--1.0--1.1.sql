@@ -26,23 +26,46 @@ END
 $guard$;
 
 /*
- * Relay v2: an HTTP event is leased while its request is in flight, and no
- * transaction stays open meanwhile. claimed_by is the number of the relay
- * that has it in flight, claimed_until the end of the lease: the claim
- * leaves the event alone until then, and if that relay died, it is due
- * again then, or at once when that relay starts again. Neither column is
- * indexed, so that taking and giving back a lease are HOT updates: the
- * event keeps its place in outbox_pending_idx and no index grows.
+ * Relay v2: no transaction stays open while an HTTP request is in flight.
+ * The claim commits at once and writes nothing to the events it takes:
+ * the relays keep the set of events in flight in shared memory, where
+ * every claim looks. What must survive a crash is the count of the
+ * attempts it cuts off, and that is this journal: one row per claim of
+ * HTTP events, the ids and their attempt counts as claimed, written in the
+ * claim's transaction and deleted once their outcomes are recorded (the
+ * outcome counts the attempt). The rows of a relay that is gone (a crash,
+ * an exit) are released by the next relay to start, or within a second by
+ * a running one: each event still at its claimed count gets its attempt
+ * counted, and is then free to be claimed again.
  */
-ALTER TABLE @extschema@.outbox ADD COLUMN claimed_by integer,
-                               ADD COLUMN claimed_until timestamptz;
+CREATE TABLE @extschema@.outbox_in_flight (
+    run        bigint NOT NULL,
+    claim      bigint NOT NULL,
+    relay      integer NOT NULL,
+    claimed_at timestamptz NOT NULL DEFAULT now(),
+    ids        bigint[] NOT NULL,
+    attempts   integer[] NOT NULL
+);
 
-COMMENT ON COLUMN @extschema@.outbox.claimed_by IS
-    'Number of the relay that has the event in flight; NULL when it is not';
-COMMENT ON COLUMN @extschema@.outbox.claimed_until IS
-    'End of the lease of an event in flight: it is not claimed again before this time';
+COMMENT ON TABLE @extschema@.outbox_in_flight IS
+    'Journal of the HTTP events relays have in flight, one row per claim: written by the relays only';
+COMMENT ON COLUMN @extschema@.outbox_in_flight.run IS
+    'The relay process that claimed them (a random number per relay start)';
+COMMENT ON COLUMN @extschema@.outbox_in_flight.claim IS
+    'Number of the claim in that run';
+COMMENT ON COLUMN @extschema@.outbox_in_flight.relay IS
+    'Number of that relay in its database';
+COMMENT ON COLUMN @extschema@.outbox_in_flight.ids IS
+    'outbox.id of each event of the claim';
+COMMENT ON COLUMN @extschema@.outbox_in_flight.attempts IS
+    'outbox.attempts of each event when it was claimed: the attempt is counted once it is past that';
 COMMENT ON COLUMN @extschema@.outbox.attempts IS
-    'Deliveries started, counted when each starts (a crash cannot lose one)';
+    'Deliveries started: each counted with its outcome, or, if a crash cut it off, when the journal of events in flight is released';
+
+REVOKE ALL ON @extschema@.outbox_in_flight FROM PUBLIC;
+GRANT SELECT ON @extschema@.outbox_in_flight TO outbox_admin;
+-- a dump keeps the count of attempts that a crash cut off
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_in_flight', '');
 
 /*
  * A 4xx answer other than 408, 409, 425 and 429 dead-letters an event at
@@ -129,7 +152,10 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
            SELECT FROM @extschema@._outbox_route(o.event_type))) AS unroutable,
        min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending,
-       count(*) FILTER (WHERE o.dead_at IS NULL AND o.claimed_until > now()) AS in_flight
+       count(*) FILTER (WHERE o.dead_at IS NULL AND (o.id, o.attempts) IN (
+           SELECT f.id, f.attempts
+             FROM @extschema@.outbox_in_flight j,
+                  unnest(j.ids, j.attempts) AS f(id, attempts))) AS in_flight
   FROM @extschema@.outbox o
  WHERE o.delivered_at IS NULL
  GROUP BY o.event_type;
@@ -174,7 +200,7 @@ RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.repla
 CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
-       o.next_attempt_at, o.claimed_until,
+       o.next_attempt_at,
        d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
        d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
        d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors
@@ -577,7 +603,7 @@ BEGIN
             USING ERRCODE = 'program_limit_exceeded';
     END IF;
     UPDATE @extschema@.outbox o
-       SET dead_at = now(), cancelled_at = now(), claimed_by = NULL,
+       SET dead_at = now(), cancelled_at = now(),
            last_error = 'cancelled by ' || current_user || ': ' || reason
      WHERE o.event_id = outbox_cancel.event_id
        AND o.delivered_at IS NULL AND o.dead_at IS NULL;
@@ -639,7 +665,7 @@ END;
 CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
-       o.next_attempt_at, o.claimed_until,
+       o.next_attempt_at,
        d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
        d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
        d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors,

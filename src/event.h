@@ -85,9 +85,8 @@ typedef struct OutboxDestination
 /*
  * One claimed event and the outcome of this attempt. queue.c fills the
  * event's columns and its destination, relay.c the body, and the transport
- * the outcome. Once the event is leased (OutboxLease), its row's attempts
- * is attempts + 1: this attempt is counted before it starts, and outcomes
- * are recorded only against that count.
+ * the outcome. Its row keeps the claimed attempt count until the outcome,
+ * which is recorded only against that count and adds this attempt.
  */
 typedef struct OutboxEvent
 {
@@ -116,6 +115,7 @@ typedef struct OutboxEvent
 	char	   *response;		/* the start of the endpoint's answer, credentials
 								 * masked: for last_error only, or NULL */
 	int64		retry_after_ms; /* the endpoint's Retry-After; -1: none */
+	bool		recorded;		/* the outcome changed the row */
 } OutboxEvent;
 
 #endif							/* OUTBOX_EVENT_H */

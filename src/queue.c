@@ -27,10 +27,12 @@
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
- * held until the claim commits; from then on a lease (claimed_until)
- * keeps other relays away from an HTTP event in flight, and a crash leaves
- * it pending, due again when its relay starts again or its lease ends
- * (at-least-once).
+ * held until the claim commits; from then on the in-flight set in shared
+ * memory (shmem.c), which every claim leaves out, keeps other relays away
+ * from an HTTP event in flight, and the journal (outbox_in_flight) keeps
+ * the count of its attempt if a crash cuts it off. Nothing is written to
+ * the event's row until its outcome: it stays pending, due again at once
+ * if its relay goes (at-least-once).
  *
  * src/queue.c
  *
@@ -63,6 +65,7 @@
 #include "guc.h"
 #include "health.h"
 #include "queue.h"
+#include "shmem.h"
 #include "statements.h"
 #include "validate.h"
 #include "version.h"
@@ -75,20 +78,22 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
 #define UNROUTABLE_RECHECK "10 seconds"
 
 /* The extension as the current pass found it (OutboxQueueOpen). */
+static Oid	ext_oid = InvalidOid;
 static Oid	ext_nspoid = InvalidOid;
 
 /*
  * The claim: due, live events in due order, each with the destination that
  * routing chooses for its type, or NULLs when none does (the view
  * _outbox_pending); $2 names destinations to leave alone for now (their
- * queue in the relay is full). It returns each row's ctid: the rows stay
- * locked until the claim's transaction ends, and marking them by TID scan
- * costs about a third less than by primary key lookups. Columns are decoded
- * by the Anum_claim_* numbers below, which must follow the select list.
- * claim_one_stmt takes the one event with id $3 (isolation after an
- * error): a separate statement, as an "id = $3 or any" test would spoil the
- * generic plan of the normal claim (it walks the pending index in order,
- * without sorting).
+ * queue in the relay is full), $3 the events in flight (the set in shared
+ * memory), which it tests with a hashed subplan, one hash table per claim.
+ * It returns each row's ctid: the rows stay locked until the claim's
+ * transaction ends, and marking them by TID scan costs about a third less
+ * than by primary key lookups. Columns are decoded by the Anum_claim_*
+ * numbers below, which must follow the select list. claim_one_stmt takes
+ * the one event with id $4 (isolation after an error): a separate
+ * statement, as an "id = $4 or any" test would spoil the generic plan of
+ * the normal claim (it walks the pending index in order, without sorting).
  */
 #define CLAIM_SELECT \
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
@@ -98,24 +103,24 @@ static Oid	ext_nspoid = InvalidOid;
 	"       p.dest_notify_mode" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
-	"   AND (p.claimed_until IS NULL OR p.claimed_until <= now())" \
-	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))"
+	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
+	"   AND p.id NOT IN (SELECT unnest($3::bigint[]))"
 #define CLAIM_LOCK \
 	" ORDER BY p.next_attempt_at, p.id" \
 	" LIMIT $1" \
 	"   FOR UPDATE OF p SKIP LOCKED"
 
-static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8OID};
+static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, INT8OID};
 static OutboxStatement claim_stmt = {
 	.sql = CLAIM_SELECT CLAIM_LOCK,
-	.nargs = 2,
+	.nargs = 3,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
 };
 static OutboxStatement claim_one_stmt = {
-	.sql = CLAIM_SELECT " AND p.id = $3" CLAIM_LOCK,
-	.nargs = 3,
+	.sql = CLAIM_SELECT " AND p.id = $4" CLAIM_LOCK,
+	.nargs = 4,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
@@ -149,7 +154,7 @@ static OutboxStatement delivered_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1,"
-		"       last_error = NULL, destination = u.dest, claimed_by = NULL"
+		"       last_error = NULL, destination = u.dest"
 		"  FROM unnest($1::tid[], $2::text[]) AS u(tid, dest)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid",
 	.nargs = 2,
@@ -202,47 +207,51 @@ static OutboxStatement next_due_stmt = {
 };
 
 /*
- * The lease of HTTP events, in the claim's transaction: the attempt is
- * counted before it starts (a crash cannot lose it), the relay's number is
- * recorded, and claimed_until is set past the time the request can take,
- * so that no one claims the event while it is in flight; if the relay dies,
- * the event is due again then, or at once when that relay starts again
- * (release_stmt). It changes no indexed column, so it is a HOT update
- * wherever the page has room: the event keeps its entries in every index.
- * RETURNING gives each row's new version (ord: its place in $1), which is
- * what the outcome is recorded on.
+ * The journal row of a claim's HTTP events, in the claim's transaction:
+ * their ids and attempt counts, under the relay's run and the claim's
+ * number in it. One row per claim, whatever its size, and never updated:
+ * deleted by journal_done_stmt once every outcome is recorded, or by
+ * release_stmt if the relay is gone. Rows are found by (run, claim), not
+ * by TID, which VACUUM FULL or CLUSTER would change; the table holds a row
+ * per claim in flight (and dead ones until vacuumed), so a sequential scan
+ * is its access path.
  */
-static const Oid lease_argtypes[] = {TIDARRAYOID, FLOAT8ARRAYOID, INT4OID};
-static OutboxStatement lease_stmt = {
+static const Oid journal_argtypes[] = {INT8OID, INT8OID, INT4OID, INT8ARRAYOID, INT4ARRAYOID};
+static OutboxStatement journal_stmt = {
 	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET attempts = o.attempts + 1, claimed_by = $3,"
-		"       claimed_until = now() + make_interval(secs => u.lease_ms / 1000.0)"
-		"  FROM unnest($1::tid[], $2::float8[]) WITH ORDINALITY AS u(tid, lease_ms, ord)"
-		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
-		" RETURNING u.ord, o.ctid",
-	.nargs = 3,
-	.argtypes = lease_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_BY_TID
+		"INSERT INTO %1$s.outbox_in_flight (run, claim, relay, ids, attempts)"
+		" VALUES ($1, $2, $3, $4, $5)",
+	.nargs = 5,
+	.argtypes = journal_argtypes
+};
+
+/* Deletes the journal rows of claims $1 of run $2: their outcomes are in. */
+static const Oid journal_done_argtypes[] = {INT8ARRAYOID, INT8OID};
+static OutboxStatement journal_done_stmt = {
+	.sql =
+		"DELETE FROM %1$s.outbox_in_flight j"
+		" WHERE j.run = $2 AND j.claim = ANY ($1)",
+	.nargs = 2,
+	.argtypes = journal_done_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
 /*
- * Outcomes of leased events, each in a short transaction of its own after
- * the request: on the row version the lease wrote (by TID: a third cheaper
- * than primary key lookups), and only while it still has the lease's
- * attempt count. A row changed since (a restart released the lease, an
- * admin redelivered or cancelled the event) is a newer version: its old
- * TID finds nothing, and the outcome changes nothing. The id is checked
- * too: once that old version is pruned, its line pointer can be reused by
- * another row.
+ * Outcomes of events in flight, each in a short transaction of its own
+ * after the request: by the TID the claim read (a third cheaper than
+ * primary key lookups), and only while the row still has the claim's
+ * attempt count; the outcome counts the attempt. A row changed since (an
+ * admin redelivered or cancelled the event, a release counted a cut-off
+ * attempt) is a newer version: its old TID finds nothing, and the outcome
+ * changes nothing. The id is checked too: once that old version is
+ * pruned, its line pointer can be reused by another row.
  */
 static const Oid recorded_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
 static OutboxStatement recorded_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET delivered_at = now(), last_error = NULL, destination = u.dest,"
-		"       claimed_by = NULL, claimed_until = NULL"
+		"   SET delivered_at = now(), attempts = o.attempts + 1, last_error = NULL,"
+		"       destination = u.dest"
 		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
 		"       AS u(tid, id, attempts, dest)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
@@ -257,7 +266,7 @@ static OutboxStatement recorded_stmt = {
 
 /*
  * A failed attempt, by id: expected is the attempt count the row must still
- * have (the claim's, or the lease's), attempts the count to record.
+ * have (the one it was claimed with), attempts the count to record.
  */
 static const Oid failure_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
 TEXTARRAYOID, FLOAT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
@@ -265,7 +274,6 @@ static OutboxStatement failure_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET attempts = u.attempts, last_error = u.err,"
-		"       claimed_by = NULL, claimed_until = NULL,"
 		"       destination = coalesce(u.dest, o.destination),"
 		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
 		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
@@ -299,32 +307,45 @@ static OutboxStatement others_stmt = {
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
-/* Gives back the leases a relay with this number held when it stopped. */
-static const Oid release_argtypes[] = {INT4OID};
+/*
+ * Releases the journal rows of relays that are gone: those of every run
+ * not in $1 (the running relays'), and those of claims $2 of this relay's
+ * run $3 (claims whose outcomes did not all change their rows). Each event
+ * still at the attempt count its row gives has its cut-off attempt
+ * counted, once however many rows name it. Returns how many attempts it
+ * counted.
+ */
+static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID};
 static OutboxStatement release_stmt = {
 	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET claimed_by = NULL, claimed_until = NULL"
-		" WHERE o.claimed_by = $1"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL",
-	.nargs = 1,
+		"WITH gone AS ("
+		"  DELETE FROM %1$s.outbox_in_flight j"
+		"   WHERE j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2))"
+		"  RETURNING j.ids, j.attempts),"
+		" counted AS ("
+		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1"
+		"    FROM (SELECT DISTINCT f.id, f.attempts"
+		"            FROM gone, unnest(gone.ids, gone.attempts) AS f(id, attempts)) u"
+		"   WHERE o.id = u.id AND o.attempts = u.attempts"
+		"  RETURNING o.id)"
+		" SELECT count(*) FROM counted",
+	.nargs = 3,
 	.argtypes = release_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_KEYED
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
 /* The next event the claim would take, without locking it. */
-static const Oid next_pending_argtypes[] = {TEXTARRAYOID};
+static const Oid next_pending_argtypes[] = {TEXTARRAYOID, INT8ARRAYOID};
 static OutboxStatement next_pending_stmt = {
 	.sql =
 		"SELECT p.id, p.attempts"
 		"  FROM %1$s._outbox_pending p"
 		" WHERE p.next_attempt_at <= now()"
-		"   AND (p.claimed_until IS NULL OR p.claimed_until <= now())"
 		"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($1))"
+		"   AND p.id NOT IN (SELECT unnest($2::bigint[]))"
 		" ORDER BY p.next_attempt_at, p.id"
 		" LIMIT 1",
-	.nargs = 1,
+	.nargs = 2,
 	.argtypes = next_pending_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
@@ -374,7 +395,10 @@ OutboxQueueOpen(void)
 	char	   *version;
 
 	if (!OutboxFindExtension(&extoid, &nspoid, &version))
+	{
+		ext_oid = InvalidOid;	/* what was claimed from it is gone with it */
 		return false;
+	}
 	if (!ConditionalLockDatabaseObject(ExtensionRelationId, extoid, 0,
 									   AccessShareLock))
 		return false;
@@ -393,8 +417,16 @@ OutboxQueueOpen(void)
 		}
 		return false;
 	}
+	ext_oid = extoid;
 	ext_nspoid = nspoid;
 	return true;
+}
+
+/* The extension's OID, as the last OutboxQueueOpen() found it. */
+Oid
+OutboxQueueExtension(void)
+{
+	return ext_oid;
 }
 
 /* The extension's schema, as the last OutboxQueueOpen() found it. */
@@ -435,6 +467,17 @@ value_size(HeapTuple tuple, TupleDesc desc, int col)
 	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
 
 	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
+}
+
+/* n int8 values as an int8[] Datum. */
+static Datum
+int8_array(const int64 *values, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(values[i]);
+	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 /*
@@ -501,8 +544,9 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
  * into memory context cxt (the rows' values are copied: the events outlive
  * the claim's transaction) and each handed to prepare (in cxt too), which
  * builds what will be sent and returns the bytes that costs. Events whose
- * destination is named in skip (a List of names) are left for later;
- * only_id, if not 0, claims that one event. An event without a destination
+ * destination is named in skip (a List of names) are left for later, and
+ * so are the nexclude events in exclude (those in flight); only_id, if not
+ * 0, claims that one event. An event without a destination
  * has dest.name NULL; one over a size limit has a permanent error (see
  * decode_event). Sets *claimed to the number of rows the claim locked, and
  * returns the number of events to process: fewer once what they cost, in
@@ -512,11 +556,12 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
  * connected and OutboxQueueOpen() done.
  */
 int
-OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
+OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
+			int64 only_id, MemoryContext cxt,
 			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed)
 {
 	Size		bytes = 0;
-	Datum		values[3];
+	Datum		values[4];
 	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
 	int			nnames = 0;
 	ListCell   *lc;
@@ -530,7 +575,8 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = Int32GetDatum(batch_size);
 	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = Int64GetDatum(only_id);
+	values[2] = int8_array(exclude, nexclude);
+	values[3] = Int64GetDatum(only_id);
 
 	*claimed = 0;
 	*events = NULL;
@@ -575,7 +621,7 @@ OutboxClaim(int batch_size, List *skip, int64 only_id, MemoryContext cxt,
 	return n;
 }
 
-static uint64 record_failures(OutboxEvent **events, int n, bool counted);
+static uint64 record_failures(OutboxEvent **events, int n);
 
 /* The claimed row versions of n events, as a tid[] for the mark statements. */
 static Datum
@@ -716,48 +762,59 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 {
 	if (n == 0)
 		return;
-	if (record_failures(events, n, false) != (uint64) n)
+	if (record_failures(events, n) != (uint64) n)
 		check_marked(n, "failed");
 }
 
 /*
- * Leases n claimed (locked) HTTP events to relay number relay (-1: none,
- * for outbox_relay()), each for lease_ms[i] milliseconds, in the claim's
- * transaction: see lease_stmt. Same context and errors as
- * OutboxMarkDelivered.
+ * Writes the journal row of n claimed (locked) HTTP events about to be
+ * sent by the relay of run run, number relay, as its claim number claim
+ * (see journal_stmt), in the claim's transaction. Same context and errors
+ * as OutboxMarkDelivered.
  */
 void
-OutboxLease(OutboxEvent **events, int n, int relay, const double *lease_ms)
+OutboxJournal(OutboxEvent **events, int n, int64 run, int64 claim, int relay)
 {
-	Datum	   *leases;
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', relay < 0 ? 'n' : ' '};
+	int64	   *ids = palloc(sizeof(int64) * Max(n, 1));
+	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
+	Datum		values[5];
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = events[i]->id;
+		attempts[i] = Int32GetDatum(events[i]->attempts);
+	}
+	values[0] = Int64GetDatum(run);
+	values[1] = Int64GetDatum(claim);
+	values[2] = Int32GetDatum(relay);
+	values[3] = int8_array(ids, n);
+	values[4] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
+	rc = SPI_execute_plan(OutboxStatementPlan(&journal_stmt, ext_nspoid), values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "could not write the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
+}
+
+/*
+ * Deletes the journal rows of the n claims in claims of the relay of run
+ * run: every outcome of those claims is recorded. Caller has a transaction
+ * open and SPI connected; ERROR if SPI fails.
+ */
+void
+OutboxJournalDone(const int64 *claims, int n, int64 run)
+{
+	Datum		values[2];
 	int			rc;
 
 	if (n == 0)
 		return;
-	leases = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < n; i++)
-		leases[i] = Float8GetDatum(lease_ms[i]);
-	values[0] = tid_array(events, n);
-	values[1] = PointerGetDatum(construct_array(leases, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[2] = Int32GetDatum(relay);
-
-	rc = SPI_execute_plan(OutboxStatementPlan(&lease_stmt, ext_nspoid), values, nulls, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not lease events: %s", SPI_result_code_string(rc));
-	check_marked(n, "in flight");
-	/* the outcome is recorded on the version the lease wrote */
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[r];
-		bool		isnull;
-		int64		ord = DatumGetInt64(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
-
-		if (ord < 1 || ord > n)
-			elog(ERROR, "lease returned row %lld of %d", (long long) ord, n);
-		events[ord - 1]->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 2, &isnull));
-	}
+	values[0] = int8_array(claims, n);
+	values[1] = Int64GetDatum(run);
+	rc = SPI_execute_plan(OutboxStatementPlan(&journal_done_stmt, ext_nspoid), values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete from the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
 }
 
 /*
@@ -779,6 +836,7 @@ note_changed(OutboxEvent **events, char **errors, int n)
 		{
 			if (events[i]->id == id)
 			{
+				events[i]->recorded = true;
 				OutboxHealthNote(events[i], errors ? errors[i] : NULL);
 				break;
 			}
@@ -787,13 +845,12 @@ note_changed(OutboxEvent **events, char **errors, int n)
 }
 
 /*
- * Records failed attempts by id: for each event, counted says whether its
- * lease counted this attempt already (then the row must have attempts + 1)
- * or not (the row must still have attempts; it gets attempts + 1). Returns
- * how many rows changed; an event whose row moved on is left alone.
+ * Records failed attempts by id: each row must still have the attempt
+ * count its event was claimed with, and gets one more. Returns how many
+ * rows changed; an event whose row moved on is left alone.
  */
 static uint64
-record_failures(OutboxEvent **events, int n, bool counted)
+record_failures(OutboxEvent **events, int n)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *expected = palloc(sizeof(Datum) * n);
@@ -815,7 +872,7 @@ record_failures(OutboxEvent **events, int n, bool counted)
 		double		delay;
 
 		ids[i] = Int64GetDatum(ev->id);
-		expected[i] = Int32GetDatum(counted ? ev->attempts + 1 : ev->attempts);
+		expected[i] = Int32GetDatum(ev->attempts);
 		attempts[i] = Int32GetDatum(ev->attempts + 1);
 		errors[i] = psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
 							 ev->response ? ": " : "",
@@ -843,8 +900,9 @@ record_failures(OutboxEvent **events, int n, bool counted)
 }
 
 /*
- * Records the outcomes of n leased events, on the row versions their lease
- * wrote (see recorded_stmt): delivered, or a failed attempt (see failed_attempt).
+ * Records the outcomes of n events that were in flight, on the row
+ * versions their claim read (see recorded_stmt): delivered, or a failed
+ * attempt (see failed_attempt); either counts the attempt.
  * Caller has a transaction open and SPI connected; ERROR if SPI fails.
  */
 void
@@ -867,7 +925,7 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		}
 		ok[nok] = events[i];
 		ids[nok] = Int64GetDatum(events[i]->id);
-		attempts[nok] = Int32GetDatum(events[i]->attempts + 1);
+		attempts[nok] = Int32GetDatum(events[i]->attempts);
 		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
 		nok++;
 	}
@@ -886,55 +944,76 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		note_changed(ok, NULL, nok);
 	}
 	if (nfailed > 0)
-		(void) record_failures(failed, nfailed, true);
+		(void) record_failures(failed, nfailed);
 }
 
 /*
  * Records a failed attempt of one event by id, outside the normal path:
- * after an ERROR that the event caused. counted: whether its lease counted
- * the attempt already. Returns false if the row had moved on.
+ * after an ERROR that the event caused. Returns false if the row had
+ * moved on.
  */
 bool
-OutboxRecordFailure(OutboxEvent *ev, bool counted)
+OutboxRecordFailure(OutboxEvent *ev)
 {
-	return record_failures(&ev, 1, counted) == 1;
+	return record_failures(&ev, 1) == 1;
 }
 
 /*
- * Gives back the leases of relay number relay (see release_stmt): run by a
- * relay when it starts, so that what its predecessor had in flight is due
- * at once. Returns how many events it released.
+ * Releases journal rows (see release_stmt): those of every run not among
+ * the nlive in live, and those of the nown claims in own of this relay's
+ * run. Called by a relay with OutboxLockJournal held. Returns how many
+ * cut-off attempts it counted.
  */
 uint64
-OutboxReleaseClaims(int relay)
+OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown)
 {
-	Datum		values[1] = {Int32GetDatum(relay)};
+	Datum		values[3];
+	bool		isnull;
 	int			rc;
 
+	values[0] = int8_array(live, nlive);
+	values[1] = int8_array(own, nown);
+	values[2] = Int64GetDatum(OutboxRelayRun());
 	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "could not release events in flight: %s", SPI_result_code_string(rc));
-	return SPI_processed;
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not release the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
+	return (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 /*
- * Finds the event the claim would take next (skip as for OutboxClaim),
- * without locking it: its id and attempt count. Returns false if none is
+ * Takes the lock that makes releases of the journal one at a time, until
+ * the end of the transaction: a lock on the extension (objsubid 1, which
+ * nothing else uses), so that a relay that starts meanwhile, whose own
+ * release waits for it, claims only after this release committed. Caller
+ * has done OutboxQueueOpen().
+ */
+void
+OutboxLockJournal(void)
+{
+	LockDatabaseObject(ExtensionRelationId, ext_oid, 1, ExclusiveLock);
+}
+
+/*
+ * Finds the event the claim would take next (skip and exclude as for
+ * OutboxClaim), without locking it: its id and attempt count. Returns false if none is
  * due.
  */
 bool
-OutboxNextPending(List *skip, int64 *id, int32 *attempts)
+OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
 {
 	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
 	int			nnames = 0;
 	ListCell   *lc;
-	Datum		values[1];
+	Datum		values[2];
 	bool		isnull;
 	int			rc;
 
 	foreach(lc, skip)
 		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = int8_array(exclude, nexclude);
 	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, ext_nspoid), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));
@@ -947,9 +1026,9 @@ OutboxNextPending(List *skip, int64 *id, int32 *attempts)
 
 /*
  * Milliseconds until the earliest scheduled attempt (a retry or a parked
- * event), or -1 when none is waiting. The end of a lease is not among
- * them: a relay's own leases end in outcomes, and those of a relay that
- * is gone are taken within outbox.poll_interval after they end. Run with a
+ * event), or -1 when none is waiting. Events in flight are not among
+ * them: they end in outcomes, or, if their relay is gone, in a release of
+ * its journal that makes them due at once (relay.c). Run with a
  * snapshot of its own (not read-only), so that it sees this transaction's
  * writes and whatever was committed meanwhile: a decision about when to look
  * again must never rest on an older picture.

@@ -10,19 +10,33 @@
  *
  *	 due --claim--> [NOTIFY] delivered, in the claim's own transaction
  *				   [none]   parked (see queue.c)
- *				   [HTTP]   leased: attempts + 1, claimed_until past the
- *							request's time limit, claimed_by = this relay
- *	 leased --request--> delivered | retry later | dead-lettered,
- *						 each recorded in a short transaction as it comes
+ *				   [HTTP]   in flight: in the in-flight set in shared
+ *							memory, and in the journal (outbox_in_flight)
+ *	 in flight --request--> delivered | retry later | dead-lettered, each
+ *							recorded (attempt counted) in a short
+ *							transaction as it comes, then out of the set
  *
- * A claim is one short transaction: FOR UPDATE SKIP LOCKED over due events,
- * NOTIFY queued and marked, HTTP events leased, COMMIT; only then are the
- * HTTP requests started. The transport (deliver_http.c) returns outcomes as
- * they arrive, and the loop records them at once and claims more while
+ * A claim is one short transaction: FOR UPDATE SKIP LOCKED over due events
+ * not in the in-flight set, NOTIFY queued and marked, HTTP events added to
+ * the set and journaled, COMMIT; only then are the HTTP requests started.
+ * The claim writes nothing to an HTTP event's row: its row lock keeps
+ * other claims away until COMMIT, the set from then on (it is filled
+ * before COMMIT, and each claim checks the rows it locked against it
+ * again: a claim whose snapshot predates another relay's COMMIT can still
+ * lock that relay's rows). The transport (deliver_http.c) returns outcomes
+ * as they arrive, and the loop records them at once and claims more while
  * others are in flight, so a slow endpoint delays no one else's marks and
- * holds no lock or snapshot. A crash leaves a leased event due again when
- * its lease ends, or at once when the relay starts again (it releases what
- * it held): at-least-once, with the same webhook-id.
+ * holds no lock or snapshot.
+ *
+ * Relays that are gone. The set lives in shared memory, so a crash
+ * restart empties it, and an exited relay's entries stay until released.
+ * Before its first claim, and within RELEASE_CHECK_MS of finding another
+ * relay's entries without their relay, a relay releases the journal rows
+ * of every relay that does not run: each event still at its claimed
+ * attempt count gets that cut-off attempt counted, and is due again at
+ * once, with the same webhook-id (at-least-once). Releases take a lock,
+ * so that no relay claims before the release that comes first after a
+ * restart has committed.
  *
  * Faults. Every transaction runs under PG_TRY: an ERROR (a user trigger, a
  * failed COMMIT, a full NOTIFY queue, out of memory) aborts that
@@ -86,8 +100,8 @@
 
 PG_FUNCTION_INFO_V1(outbox_relay);
 
-/* A lease lasts the request's time limit, per round it may wait, plus this. */
-#define LEASE_MARGIN_MS 30000
+/* A relay looks this often for entries of relays that are gone. */
+#define RELEASE_CHECK_MS 1000
 /* While requests are in flight, new work is looked for this often. */
 #define IN_FLIGHT_SLICE_MS 10
 /*
@@ -113,11 +127,22 @@ PG_FUNCTION_INFO_V1(outbox_relay);
 #define ERROR_BACKOFF_MIN_MS 100
 #define ERROR_BACKOFF_MAX_MS 60000
 
+/* A growing array of int64, kept between steps (in TopMemoryContext). */
+typedef struct IdList
+{
+	int64	   *ids;
+	int			n;
+	int			cap;
+} IdList;
+
 /* The events of one claim that are still in the HTTP transport. */
 typedef struct ClaimBatch
 {
 	MemoryContext cxt;			/* the events and their strings */
-	int			open;			/* leased events whose outcome is not recorded */
+	int			open;			/* events in flight whose outcome is not in */
+	IdList		unrecorded;		/* events whose outcome changed no row */
+	int64		claim;			/* its number in the journal (0: none) */
+	Oid			extoid;			/* in the extension of this OID */
 } ClaimBatch;
 
 /* What a claim did (dispatch). */
@@ -128,16 +153,15 @@ typedef struct Dispatch
 	int			delivered;		/* NOTIFY */
 	int			failed;
 	int			unroutable;
-	OutboxEvent **http;			/* leased, to be sent */
+	int			dropped;		/* locked, but in flight in another relay */
+	bool		room_limited;	/* fewer than asked: the in-flight set is full */
+	OutboxEvent **http;			/* in flight, to be sent */
 	int			nhttp;
+	int64	   *published;		/* their ids, in the in-flight set */
+	int			npublished;
+	int64		claim;			/* their journal row's claim number, or 0 */
+	Oid			extoid;			/* the extension they were claimed from */
 } Dispatch;
-
-/* Events of one destination ahead of the next one leased, in one dispatch. */
-typedef struct DestLoad
-{
-	const char *name;
-	int			ahead;
-} DestLoad;
 
 /*
  * Prepares a claimed event (OutboxPrepareFn, called by OutboxClaim in the
@@ -187,62 +211,44 @@ prepare_event(OutboxEvent *ev)
 	return 2 * len;
 }
 
-/* The load entry of a destination in loads (a List of DestLoad), added if new. */
-static DestLoad *
-load_of(List **loads, const char *name)
-{
-	ListCell   *lc;
-	DestLoad   *l;
+/* Claims this relay has journaled: the last one's number. */
+static int64 claim_seq = 0;
 
-	foreach(lc, *loads)
-	{
-		l = lfirst(lc);
-		if (strcmp(l->name, name) == 0)
-			return l;
-	}
-	l = palloc0(sizeof(DestLoad));
-	l->name = name;
-	l->ahead = OutboxHttpQueued(name);
-	*loads = lappend(*loads, l);
-	return l;
+/* Whether a claimed event is to be sent over HTTP (put in flight). */
+static bool
+is_http(const OutboxEvent *ev)
+{
+	return ev->error == NULL && ev->dest.name != NULL && ev->body != NULL &&
+		ev->dest.channel == NULL;
 }
 
 /*
- * The lease of an HTTP event, in ms: its time limit for each round of
- * requests it may wait behind in the transport, plus LEASE_MARGIN_MS. A
- * round is as wide as the smallest share of the connections the transport
- * may give a destination (an eighth, for one much slower than another:
- * dest_share in deliver_http.c), so that a lease does not end while its
- * event still waits in the relay's own queue.
- */
-static double
-lease_ms(const OutboxEvent *ev, int ahead)
-{
-	int			timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : outbox_http_timeout;
-	int			share = Max(outbox_http_max_connections / 8, 1);
-
-	return (double) timeout * (1 + ahead / share) + LEASE_MARGIN_MS;
-}
-
-/*
- * The claim: claims up to batch_size due events (skip and only_id as for
- * OutboxClaim) into memory context cxt, queues NOTIFY deliveries, parks
- * events without a destination, fails those that cannot be sent, and leases
- * HTTP events to relay number relay, each for as long as it may wait behind
- * those of its destination already in the transport. Fills *d. Caller has a
- * transaction open and SPI connected; NOTIFY deliveries and every mark take
- * effect at its COMMIT, and the leased events must not be sent before it.
+ * The claim: claims up to batch_size due events that are not in flight
+ * (skip and only_id as for OutboxClaim) into memory context cxt, queues
+ * NOTIFY deliveries, parks events without a destination, fails those that
+ * cannot be sent, and, for a relay (run not 0), puts the HTTP events in
+ * flight: into the in-flight set, under run, and the journal, under relay
+ * number relay. A backend (run 0, outbox_relay()) only checks the set:
+ * it records its outcomes before its transaction ends, while the rows are
+ * still locked. Fills *d. Caller has a transaction open and SPI connected;
+ * NOTIFY deliveries, every mark and the journal row take effect at its
+ * COMMIT, and the HTTP events must not be sent before it. If the
+ * transaction fails, the caller takes d->published out of the set.
  */
 static void
-dispatch(int batch_size, List *skip, int64 only_id, int relay,
+dispatch(int batch_size, List *skip, int64 only_id, int64 run, int relay,
 		 MemoryContext cxt, Dispatch *d)
 {
 	OutboxEvent *events;
 	OutboxEvent **ok,
 			  **failed,
 			  **unroutable;
-	double	   *leases;
-	List	   *loads = NIL;
+	int64	   *exclude;
+	int			nexclude;
+	int			room;
+	int64	   *ids;
+	bool	   *publish;
+	bool	   *keep;
 	int			n;
 	int			nok = 0,
 				nfailed = 0,
@@ -252,30 +258,55 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 	if (!OutboxQueueOpen())
 		return;
 	d->opened = true;
+	d->extoid = OutboxQueueExtension();
 
-	n = OutboxClaim(batch_size, skip, only_id, cxt, prepare_event, &events, &d->claimed);
+	exclude = OutboxInFlightIds(MyDatabaseId, run == 0, &nexclude, &room);
+	if (run != 0 && room < batch_size)
+	{
+		/*
+		 * Take no more HTTP events than fit; with no room left at all, a
+		 * claim still delivers NOTIFY events and parks or fails others,
+		 * and its HTTP events stay pending (OutboxInFlightClaim).
+		 */
+		d->room_limited = true;
+		if (room > 0)
+			batch_size = room;
+	}
+	n = OutboxClaim(batch_size, skip, exclude, nexclude, only_id, cxt, prepare_event,
+					&events, &d->claimed);
 	ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	d->http = MemoryContextAlloc(cxt, sizeof(OutboxEvent *) * Max(n, 1));
-	leases = palloc(sizeof(double) * Max(n, 1));
+	d->published = MemoryContextAlloc(cxt, sizeof(int64) * Max(n, 1));
+
+	/* the rows are locked now: leave out what another relay put in flight */
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	publish = palloc(sizeof(bool) * Max(n, 1));
+	keep = palloc(sizeof(bool) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = events[i].id;
+		publish[i] = is_http(&events[i]);
+	}
+	d->dropped = OutboxInFlightClaim(MyDatabaseId, ids, run != 0 ? publish : NULL, n, keep);
+	/* at once: if anything below fails, the caller takes these out again */
+	for (int i = 0; run != 0 && i < n; i++)
+		if (keep[i] && publish[i])
+			d->published[d->npublished++] = events[i].id;
 
 	for (int i = 0; i < n; i++)
 	{
 		OutboxEvent *ev = &events[i];
 
 		CHECK_FOR_INTERRUPTS();
+		if (!keep[i])
+			continue;
 		if (ev->error != NULL || (ev->dest.name != NULL && ev->body == NULL))
-		{
 			failed[nfailed++] = ev;
-			continue;
-		}
-		if (ev->dest.name == NULL)
-		{
+		else if (ev->dest.name == NULL)
 			unroutable[nunroutable++] = ev;
-			continue;
-		}
-		if (ev->dest.channel != NULL)
+		else if (ev->dest.channel != NULL)
 		{
 			OutboxDeliverNotify(ev);
 			if (ev->ok)
@@ -284,17 +315,16 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
 				failed[nfailed++] = ev;
 		}
 		else
-		{
-			DestLoad   *l = load_of(&loads, ev->dest.name);
-
-			leases[d->nhttp] = lease_ms(ev, l->ahead++);
 			d->http[d->nhttp++] = ev;
-		}
 	}
 	OutboxMarkDelivered(ok, nok);
 	OutboxMarkFailed(failed, nfailed);
 	OutboxMarkUnroutable(unroutable, nunroutable);
-	OutboxLease(d->http, d->nhttp, relay, leases);
+	if (run != 0 && d->nhttp > 0)
+	{
+		d->claim = ++claim_seq;
+		OutboxJournal(d->http, d->nhttp, run, d->claim, relay);
+	}
 	d->delivered = nok;
 	d->failed = nfailed;
 	d->unroutable = nunroutable;
@@ -306,7 +336,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int relay,
  * (the requests are sent while the caller's transaction is open: this is
  * for outbox_relay(), not the worker). Caller has SPI connected; all
  * allocations go to SPI's context. ERROR aborts the caller's transaction,
- * and with it every lease and mark of the pass.
+ * and with it every mark of the pass.
  */
 void
 OutboxRelayPass(int batch_size, OutboxPassResult *result)
@@ -314,7 +344,7 @@ OutboxRelayPass(int batch_size, OutboxPassResult *result)
 	Dispatch	d;
 
 	memset(result, 0, sizeof(*result));
-	dispatch(batch_size, NIL, 0, -1, CurrentMemoryContext, &d);
+	dispatch(batch_size, NIL, 0, 0, -1, CurrentMemoryContext, &d);
 	if (!d.opened)
 		return;
 	OutboxDeliverHttp(d.http, d.nhttp);
@@ -384,7 +414,6 @@ static int	relay_no = 0;		/* this relay's number in its database */
 static MemoryContext relay_cxt = NULL;	/* parent of the claim batches */
 static TimestampTz last_error_log = 0;
 static int	errors_not_logged = 0;
-static bool claims_released = false;
 
 /* A step of the worker: runs inside a transaction with SPI connected. */
 typedef void (*StepFn) (void *arg);
@@ -477,8 +506,6 @@ typedef struct ClaimStep
 	int32		only_attempts;	/* and its attempts, when it was found */
 	ClaimBatch *batch;
 	Dispatch	d;
-	bool		did_release;	/* gave back the previous run's leases */
-	uint64		released;		/* how many */
 } ClaimStep;
 
 /* Finds the event that a claim of one would take (isolation). */
@@ -488,9 +515,15 @@ next_pending_step(void *arg)
 	ClaimStep  *c = arg;
 
 	c->only_id = 0;
-	if (OutboxQueueOpen() &&
-		!OutboxNextPending(c->skip, &c->only_id, &c->only_attempts))
-		c->only_id = 0;
+	if (OutboxQueueOpen())
+	{
+		int			nexclude;
+		int			room;
+		int64	   *exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
+
+		if (!OutboxNextPending(c->skip, exclude, nexclude, &c->only_id, &c->only_attempts))
+			c->only_id = 0;
+	}
 }
 
 static void
@@ -498,16 +531,76 @@ claim_step(void *arg)
 {
 	ClaimStep  *c = arg;
 
-	/* done once it commits (worker_claim): a failed claim rolls it back */
-	if (!claims_released && OutboxQueueOpen())
-	{
-		c->released = OutboxReleaseClaims(relay_no);
-		c->did_release = true;
-	}
 	/* flushed by the worker once the requests are under way */
 	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	dispatch(c->batch_size, c->skip, c->only_id, relay_no, c->batch->cxt, &c->d);
+	dispatch(c->batch_size, c->skip, c->only_id, OutboxRelayRun(), relay_no,
+			 c->batch->cxt, &c->d);
+}
+
+/* Arguments and result of release_step. */
+typedef struct ReleaseStep
+{
+	int64	   *own;			/* this relay's claims whose rows to release */
+	int			nown;
+	Oid			own_extoid;		/* the extension they were claimed from */
+	bool		replica;		/* user triggers off */
+	bool		opened;			/* the extension was there */
+	MemoryContext cxt;			/* where dead goes: it outlives the step */
+	int64	   *dead;			/* runs gone, their entries to forget */
+	int			ndead;
+	uint64		counted;		/* cut-off attempts counted */
+} ReleaseStep;
+
+/*
+ * Releases the journal rows of the relays that do not run, and this
+ * relay's rows in r->own (see OutboxReleaseJournal), under the journal's
+ * lock. The runs gone are read with the lock held: a relay that starts
+ * later releases after this one commits, and claims only then.
+ */
+static void
+release_step(void *arg)
+{
+	ReleaseStep *r = arg;
+	int64	   *live;
+	int			nlive;
+	MemoryContext old;
+
+	r->opened = false;
+	if (!OutboxQueueOpen())
+		return;
+	r->opened = true;
+	/* the extension was dropped and created again: those rows are gone */
+	if (OutboxQueueExtension() != r->own_extoid)
+		r->nown = 0;
+	if (r->replica)
+		(void) set_config_option("session_replication_role", "replica",
+								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+								 true, 0, false);
+	OutboxLockJournal();
+	old = MemoryContextSwitchTo(r->cxt);
+	live = OutboxRelayRuns(MyDatabaseId, &nlive, &r->dead, &r->ndead);
+	MemoryContextSwitchTo(old);
+	r->counted = OutboxReleaseJournal(live, nlive, r->own, r->nown);
+}
+
+/* Writes the journal's end for n claims whose outcomes are all recorded. */
+typedef struct JournalDoneStep
+{
+	int64	   *claims;
+	int			n;
+	Oid			extoid;			/* the extension they were claimed from */
+} JournalDoneStep;
+
+static void
+journal_done_step(void *arg)
+{
+	JournalDoneStep *j = arg;
+
+	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	if (OutboxQueueOpen() && OutboxQueueExtension() == j->extoid)
+		OutboxJournalDone(j->claims, j->n, OutboxRelayRun());
 }
 
 /* Reads the next due time (see OutboxNextDueMs) into *arg, a double. */
@@ -524,8 +617,7 @@ typedef struct RecordStep
 {
 	OutboxEvent **events;
 	int			n;
-	bool		single_failure; /* record events[0] as failed, not counted */
-	bool		counted;		/* with single_failure: lease counted it */
+	bool		single_failure; /* record events[0] as failed */
 	bool		replica;		/* with single_failure: user triggers off */
 	bool		recorded;
 	double		next_due_ms;
@@ -537,16 +629,39 @@ record_step(void *arg)
 	RecordStep *r = arg;
 
 	r->next_due_ms = -1;
+	for (int i = 0; i < r->n; i++)
+		r->events[i]->recorded = false;
 	if (!OutboxQueueOpen())
 		return;					/* dropped meanwhile: nothing to record */
+
+	/*
+	 * Events claimed from an extension dropped since (and maybe created
+	 * again, its ids starting over) have nothing to record here.
+	 */
+	{
+		OutboxEvent **mine = palloc(sizeof(OutboxEvent *) * Max(r->n, 1));
+		int			n = 0;
+
+		for (int i = 0; i < r->n; i++)
+		{
+			ClaimBatch *b = r->events[i]->owner;
+
+			if (b == NULL || b->extoid == OutboxQueueExtension())
+				mine[n++] = r->events[i];
+		}
+		r->events = mine;
+		r->n = n;
+		if (n == 0)
+			return;
+	}
 
 	/*
 	 * An outcome's commit need not wait for the WAL flush: one lost in a
 	 * crash only sends its event again, which at-least-once allows, while a
 	 * flush per outcome batch would bound the relay to the disk's flush
 	 * rate. A claim is flushed as soon as its requests are under way (see
-	 * the worker's loop): a lease must survive a crash, so that the attempt
-	 * is counted and the restarted relay releases it.
+	 * the worker's loop): its journal row must survive a crash, so that
+	 * the attempt it cut off is counted.
 	 */
 	(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
@@ -556,7 +671,7 @@ record_step(void *arg)
 			(void) set_config_option("session_replication_role", "replica",
 									 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
 									 true, 0, false);
-		r->recorded = OutboxRecordFailure(r->events[0], r->counted);
+		r->recorded = OutboxRecordFailure(r->events[0]);
 	}
 	else
 		OutboxRecordOutcomes(r->events, r->n);
@@ -578,11 +693,10 @@ record_step(void *arg)
 /*
  * Records a failed attempt of ev after an ERROR that it caused (its text in
  * error): first plainly, then, if that fails too and the relay may, with
- * user triggers off. counted: whether its lease counted the attempt. Returns
- * false if nothing could be recorded.
+ * user triggers off. Returns false if nothing could be recorded.
  */
 static bool
-record_isolated_failure(OutboxEvent *ev, bool counted, const char *what, const char *error)
+record_isolated_failure(OutboxEvent *ev, const char *what, const char *error)
 {
 	RecordStep	r;
 
@@ -594,13 +708,16 @@ record_isolated_failure(OutboxEvent *ev, bool counted, const char *what, const c
 	r.events = &ev;
 	r.n = 1;
 	r.single_failure = true;
-	r.counted = counted;
 	if (run_step("record the failure of an event", record_step, &r, NULL))
 		return true;
+	ev->recorded = false;		/* rolled back */
 	if (!superuser())
 		return false;
 	r.replica = true;
-	return run_step("record the failure of an event", record_step, &r, NULL);
+	if (run_step("record the failure of an event", record_step, &r, NULL))
+		return true;
+	ev->recorded = false;
+	return false;
 }
 
 /* Creates the batch that a claim's events live in. */
@@ -616,14 +733,22 @@ new_batch(void)
 	return b;
 }
 
-/* Drops one leased event's hold on its batch; frees the batch with the last. */
-static void
-batch_done(OutboxEvent *ev)
+/* arr (of n elements of size elem, room for *cap) with room for one more */
+static void *
+grow(void *arr, int n, int *cap, Size elem)
 {
-	ClaimBatch *b = ev->owner;
+	if (n < *cap)
+		return arr;
+	*cap = Max(*cap * 2, 16);
+	return arr == NULL ? MemoryContextAlloc(TopMemoryContext, elem * *cap)
+		: repalloc(arr, elem * *cap);
+}
 
-	if (--b->open == 0)
-		MemoryContextDelete(b->cxt);
+static void
+id_list_add(IdList *l, int64 id)
+{
+	l->ids = grow(l->ids, l->n, &l->cap, sizeof(int64));
+	l->ids[l->n++] = id;
 }
 
 /* The worker's view between steps. */
@@ -641,7 +766,133 @@ typedef struct RelayState
 	bool		want_next_due;	/* read the next due time after the claim */
 	List	   *dry_skip;		/* left out by the last dry claim, or NIL */
 	TimestampTz dry_until;		/* do not repeat that claim before then */
+	bool		room_limited;	/* the last claim was cut to the set's room */
+	bool		released;		/* the first release has committed */
+	bool		release_wanted; /* relays gone: release before the next claim */
+	TimestampTz next_release_check; /* look for relays gone then */
+	IdList		journal_done;	/* claims whose outcomes are all in */
+	IdList		journal_release;	/* claims with outcomes that changed no row */
+	IdList		unrecorded;		/* those events, in the set until released */
+	Oid			journal_extoid; /* the extension of those claims */
 } RelayState;
+
+/* Forgets the claims kept for the journal, and lets their events go. */
+static void
+drop_journal_lists(RelayState *st)
+{
+	OutboxInFlightRemove(MyDatabaseId, st->unrecorded.ids, st->unrecorded.n);
+	st->journal_done.n = 0;
+	st->journal_release.n = 0;
+	st->unrecorded.n = 0;
+}
+
+/*
+ * Lets go of one event in flight, whose outcome step has ended. With the
+ * last one of its claim, the claim's journal row is done: deleted if every
+ * outcome changed its row, else released (so that those attempts are
+ * still counted), and its events whose outcome changed nothing stay in the
+ * in-flight set until then. Frees the batch.
+ */
+static void
+batch_done(RelayState *st, OutboxEvent *ev)
+{
+	ClaimBatch *b = ev->owner;
+	/* the extension was dropped, and maybe created again: its journal is gone */
+	bool		gone = b->extoid != OutboxQueueExtension();
+
+	if (!ev->recorded)
+	{
+		if (gone)
+			OutboxInFlightRemove(MyDatabaseId, &ev->id, 1);
+		else
+			id_list_add(&b->unrecorded, ev->id);
+	}
+	if (--b->open > 0)
+		return;
+	if (!gone && b->claim != 0)
+	{
+		if (st->journal_extoid != b->extoid)
+		{
+			drop_journal_lists(st);
+			st->journal_extoid = b->extoid;
+		}
+		if (b->unrecorded.n == 0)
+			id_list_add(&st->journal_done, b->claim);
+		else
+		{
+			id_list_add(&st->journal_release, b->claim);
+			for (int i = 0; i < b->unrecorded.n; i++)
+				id_list_add(&st->unrecorded, b->unrecorded.ids[i]);
+		}
+	}
+	if (b->unrecorded.ids != NULL)
+		pfree(b->unrecorded.ids);
+	MemoryContextDelete(b->cxt);
+}
+
+/*
+ * Releases the journal rows of relays that are gone, and this relay's own
+ * rows in st->journal_release (release_step), then lets their events go
+ * from the in-flight set. Tried with user triggers off too, if the relay
+ * may. Returns false if the release failed.
+ */
+static bool
+worker_release(RelayState *st)
+{
+	ReleaseStep r;
+
+	memset(&r, 0, sizeof(r));
+	r.cxt = CurrentMemoryContext;
+	r.own = st->journal_release.ids;
+	r.nown = st->journal_release.n;
+	r.own_extoid = st->journal_extoid;
+	if (!run_step("release the events of relays that are gone", release_step, &r, NULL))
+	{
+		if (!superuser())
+			return false;
+		r.replica = true;
+		r.nown = st->journal_release.n;
+		if (!run_step("release the events of relays that are gone", release_step, &r, NULL))
+			return false;
+	}
+	if (r.opened)
+	{
+		st->released = true;
+		OutboxInFlightForget(MyDatabaseId, r.dead, r.ndead);
+		st->journal_release.n = 0;
+		OutboxInFlightRemove(MyDatabaseId, st->unrecorded.ids, st->unrecorded.n);
+		st->unrecorded.n = 0;
+	}
+	if (r.counted > 0)
+		ereport(LOG,
+				(errmsg_plural("outbox relay counted %llu attempt cut off by a relay that is gone",
+							   "outbox relay counted %llu attempts cut off by relays that are gone",
+							   (unsigned long) r.counted, (unsigned long long) r.counted),
+				 errdetail("Their events are due again.")));
+	return true;
+}
+
+/*
+ * Whether the in-flight set holds entries of a relay that is gone, looked
+ * for at most every RELEASE_CHECK_MS. (A release is also due before the
+ * first claim, and when this relay has rows of its own to release.)
+ */
+static bool
+relays_gone(RelayState *st)
+{
+	TimestampTz now;
+	int			nlive;
+	int			ndead;
+	int64	   *dead;
+
+	now = GetCurrentTimestamp();
+	if (now < st->next_release_check)
+		return false;
+	st->next_release_check = TimestampTzPlusMilliseconds(now, RELEASE_CHECK_MS);
+	pfree(OutboxRelayRuns(MyDatabaseId, &nlive, &dead, &ndead));
+	pfree(dead);
+	return ndead > 0;
+}
 
 /* Whether every name in sub is in list (both lists of destination names). */
 static bool
@@ -716,8 +967,9 @@ step_failed(RelayState *st)
 }
 
 /*
- * One claim by the worker, in a transaction of its own, then the leased
- * events handed to the transport. On ERROR nothing was sent: the worker
+ * One claim by the worker, in a transaction of its own (after a release,
+ * when one is due), then the events put in flight handed to the transport.
+ * On ERROR nothing was sent, and they leave the set again: the worker
  * then claims one event per transaction (st->isolate) and records the
  * failure of the one whose claim fails.
  */
@@ -732,6 +984,27 @@ worker_claim(RelayState *st)
 	c.batch_size = outbox_batch_size;
 	c.skip = OutboxHttpFull();
 	st->next_look = DT_NOEND;
+
+	/* no claim before the first release: it counts what a crash cut off */
+	if (st->release_wanted || !st->released || st->journal_release.n > 0)
+	{
+		bool		ok = worker_release(st);
+
+		if (ok)
+			st->release_wanted = false;
+		if (!st->released)
+		{
+			/* failed, or the extension could not be opened: not yet */
+			if (ok)
+			{
+				st->look = false;
+				look_again_in(st, -1);
+			}
+			else
+				step_failed(st);
+			return;
+		}
+	}
 
 	/* the last claim found the others dry, and nothing freed a full one */
 	if (st->isolate == 0 && st->dry_skip != NIL && started < st->dry_until &&
@@ -763,6 +1036,8 @@ worker_claim(RelayState *st)
 	c.batch = new_batch();
 	if (!run_step("claim events", claim_step, &c, &error))
 	{
+		/* nothing of it was committed, nor sent */
+		OutboxInFlightRemove(MyDatabaseId, c.d.published, c.d.npublished);
 		MemoryContextDelete(c.batch->cxt);
 		if (st->isolate == 0)
 		{
@@ -779,7 +1054,7 @@ worker_claim(RelayState *st)
 			ev.attempts = c.only_attempts;
 			ev.event_id = psprintf("with id %lld", (long long) c.only_id);
 			ev.dest.name = NULL;
-			if (!record_isolated_failure(&ev, false, "claim the event", error))
+			if (!record_isolated_failure(&ev, "claim the event", error))
 			{
 				step_failed(st);
 				return;
@@ -790,20 +1065,14 @@ worker_claim(RelayState *st)
 		return;
 	}
 	st->error_backoff_ms = 0;
-	if (c.did_release)
-	{
-		claims_released = true;
-		if (c.released > 0)
-			ereport(LOG,
-					(errmsg("outbox relay released %llu events left in flight by its previous run",
-							(unsigned long long) c.released)));
-	}
 	if (c.d.claimed > 0)
 		st->flush_lsn = XactLastCommitEnd;
 	OutboxHealthRelayPass();
 	if (st->isolate > 0)
 		st->isolate--;
 
+	c.batch->claim = c.d.claim;
+	c.batch->extoid = c.d.extoid;
 	for (int i = 0; i < c.d.nhttp; i++)
 	{
 		c.d.http[i]->owner = c.batch;
@@ -812,12 +1081,13 @@ worker_claim(RelayState *st)
 	}
 	if (c.batch->open == 0)
 		MemoryContextDelete(c.batch->cxt);
+	st->room_limited = c.d.room_limited;
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
 	st->nfull = list_length(c.skip);
 	if (st->isolate == 0)
 		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
-	st->look = st->isolate > 0 || c.d.claimed >= c.batch_size;
+	st->look = st->isolate > 0 || (c.d.claimed >= c.batch_size && !c.d.room_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
 }
@@ -846,6 +1116,9 @@ worker_record(RelayState *st, List *done)
 		look_again_in(st, r.next_due_ms);
 	else
 	{
+		/* rolled back: nothing of it was recorded */
+		for (i = 0; i < n; i++)
+			events[i]->recorded = false;
 		for (i = 0; i < n; i++)
 		{
 			RecordStep	one;
@@ -856,14 +1129,37 @@ worker_record(RelayState *st, List *done)
 			one.n = 1;
 			if (run_step("record the outcome of an event", record_step, &one, &error))
 				look_again_in(st, one.next_due_ms);
-			else if (!record_isolated_failure(events[i], true, "record the outcome", error))
-				step_failed(st);	/* its lease runs out, then it is retried */
+			else
+			{
+				events[i]->recorded = false;
+				if (!record_isolated_failure(events[i], "record the outcome", error))
+					step_failed(st);	/* released with its claim's journal row */
+			}
 		}
 	}
+
+	/* recorded and committed: others may claim them again */
+	{
+		int64	   *ids = palloc(sizeof(int64) * Max(n, 1));
+		int			nids = 0;
+
+		for (i = 0; i < n; i++)
+			if (events[i]->recorded)
+				ids[nids++] = events[i]->id;
+		OutboxInFlightRemove(MyDatabaseId, ids, nids);
+	}
 	for (i = 0; i < n; i++)
-		batch_done(events[i]);
-	/* a full destination has room again: its events can come now */
-	if (st->nfull > 0 && list_length(OutboxHttpFull()) < st->nfull)
+		batch_done(st, events[i]);
+	if (st->journal_done.n > 0)
+	{
+		JournalDoneStep j = {st->journal_done.ids, st->journal_done.n, st->journal_extoid};
+
+		/* if this fails, the rows are deleted with the next ones */
+		if (run_step("delete from the journal of events in flight", journal_done_step, &j, NULL))
+			st->journal_done.n = 0;
+	}
+	/* a full destination, or the in-flight set, has room again */
+	if ((st->nfull > 0 && list_length(OutboxHttpFull()) < st->nfull) || st->room_limited)
 		st->look = true;
 }
 
@@ -1058,6 +1354,9 @@ OutboxRelayMain(Datum main_arg)
 		now = GetCurrentTimestamp();
 		if (now >= st.next_look)
 			st.look = true;
+		/* events another relay left in flight when it went: take them */
+		if (relays_gone(&st))
+			st.release_wanted = st.look = true;
 		if (st.look && now >= st.not_before)
 			worker_claim(&st);
 
@@ -1068,9 +1367,9 @@ OutboxRelayMain(Datum main_arg)
 		 * crash of the server in the millisecond at most before the flush
 		 * has written the WAL (new connections are given that long to
 		 * connect and send), or of the operating system before it is on
-		 * disk, can lose the lease, and with it the count of that attempt:
-		 * the event itself is still pending and is sent again, with the
-		 * same webhook-id.
+		 * disk, can lose the claim's journal row, and with it the count of
+		 * that attempt: the event itself is still pending and is sent
+		 * again, with the same webhook-id.
 		 */
 		if (!XLogRecPtrIsInvalid(st.flush_lsn))
 		{

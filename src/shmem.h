@@ -16,6 +16,11 @@
 #define OUTBOX_MAX_RELAYS 64
 /* At most this many relays per database (outbox.relays_per_database). */
 #define OUTBOX_MAX_RELAYS_PER_DATABASE 16
+/*
+ * At most this many HTTP events in flight per database, over all its relays
+ * (16 bytes each in shared memory, per possible database).
+ */
+#define OUTBOX_IN_FLIGHT_PER_DATABASE 4096
 /* At most this many databases paused at once (utility.c). */
 #define OUTBOX_MAX_PAUSES OUTBOX_MAX_RELAYS
 
@@ -29,5 +34,13 @@ extern void OutboxPauseRelay(Oid dboid, int pause_ms);
 extern void OutboxUnpauseRelays(Oid dboid);
 extern bool OutboxRelayRunning(Oid dboid);
 extern bool OutboxRelayPaused(Oid dboid);
+
+extern int64 OutboxRelayRun(void);
+extern int64 *OutboxInFlightIds(Oid dboid, bool live_only, int *n, int *room);
+extern int	OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n,
+								bool *keep);
+extern void OutboxInFlightRemove(Oid dboid, const int64 *ids, int n);
+extern int64 *OutboxRelayRuns(Oid dboid, int *n, int64 **dead, int *ndead);
+extern void OutboxInFlightForget(Oid dboid, const int64 *runs, int n);
 
 #endif							/* OUTBOX_SHMEM_H */

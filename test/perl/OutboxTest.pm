@@ -145,8 +145,8 @@ sub count_by_id
 # After a crash, checks which events of $type on $node were sent again
 # ($requests: the sink's requests for them, each a first attempt or a
 # repeat). An event whose repeated attempt was counted (attempts = 2) had
-# its lease released by the new relay: at most $released of them. One with
-# attempts = 1 lost its lease with its claim's commit, which is flushed up
+# its journal row released by the new relay: at most $released of them. One
+# with attempts = 1 lost its journal row with its claim's commit, flushed up
 # to a millisecond after the claim's requests went out (README, "No
 # transaction over the network"): at most $conns of them
 # (outbox.http_max_connections), each first sent by the old relay, before
@@ -165,11 +165,11 @@ sub check_repeats
 	}
 	my @again = grep { $sent{$_} > 1 } keys %sent;
 	my @lost = grep { $attempts{$_} == 1 } @again;
-	note(sprintf('%s: %d events sent again, %d of them had lost their lease with its claim\'s commit',
+	note(sprintf('%s: %d events sent again, %d of them had lost their journal row with its claim\'s commit',
 		$part, scalar @again, scalar @lost));
 	cmp_ok(@again - @lost, '<=', $released,
 		"$part: only events in flight at the crash were sent again (released by the new relay)");
-	cmp_ok(scalar @lost, '<=', $conns, "$part: leases lost with an unflushed claim: at most one claim's requests");
+	cmp_ok(scalar @lost, '<=', $conns, "$part: journal rows lost with an unflushed claim: at most one claim's requests");
 	is(scalar(grep { $first{$_} >= $restarted_at } @lost), 0,
 		"$part: and each of those was first sent before the restart");
 	is(scalar(grep { $sent{$_} > 2 } @again), 0, "$part: no event was sent more than twice");

@@ -1,8 +1,9 @@
 # Crash safety: every committed event reaches the endpoint at least once,
 # whatever happens to the server or the endpoint in between, and a crash
-# repeats at most the events a relay had in flight, which the relay gives
-# back as soon as it starts again (but for the leases of a claim whose
-# commit was not flushed yet, lost with it: see check_repeats).
+# repeats at most the events a relay had in flight, which the relay
+# releases as soon as it starts again, counting their cut-off attempts (but
+# for the journal rows of a claim whose commit was not flushed yet, lost
+# with it: see check_repeats).
 #   a. kill -9 of the relay worker in the middle of a large batch
 #   b. immediate shutdown of the server while delivering, then start
 #   c. the endpoint answers 503 for a while: retries with backoff, then
@@ -38,14 +39,14 @@ my $dests = join(",\n", map { "('$_', '$_.*', '" . $sink->url("/$_") . "', " . (
 $node->safe_psql('postgres',
 	"INSERT INTO outbox_destinations (name, event_types, url, enabled) VALUES $dests");
 
-# The number of events in flight that the new relay gave back when it
-# started (its log line after $offset), or 0 if it logged none: a crash
+# The number of attempts cut off by the crash that the new relay counted
+# when it started (its log line after $offset), or 0 if it logged none: a crash
 # between two claims leaves nothing in flight. Call it once the events are
 # delivered, so that the relay has run its first claim.
 sub released_at_start
 {
 	my ($node, $offset) = @_;
-	my ($n) = slurp_file($node->logfile, $offset) =~ /outbox relay released (\d+) events left in flight/;
+	my ($n) = slurp_file($node->logfile, $offset) =~ /outbox relay counted (\d+) attempts? cut off by (?:a )?relays? that (?:is|are) gone/;
 	return $n // 0;
 }
 
@@ -119,7 +120,7 @@ $sink->control(delay_ms => 5);
 
 	check_delivered($node, $sink, 'a', 'a.created', '/a', $nbig);
 	my $released = released_at_start($node, $log_offset);
-	note("a: the new relay gave back $released events in flight at the crash");
+	note("a: the new relay counted $released attempts cut off by the crash");
 	check_repeats($node, 'a', 'a.created', $sink->requests('/a'), $released, $conns, $restarted_at);
 }
 
@@ -141,7 +142,7 @@ $sink->control(delay_ms => 5);
 		'b: the start ran crash recovery');
 	check_delivered($node, $sink, 'b', 'b.created', '/b', $nbig);
 	my $released = released_at_start($node, $log_offset);
-	note("b: the relay gave back $released events in flight at the shutdown");
+	note("b: the relay counted $released attempts cut off by the shutdown");
 	check_repeats($node, 'b', 'b.created', $sink->requests('/b'), $released, $conns, $restarted_at);
 }
 

@@ -35,7 +35,7 @@ ok(wait_relay($node, 'postgres'), 'relay runs in database postgres');
 	my $busy = emit($node, 'postgres', 'ext.before', 3);
 	ok( $node->poll_query_until('postgres', qq{
 			SELECT count(*) = 3 FROM outbox
-			 WHERE event_type = 'ext.before' AND claimed_by IS NOT NULL AND delivered_at IS NULL}),
+			 WHERE event_type = 'ext.before' AND (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)) AND delivered_at IS NULL}),
 		'relay has the events in flight, waiting for the busy sink');
 	emit($node, 'postgres', 'ext.pending', 2);
 	$app->query_safe("SELECT outbox_emit('ext.pending', '{}')");
@@ -73,6 +73,39 @@ ok(wait_relay($node, 'postgres'), 'relay runs in database postgres');
 		'events emitted after CREATE EXTENSION are delivered');
 	ok($sink->wait_delivered(4), 'the sink received them');
 	is_deeply($sink->delivered_ids, [ sort @$after ], 'exactly those events');
+}
+
+############################################################################
+# DROP and CREATE EXTENSION while requests are in flight: the new table's
+# ids start over, and the outcomes of the old events, which arrive once the
+# new extension exists, must change nothing in it; the old ids leave the
+# relay's in-flight set then, and the new events with the same ids go out.
+{
+	$sink->reset;
+	my $down = $sink->url('/down');
+	$sink->paths('/slow' => { delay_ms => 3000 }, '/down' => { status => 503 });
+	# a fresh table, so that the old and the new rows have the same TIDs too
+	$node->safe_psql('postgres', sprintf(q{
+		DROP EXTENSION outbox;
+		CREATE EXTENSION outbox;
+		INSERT INTO outbox_destinations (name, event_types, url) VALUES ('slow', '*', '%s')},
+		$sink->url('/slow')));
+	emit($node, 'postgres', 'old.created', 3);
+	ok(wait_until(sub { $sink->stats('/slow')->{arrived} == 3 }), 'three requests wait 3 s at the endpoint');
+	$node->safe_psql('postgres', qq{
+		DROP EXTENSION outbox;
+		CREATE EXTENSION outbox;
+		INSERT INTO outbox_destinations (name, event_types, url) VALUES ('down', '*', '$down')});
+	emit($node, 'postgres', 'new.created', 3);
+	is($node->safe_psql('postgres', "SELECT string_agg(id || ' ' || ctid, ',' ORDER BY id) FROM outbox"),
+		'1 (0,1),2 (0,2),3 (0,3)', 'the new events have the ids and TIDs of the old ones');
+	ok($sink->wait_delivered(3, '/slow'), 'the old requests are answered 200');
+	ok( $node->poll_query_until('postgres', q{
+			SELECT count(*) = 3 FROM outbox WHERE attempts >= 1 AND last_error LIKE 'HTTP status 503%'}),
+		'the new events are sent, and fail with their own 503');
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL'), '0',
+		'no outcome of an old event was recorded on a new one');
+	$node->safe_psql('postgres', 'DELETE FROM outbox_destinations');
 }
 
 ############################################################################

@@ -3,10 +3,15 @@
 # error inside a statement does (012): the relay keeps running (same
 # process, no restart loop), every other event is sent once and marked
 # delivered, and the poison event is retried with backoff and dead-lettered
-# on its own, with the trigger's message in last_error. Two poisons, one per
-# step of the relay that commits row changes:
-#   claim:  any change to the event fails at COMMIT, so no claim that
-#           includes it commits (and a failed claim sends nothing)
+# on its own, with the trigger's message in last_error. Three poisons, for
+# the steps of the relay that commit row changes:
+#   claim:  any change to a NOTIFY event fails at COMMIT; the claim marks
+#           it delivered in its own transaction, so no claim that includes
+#           it commits (and a failed claim notifies nothing)
+#   any:    any change to an HTTP event fails at COMMIT; the claim writes
+#           nothing to its row, so it is sent, its outcome fails and a
+#           failed attempt is recorded instead, with user triggers off;
+#           sent again until dead
 #   record: only the delivered mark fails at COMMIT, so the request is sent
 #           and its outcome cannot be recorded; a failed attempt is recorded
 #           instead, and the event is sent again until dead
@@ -30,7 +35,8 @@ my $pid = wait_relay($node, 'postgres');
 ok($pid, 'relay runs');
 
 $node->safe_psql('postgres', qq{
-	INSERT INTO outbox_destinations (name, url) VALUES ('hook', '$url');
+	INSERT INTO outbox_destinations (name, event_types, url) VALUES ('hook', 'task.*', '$url');
+	INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('note', 'note.*', 'poison_notes');
 	CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
 	BEGIN
 		IF NEW.payload ? 'poison' THEN
@@ -45,27 +51,28 @@ $node->safe_psql('postgres', qq{
 	    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION poison();
 });
 
-# 60 good events with the two poisons among them, in one transaction
+# 60 good events with the three poisons among them, in one transaction
+my $listener = start_listener($node, 'postgres', 'poison_notes');
 my $log_offset = -s $node->logfile;
 my $t0 = time;
-my ($claim_poison, $mark_poison);
+my ($any_poison, $mark_poison, $claim_poison);
 my @good;
 my @lines = split /\n/, $node->safe_psql('postgres', q{
-	SELECT outbox_emit('task.created',
+	SELECT outbox_emit(CASE g WHEN 63 THEN 'note.created' ELSE 'task.created' END,
 	       CASE g WHEN 20 THEN '{"poison": "A"}' WHEN 41 THEN '{"poison_mark": "B"}'
-	              ELSE jsonb_build_object('n', g) END)
-	  FROM generate_series(1, 62) g});
-($claim_poison, $mark_poison) = @lines[ 19, 40 ];
+	              WHEN 63 THEN '{"poison": "C"}' ELSE jsonb_build_object('n', g) END)
+	  FROM generate_series(1, 63) g ORDER BY g});
+($any_poison, $mark_poison, $claim_poison) = @lines[ 19, 40, 62 ];
 @good = @lines[ 0 .. 18, 20 .. 39, 41 .. 61 ];
-is(scalar @good, 60, '60 good events and 2 poisons emitted');
+is(scalar @good, 60, '60 good events and 3 poisons emitted');
 
 my $good_list = join(', ', map { "'$_'" } @good);
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 60 FROM outbox WHERE event_id IN ($good_list) AND delivered_at IS NOT NULL"),
 	'the 60 good events are marked delivered');
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 2 FROM outbox WHERE event_id IN ('$claim_poison', '$mark_poison') AND dead_at IS NOT NULL"),
-	'both poisons are dead-lettered');
+		"SELECT count(*) = 3 FROM outbox WHERE event_id IN ('$claim_poison', '$any_poison', '$mark_poison') AND dead_at IS NOT NULL"),
+	'the three poisons are dead-lettered');
 my $elapsed = time - $t0;
 
 my $sent = count_by_id($sink->requests('/hook'));
@@ -73,16 +80,28 @@ is_deeply([ grep { ($sent->{$_} // 0) != 1 } @good ], [], 'each good event was s
 is( $node->safe_psql('postgres', qq{
 		SELECT count(*) FROM outbox
 		 WHERE event_id IN ($good_list) AND attempts = 1 AND last_error IS NULL
-		   AND dead_at IS NULL AND claimed_by IS NULL}),
+		   AND dead_at IS NULL AND NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts))}),
 	'60', 'each good event: 1 attempt, no error, not in flight');
 
-# the claim poison: no claim including it committed, so it was never sent
-is($sent->{$claim_poison} // 0, 0, 'claim poison: never sent');
+# the claim poison: no claim including it committed, so it was never notified
+ok($listener->sync, 'the listener has every notification committed so far');
+is(scalar(grep { $_->{payload} =~ /\Q$claim_poison\E/ } @{ $listener->notes }), 0,
+	'claim poison: never notified');
 my ($attempts, $error, $dest) = split /\|/, $node->safe_psql('postgres', qq{
 	SELECT attempts, last_error, coalesce(destination, '') FROM outbox WHERE event_id = '$claim_poison'});
 is($attempts, $max_attempts, "claim poison: dead after $max_attempts attempts");
-like($error, qr/^could not claim the event: poison event A refused at commit/,
+like($error, qr/^could not claim the event: poison event C refused at commit/,
 	"claim poison: the trigger's message in last_error");
+$listener->quit;
+
+# the HTTP event refusing every update: sent, as its claim does not write
+# its row; each failure recorded with user triggers off
+is($sent->{$any_poison} // 0, $max_attempts, "any-update poison: sent $max_attempts times, once per attempt");
+($attempts, $error) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT attempts, last_error FROM outbox WHERE event_id = '$any_poison'});
+is($attempts, $max_attempts, "any-update poison: dead after $max_attempts attempts");
+like($error, qr/^could not record the outcome: poison event A refused at commit/,
+	"any-update poison: the trigger's message in last_error");
 
 # the mark poison: sent, its mark refused, a failed attempt recorded instead
 is($sent->{$mark_poison} // 0, $max_attempts, "mark poison: sent $max_attempts times, once per attempt");
@@ -91,7 +110,7 @@ is($sent->{$mark_poison} // 0, $max_attempts, "mark poison: sent $max_attempts t
 is($attempts, $max_attempts, "mark poison: dead after $max_attempts attempts");
 like($error, qr/^could not record the outcome: delivery mark of B refused at commit/, "mark poison: the trigger's message in last_error");
 is( $node->safe_psql('postgres', qq{
-		SELECT delivered_at IS NULL AND claimed_by IS NULL FROM outbox WHERE event_id = '$mark_poison'}),
+		SELECT delivered_at IS NULL AND NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)) FROM outbox WHERE event_id = '$mark_poison'}),
 	't', 'mark poison: not marked delivered, not in flight');
 
 # the same worker did all of it

@@ -59,7 +59,7 @@ for my $path ('drip', 'endless')
 {
 	is($sink->stats("/$path")->{arrived}, 1, "$path: exactly 1 request");
 	is( $node->safe_psql('postgres', qq{
-			SELECT attempts, delivered_at IS NOT NULL, last_error IS NULL, dead_at IS NULL, claimed_by IS NULL
+			SELECT attempts, delivered_at IS NOT NULL, last_error IS NULL, dead_at IS NULL, NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts))
 			  FROM outbox WHERE event_id = '$id{$path}'}),
 		'1|t|t|t|t', "$path: delivered after 1 attempt, no error");
 }

@@ -1,7 +1,8 @@
 # Several relays per database (outbox.relays_per_database): four relays
 # share 10,000 events, each delivered exactly once. The relays claim with
-# FOR UPDATE SKIP LOCKED and lease what they send (claimed_by is the
-# relay's number), so no event is sent by two of them.
+# FOR UPDATE SKIP LOCKED and put what they send in the in-flight set that
+# every claim leaves out (their journal rows name the relay's number), so
+# no event is sent by two of them.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -28,18 +29,18 @@ $node->safe_psql('postgres', "INSERT INTO outbox_destinations (name, url) VALUES
 my $ids = emit($node, 'postgres', 'task.created', $n);
 is(scalar @$ids, $n, "$n events emitted");
 
-# Which relays lease events, sampled while they drain the table.
-my %leased_by;
+# Which relays have events in flight, sampled while they drain the table.
+my %in_flight_by;
 ok( wait_until(sub {
 		my ($left, $numbers) = split /\|/, $node->safe_psql('postgres', q{
 			SELECT count(*) FILTER (WHERE delivered_at IS NULL),
-			       coalesce(string_agg(DISTINCT claimed_by::text, ','), '')
+			       (SELECT coalesce(string_agg(DISTINCT relay::text, ','), '') FROM outbox_in_flight)
 			  FROM outbox});
-		$leased_by{$_} = 1 for grep { length } split /,/, $numbers;
+		$in_flight_by{$_} = 1 for grep { length } split /,/, $numbers;
 		return $left == 0;
 	}),
 	"all $n events marked delivered");
-note('relay numbers seen leasing events: ' . join(', ', sort keys %leased_by));
+note('relay numbers seen with events in flight: ' . join(', ', sort keys %in_flight_by));
 
 my $requests = $sink->requests('/hook');
 my $times = count_by_id($requests);
@@ -55,17 +56,17 @@ is_deeply([ grep { $times->{$_} != 1 } keys %$times ], [], 'each event sent exac
 	} grep { $times->{ $_->{webhook_id} } != 1 } @$requests));
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM outbox
-		 WHERE attempts = 1 AND last_error IS NULL AND claimed_by IS NULL AND dead_at IS NULL}),
-	$n, 'each event: one attempt, no error, no lease left')
+		 WHERE attempts = 1 AND last_error IS NULL AND dead_at IS NULL}),
+	$n, 'each event: one attempt, no error')
   or diag($node->safe_psql('postgres', q{
-		SELECT id, event_id, attempts, last_error, claimed_by, claimed_until,
-		       next_attempt_at, delivered_at, dead_at
+		SELECT id, event_id, attempts, last_error, next_attempt_at, delivered_at, dead_at
 		  FROM outbox
-		 WHERE NOT (attempts = 1 AND last_error IS NULL AND claimed_by IS NULL
-		            AND dead_at IS NULL)}));
+		 WHERE NOT (attempts = 1 AND last_error IS NULL AND dead_at IS NULL)}));
+ok( $node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM outbox_in_flight'),
+	'the journal of events in flight is empty once all are recorded');
 
-is(join(',', sort keys %leased_by), join(',', 0 .. $relays - 1),
-	"relays 0 to " . ($relays - 1) . ' all leased events');
+is(join(',', sort keys %in_flight_by), join(',', 0 .. $relays - 1),
+	"relays 0 to " . ($relays - 1) . ' all had events in flight');
 is($node->safe_psql('postgres', "SELECT count(*) $relays_here"), $relays, "still $relays relays, none restarted");
 is( $node->safe_psql('postgres',
 		"SELECT string_agg(pid::text, '\n' ORDER BY pid) $relays_here"),

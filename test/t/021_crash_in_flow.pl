@@ -1,19 +1,20 @@
-# kill -9 of the relay while events keep coming. HTTP events are leased
-# while their request is in flight (attempts counted, claimed_by set, due
-# again only when the lease ends), and a relay that starts after a crash
-# releases the leases its predecessor held, so:
+# kill -9 of the relay while events keep coming. HTTP events in flight are
+# in the relay's in-flight set in shared memory, which a crash restart
+# empties, and in the journal (outbox_in_flight), whose rows the relay that
+# starts after the crash releases before it claims: it counts the attempts
+# the crash cut off, and the events are due at once. So:
 #   a. continuous flow: a session emits events, one transaction each, before
 #      and after the crash; every committed event is delivered, each with
 #      its own event_id as webhook-id, and the repeats are at most the
 #      events in flight at the crash (released by the new relay), which
 #      outbox.http_max_connections bounds. One exception, documented: a
 #      claim's commit is flushed up to a millisecond after its requests
-#      went out, and a crash in between loses those leases (and the count
-#      of those attempts); such events were sent before the crash, are
-#      sent once more, and end with attempts = 1
+#      went out, and a crash in between loses those journal rows (and the
+#      count of those attempts); such events were sent before the crash,
+#      are sent once more, and end with attempts = 1
 #   b. an event whose request hangs at the crash is sent again at once by
-#      the new relay (not after its lease) and ends delivered with
-#      attempts = 2: the attempt cut off by the crash is counted
+#      the new relay and ends delivered with attempts = 2: the attempt cut
+#      off by the crash is counted
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -51,11 +52,11 @@ $node->safe_psql('postgres', sprintf(q{
 	END $$;
 }, $sink->url('/flow'), $sink->url('/hang')));
 
-# The relay's "released N events" line after the log offset, 0 if none.
+# The relay's "counted N attempts cut off" line after the log offset, 0 if none.
 sub released
 {
 	my ($offset) = @_;
-	return log_since($node, $offset) =~ /outbox relay released (\d+) events left in flight/ ? $1 : 0;
+	return log_since($node, $offset) =~ /outbox relay counted (\d+) attempts? cut off by (?:a )?relays? that (?:is|are) gone/ ? $1 : 0;
 }
 
 # Kills the relay with SIGKILL; returns the new relay's pid once the crash
@@ -103,8 +104,8 @@ sub crash_relay
 	note("a: $n events committed");
 	is( $node->safe_psql('postgres', q{
 			SELECT count(*) FROM outbox
-			 WHERE event_type = 'flow.created' AND (dead_at IS NOT NULL OR last_error IS NOT NULL OR claimed_by IS NOT NULL)}),
-		'0', 'a: none dead, failed or still leased');
+			 WHERE event_type = 'flow.created' AND (dead_at IS NOT NULL OR last_error IS NOT NULL OR (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)))}),
+		'0', 'a: none dead, failed or still in flight');
 
 	my $requests = $sink->requests('/flow');
 	my %got = %{ count_by_id([ grep { $_->{status} == 200 } @$requests ]) };
@@ -114,7 +115,7 @@ sub crash_relay
 	my $dups = @$requests - keys %got;
 	my $released = released($offset);
 	diag("a: $n events, " . scalar(@$requests) . " requests: $dups sent again; "
-		  . "the new relay released $released events left in flight");
+		  . "the new relay counted $released attempts cut off by the crash");
 	cmp_ok($released, '<=', $conns, "a: at most http_max_connections ($conns) were in flight at the crash");
 	check_repeats($node, 'a', 'flow.created', $requests, $released, $conns, $restarted_at);
 	is( $node->safe_psql('postgres',
@@ -128,28 +129,29 @@ sub crash_relay
 {
 	my ($id) = @{ emit($node, 'postgres', 'hang.created', 1) };
 	ok(wait_until(sub { $sink->stats('/hang')->{arrived} == 1 }), 'b: the request is in flight, held by the sink');
-	my ($attempts, $by, $lease) = split /\|/, $node->safe_psql('postgres', qq{
-		SELECT attempts, claimed_by, extract(epoch FROM claimed_until - now()) > 30
-		  FROM outbox WHERE event_id = '$id'});
-	is("$attempts|$by|$lease", '1|0|t', 'b: leased by relay 0, attempt counted, not due for the lease (> 30 s)');
+	my $journal = qq{
+		SELECT o.attempts, j.relay, j.attempts
+		  FROM outbox o JOIN outbox_in_flight j ON o.id = ANY (j.ids)
+		 WHERE o.event_id = '$id'};
+	is($node->safe_psql('postgres', $journal), '0|0|{0}',
+		'b: in the journal of relay 0, at attempt count 0; the row itself is not written');
 
 	my $offset = -s $node->logfile;
 	$pid = crash_relay('b', $offset);
-	is(released($offset), 1, 'b: the new relay released the one event left in flight');
-	ok(wait_until(sub { $sink->stats('/hang')->{arrived} == 2 }),
-		'b: sent again at once, not after the lease');
+	is(released($offset), 1, 'b: the new relay counted the one attempt cut off');
+	ok(wait_until(sub { $sink->stats('/hang')->{arrived} == 2 }), 'b: sent again at once');
 	my $first = $sink->arrivals('/hang')->[0];
 	is($first->{status}, 0, 'b: the first request was cut off by the crash (the sink saw its client go)');
-	is( $node->safe_psql('postgres', "SELECT attempts, claimed_by FROM outbox WHERE event_id = '$id'"),
-		'2|0', 'b: the second attempt is counted at its lease');
+	is($node->safe_psql('postgres', $journal), '1|0|{1}',
+		'b: the cut-off attempt is counted; in flight again, in a new journal row');
 
 	$sink->paths('/hang' => {});    # the endpoint answers now
 	ok( $node->poll_query_until('postgres', qq{
 			SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$id'}),
 		'b: delivered');
 	is( $node->safe_psql('postgres', qq{
-			SELECT attempts, last_error IS NULL, dead_at IS NULL, claimed_by IS NULL FROM outbox WHERE event_id = '$id'}),
-		'2|t|t|t', 'b: attempts = 2, no error, no lease left');
+			SELECT attempts, last_error IS NULL, dead_at IS NULL, NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)) FROM outbox WHERE event_id = '$id'}),
+		'2|t|t|t', 'b: attempts = 2, no error, not in flight');
 	my $hang = $sink->arrivals('/hang');
 	is(join(',', map { $_->{webhook_id} eq $id ? $_->{status} : 'other' } @$hang), '0,200',
 		'b: 2 requests with its webhook-id: cut off, then accepted');

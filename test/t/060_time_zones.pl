@@ -54,7 +54,7 @@ my $offset = -s $node->logfile;
 my $t0 = time();
 my ($failing) = @{ emit($node, 'postgres', 'task.failing', 1) };
 ok( $node->poll_query_until('postgres',
-		"SELECT attempts = 1 AND claimed_by IS NULL FROM outbox WHERE event_id = '$failing'"),
+		"SELECT attempts = 1 AND NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)) FROM outbox WHERE event_id = '$failing'"),
 	'the failed attempt is recorded');
 my $t1 = time();
 my ($delay_ms) = log_since($node, $offset) =~ /event $failing .*\n.*retried in (\d+) ms/;

@@ -1,4 +1,4 @@
-# outbox_cancel() of events in flight: the relay has leased them and their
+# outbox_cancel() of events in flight: the relay has claimed them and their
 # requests wait at the endpoint. The cancel stands whatever the answer:
 # neither a 2xx nor a 503 that arrives afterwards is recorded over it, and
 # a cancelled event is not sent again.
@@ -29,8 +29,8 @@ my ($kept_id) = @{ emit($node, 'postgres', 'ok.kept', 1) };
 
 ok(wait_until(sub { $sink->stats->{in_flight} == 3 }), 'three requests wait at the endpoint');
 is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM outbox WHERE claimed_by IS NOT NULL AND attempts = 1 AND delivered_at IS NULL}),
-	'3', 'all three are leased by the relay');
+		SELECT count(*) FROM outbox WHERE (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)) AND attempts = 0 AND delivered_at IS NULL}),
+	'3', 'all three are in flight, in the journal, their attempt not counted yet');
 
 is( $node->safe_psql('postgres', qq{
 		SET ROLE regress_operator;
@@ -60,7 +60,7 @@ is( $node->safe_psql('postgres', q{
 
 my $row = q{
 	SELECT concat_ws('|', attempts, delivered_at IS NULL, dead_at IS NOT NULL, cancelled_at IS NOT NULL,
-	                 claimed_by IS NULL, last_error)
+	                 NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)), last_error)
 	  FROM outbox WHERE event_id = };
 is($node->safe_psql('postgres', "$row '$ok_id'"),
 	'1|t|t|t|t|cancelled by regress_operator: sent to the wrong tenant',
