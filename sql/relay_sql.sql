@@ -4,7 +4,7 @@
 
 -- the relay's claim query uses the partial index over undelivered events,
 -- even with many delivered ones around, and leaves out the events in
--- flight ($3) with one hash table
+-- flight ($3) with one hash table (a hashed subplan)
 INSERT INTO outbox (event_type, payload, delivered_at, attempts)
 SELECT 'old', '{}', now(), 1 FROM generate_series(1, 5000);
 INSERT INTO outbox (event_type, payload) SELECT 'new', '{}' FROM generate_series(1, 5);
@@ -20,7 +20,7 @@ $f$;
 SELECT bool_or(p LIKE '%Index Scan using outbox_pending_idx on outbox o%') AS uses_pending_index,
        bool_or(p LIKE '%Seq Scan on outbox o%') AS scans_outbox,
        bool_or(p LIKE '%Sort Key: o.%') AS sorts_events,
-       bool_or(p LIKE '%NOT (hashed SubPlan%') AS hashes_in_flight
+       bool_or(p LIKE '%hashed SubPlan%') AS hashes_in_flight
   FROM regress.claim_plan() p;
 DELETE FROM outbox;
 

@@ -47,7 +47,7 @@ $node->safe_psql('postgres', sprintf(q{
 my $tid_list = qr/Hash Join\b.*->  Tid Scan on outbox o\b[^\n]*\n\s*TID Cond: \(ctid = ANY \(\$1\)\)/s;
 my @statements = (
 	[ 'claim', qr/FOR UPDATE OF p SKIP LOCKED/,
-	  qr/Index Scan using outbox_pending_idx on outbox o\b[^\n]*\n(?:\s+(?:Index Cond|Filter):[^\n]*\n)*\s+Filter: [^\n]*NOT \(hashed SubPlan/ ],
+	  qr/Index Scan using outbox_pending_idx on outbox o\b[^\n]*\n(?:\s+(?:Index Cond|Filter):[^\n]*\n)*\s+Filter: [^\n]*\bhashed SubPlan/ ],
 	[ 'outcome', qr/FROM unnest\(\$1::tid\[\], \$2::bigint\[\]/, $tid_list ],
 	[ 'NOTIFY mark', qr/FROM unnest\(\$1::tid\[\], \$2::text\[\]\)/, $tid_list ],
 	[ 'journal end', qr/DELETE FROM \S+\.outbox_in_flight j/, qr/Seq Scan on outbox_in_flight j\b/ ],
