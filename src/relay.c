@@ -865,10 +865,10 @@ worker_release(RelayState *st)
 	}
 	if (r.counted > 0)
 		ereport(LOG,
-				(errmsg_plural("outbox relay counted %llu attempt cut off by a relay that is gone",
-							   "outbox relay counted %llu attempts cut off by relays that are gone",
+				(errmsg_plural("outbox relay counted %llu attempt that no outcome recorded",
+							   "outbox relay counted %llu attempts that no outcome recorded",
 							   (unsigned long) r.counted, (unsigned long long) r.counted),
-				 errdetail("Their events are due again.")));
+				 errdetail("Their requests were cut off when a relay stopped, or their outcomes found the event changed (cancelled, for one); those still pending are due again.")));
 	return true;
 }
 

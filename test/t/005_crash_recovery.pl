@@ -46,7 +46,7 @@ $node->safe_psql('postgres',
 sub released_at_start
 {
 	my ($node, $offset) = @_;
-	my ($n) = slurp_file($node->logfile, $offset) =~ /outbox relay counted (\d+) attempts? cut off by (?:a )?relays? that (?:is|are) gone/;
+	my ($n) = slurp_file($node->logfile, $offset) =~ /outbox relay counted (\d+) attempts? that no outcome recorded/;
 	return $n // 0;
 }
 

@@ -56,7 +56,7 @@ $node->safe_psql('postgres', sprintf(q{
 sub released
 {
 	my ($offset) = @_;
-	return log_since($node, $offset) =~ /outbox relay counted (\d+) attempts? cut off by (?:a )?relays? that (?:is|are) gone/ ? $1 : 0;
+	return log_since($node, $offset) =~ /outbox relay counted (\d+) attempts? that no outcome recorded/ ? $1 : 0;
 }
 
 # Kills the relay with SIGKILL; returns the new relay's pid once the crash
