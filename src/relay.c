@@ -627,6 +627,8 @@ static void
 record_step(void *arg)
 {
 	RecordStep *r = arg;
+	OutboxEvent **events;
+	int			n = 0;
 
 	r->next_due_ms = -1;
 	for (int i = 0; i < r->n; i++)
@@ -636,24 +638,19 @@ record_step(void *arg)
 
 	/*
 	 * Events claimed from an extension dropped since (and maybe created
-	 * again, its ids starting over) have nothing to record here.
+	 * again, its ids starting over) have nothing to record here. (A local
+	 * list: r outlives this step's memory, and may be run again.)
 	 */
+	events = palloc(sizeof(OutboxEvent *) * Max(r->n, 1));
+	for (int i = 0; i < r->n; i++)
 	{
-		OutboxEvent **mine = palloc(sizeof(OutboxEvent *) * Max(r->n, 1));
-		int			n = 0;
+		ClaimBatch *b = r->events[i]->owner;
 
-		for (int i = 0; i < r->n; i++)
-		{
-			ClaimBatch *b = r->events[i]->owner;
-
-			if (b == NULL || b->extoid == OutboxQueueExtension())
-				mine[n++] = r->events[i];
-		}
-		r->events = mine;
-		r->n = n;
-		if (n == 0)
-			return;
+		if (b == NULL || b->extoid == OutboxQueueExtension())
+			events[n++] = r->events[i];
 	}
+	if (n == 0)
+		return;
 
 	/*
 	 * An outcome's commit need not wait for the WAL flush: one lost in a
@@ -671,18 +668,18 @@ record_step(void *arg)
 			(void) set_config_option("session_replication_role", "replica",
 									 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
 									 true, 0, false);
-		r->recorded = OutboxRecordFailure(r->events[0]);
+		r->recorded = OutboxRecordFailure(events[0]);
 	}
 	else
-		OutboxRecordOutcomes(r->events, r->n);
+		OutboxRecordOutcomes(events, n);
 
 	/*
 	 * Only a failure schedules an attempt (its retry); a delivery can only
 	 * make the next due time later, so it need not be read again.
 	 */
-	for (int i = 0; i < r->n; i++)
+	for (int i = 0; i < n; i++)
 	{
-		if (!r->events[i]->ok)
+		if (!events[i]->ok)
 		{
 			r->next_due_ms = OutboxNextDueMs();
 			break;
