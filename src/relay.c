@@ -153,7 +153,6 @@ typedef struct Dispatch
 	int			delivered;		/* NOTIFY */
 	int			failed;
 	int			unroutable;
-	int			dropped;		/* locked, but in flight in another relay */
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
 	OutboxEvent **http;			/* in flight, to be sent */
 	int			nhttp;
@@ -289,7 +288,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int64 run, int relay,
 		ids[i] = events[i].id;
 		publish[i] = is_http(&events[i]);
 	}
-	d->dropped = OutboxInFlightClaim(MyDatabaseId, ids, run != 0 ? publish : NULL, n, keep);
+	OutboxInFlightClaim(MyDatabaseId, ids, run != 0 ? publish : NULL, n, keep);
 	/* at once: if anything below fails, the caller takes these out again */
 	for (int i = 0; run != 0 && i < n; i++)
 		if (keep[i] && publish[i])
@@ -707,13 +706,12 @@ record_isolated_failure(OutboxEvent *ev, const char *what, const char *error)
 	r.single_failure = true;
 	if (run_step("record the failure of an event", record_step, &r, NULL))
 		return true;
-	ev->recorded = false;		/* rolled back */
 	if (!superuser())
 		return false;
 	r.replica = true;
 	if (run_step("record the failure of an event", record_step, &r, NULL))
 		return true;
-	ev->recorded = false;
+	ev->recorded = false;		/* rolled back */
 	return false;
 }
 

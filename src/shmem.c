@@ -547,14 +547,14 @@ OutboxInFlightIds(Oid dboid, bool live_only, int *n, int *room)
  * set, and adds those with publish[i] under this relay's run. keep[i] is
  * set false for an event already in the set: a relay whose claim committed
  * after this claim's snapshot holds it (its row lock was gone by the time
- * this claim locked the row). Returns how many were dropped so. Called in
+ * this claim locked the row). Called in
  * the claim's transaction, before COMMIT: once the row locks are gone, the
  * set is all that keeps other relays away. publish may be NULL (a backend's
  * check, outbox_relay(), which leaves out the events of running relays
  * only, see OutboxInFlightIds). An event that does not fit (the set is
  * full) is dropped too.
  */
-int
+void
 OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n, bool *keep)
 {
 	LWLock	   *lock;
@@ -562,14 +562,13 @@ OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n, boo
 	int64	   *sorted = palloc(sizeof(int64) * Max(n, 1));
 	int64	   *taken = palloc(sizeof(int64) * Max(n, 1));
 	int			ntaken = 0;
-	int			dropped = 0;
 	int64	   *live = NULL;
 	int			nlive = 0;
 
 	for (int i = 0; i < n; i++)
 		keep[i] = true;
 	if (slot == NULL)
-		return 0;
+		return;
 	if (publish == NULL)
 		live = OutboxRelayRuns(dboid, &nlive, NULL, NULL);
 	memcpy(sorted, ids, sizeof(int64) * n);
@@ -608,14 +607,11 @@ OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n, boo
 					slot->n_in_flight++;
 				}
 			}
-			if (!keep[i])
-				dropped++;
 		}
 	}
 	LWLockRelease(lock);
 	pfree(sorted);
 	pfree(taken);
-	return dropped;
 }
 
 /*

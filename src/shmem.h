@@ -37,7 +37,7 @@ extern bool OutboxRelayPaused(Oid dboid);
 
 extern int64 OutboxRelayRun(void);
 extern int64 *OutboxInFlightIds(Oid dboid, bool live_only, int *n, int *room);
-extern int	OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n,
+extern void OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n,
 								bool *keep);
 extern void OutboxInFlightRemove(Oid dboid, const int64 *ids, int n);
 extern int64 *OutboxRelayRuns(Oid dboid, int *n, int64 **dead, int *ndead);
