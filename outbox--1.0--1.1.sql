@@ -68,14 +68,71 @@ GRANT SELECT ON @extschema@.outbox_in_flight TO outbox_admin;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_in_flight', '');
 
 /*
- * A 4xx answer other than 408, 409, 425 and 429 dead-letters an event at
- * once: the request itself is wrong. A destination can have them retried.
+ * Destinations. A destination is a kind, a target and a format: the kind
+ * says how events are sent (http: a webhook, the url; notify: a NOTIFY
+ * channel, the channel), each with its own options, and the format what
+ * is sent (the envelope; more formats later). A row written without a kind
+ * takes the kind of the one target it has, so 1.0's INSERTs work as they
+ * are. The kind cannot change once written (see the trigger below).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN kind text,
+    ADD COLUMN format text NOT NULL DEFAULT 'envelope';
+
+UPDATE @extschema@.outbox_destinations
+   SET kind = CASE WHEN url IS NOT NULL THEN 'http' ELSE 'notify' END;
+
+ALTER TABLE @extschema@.outbox_destinations
+    ALTER COLUMN kind SET NOT NULL;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.kind IS
+    'How events are sent: http (a webhook, to url) or notify (a NOTIFY channel); set from the target when not given, fixed once written';
+COMMENT ON COLUMN @extschema@.outbox_destinations.format IS
+    'What is sent for an event: envelope (the outbox envelope, JSON)';
+
+/*
+ * http: a 4xx answer other than 408, 409, 425 and 429 dead-letters an
+ * event at once: the request itself is wrong. A destination can have them
+ * retried.
  */
 ALTER TABLE @extschema@.outbox_destinations
     ADD COLUMN retry_client_errors boolean NOT NULL DEFAULT false;
 
 COMMENT ON COLUMN @extschema@.outbox_destinations.retry_client_errors IS
     'Retry 4xx answers (other than 408, 409, 425, 429, always retried) like 5xx instead of dead-lettering at once';
+
+/*
+ * notify: what a NOTIFY destination puts on its channel. 'full' is the
+ * whole envelope; 'reference' leaves the payload out, so that a listener
+ * without privileges (any role that can connect may LISTEN) learns only
+ * the event's id, type and aggregate; the payload is read with
+ * outbox_catch_up(). A NOTIFY destination may now have a secret: its
+ * notifications are then signed (see the README).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN notify_mode text NOT NULL DEFAULT 'full';
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.notify_mode IS
+    'NOTIFY destinations: full (the envelope with its payload) or reference (without the payload, read with outbox_catch_up)';
+COMMENT ON COLUMN @extschema@.outbox_destinations.secret IS
+    'Standard Webhooks signing secret (whsec_<base64> or raw text) of a webhook or a NOTIFY channel; readable by outbox_admin only';
+COMMENT ON COLUMN @extschema@.outbox_destinations.created_at IS
+    'When the destination was created; outbox_catch_up returns only events delivered to it since';
+
+/*
+ * Settings a database owner can change must not change what the extension
+ * does. The 1.0 body of _outbox_like_pattern was text, parsed on each use
+ * with the session's settings: with standard_conforming_strings = off, its
+ * backslashes made every routing decision (the relay's claim, outbox_status)
+ * fail. Its body is now SQL-standard, parsed once, here, and it spells its
+ * backslashes as E'' literals, which mean the same under either setting.
+ * It is still a single expression without SET clauses, so it is inlined.
+ */
+CREATE OR REPLACE FUNCTION @extschema@._outbox_like_pattern(pattern text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+           pattern, E'\\', E'\\\\'), '%', E'\\%'), '_', E'\\_'), '*', '%');
 
 /*
  * Routing has one home: the destination an event goes to is the enabled one
@@ -111,6 +168,9 @@ CREATE OR REPLACE FUNCTION @extschema@._outbox_valid_headers(headers jsonb)
 RETURNS boolean
 AS 'MODULE_PATHNAME', '_outbox_valid_headers'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_valid_headers(jsonb) IS
+    'Internal: whether a headers object is one a destination may have (valid names and values, within the limits)';
 
 CREATE FUNCTION @extschema@._outbox_valid_secret(secret text)
 RETURNS boolean
@@ -170,21 +230,6 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_admin;
 
 /*
- * Settings a database owner can change must not change what the extension
- * does. The 1.0 body of _outbox_like_pattern was text, parsed on each use
- * with the session's settings: with standard_conforming_strings = off, its
- * backslashes made every routing decision (the relay's claim, outbox_status)
- * fail. Its body is now SQL-standard, parsed once, here, and it spells its
- * backslashes as E'' literals, which mean the same under either setting.
- * It is still a single expression without SET clauses, so it is inlined.
- */
-CREATE OR REPLACE FUNCTION @extschema@._outbox_like_pattern(pattern text)
-RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-           pattern, E'\\', E'\\\\'), '%', E'\\%'), '_', E'\\_'), '*', '%');
-
-/*
  * What the relay reads: every undelivered, live event with the destination
  * that _outbox_route() chooses for it (NULLs when none does). The relay's
  * statements name only tables and this view, never a function: a function
@@ -201,9 +246,11 @@ CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
+       d.name AS dest_name, d.kind AS dest_kind, d.format AS dest_format,
+       d.url AS dest_url, d.channel AS dest_channel,
        d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
-       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors
+       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors,
+       d.notify_mode AS dest_notify_mode
   FROM @extschema@.outbox o
   LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
@@ -297,9 +344,6 @@ REVOKE ALL ON FUNCTION
     @extschema@._outbox_event_id()
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@._outbox_event_id() TO outbox_writer, outbox_admin;
-
-COMMENT ON FUNCTION @extschema@._outbox_valid_headers(jsonb) IS
-    'Internal: whether a headers object is one a destination may have (valid names and values, within the limits)';
 
 /*
  * Health in SQL. What the relays and destinations have done since the
@@ -626,55 +670,6 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_admin;
 
 /*
- * NOTIFY consumers (catch-up, reference mode, signatures).
- *
- * notify_mode: what a NOTIFY destination puts on its channel. 'full' is the
- * whole envelope; 'reference' leaves the payload out, so that a listener
- * without privileges (any role that can connect may LISTEN) learns only
- * the event's id, type and aggregate; the payload is read with
- * outbox_catch_up(). A NOTIFY destination may now have a secret: its
- * notifications are then signed (see the README).
- */
-ALTER TABLE @extschema@.outbox_destinations
-    ADD COLUMN notify_mode text NOT NULL DEFAULT 'full';
-
-COMMENT ON COLUMN @extschema@.outbox_destinations.notify_mode IS
-    'NOTIFY destinations: full (the envelope with its payload) or reference (without the payload, read with outbox_catch_up)';
-COMMENT ON COLUMN @extschema@.outbox_destinations.secret IS
-    'Standard Webhooks signing secret (whsec_<base64> or raw text) of a webhook or a NOTIFY channel; readable by outbox_admin only';
-COMMENT ON COLUMN @extschema@.outbox_destinations.created_at IS
-    'When the destination was created; outbox_catch_up returns only events delivered to it since';
-
-/*
- * _outbox_route() expanded d.* when it was created: create it again so
- * that it returns the new column, then add the column to the view the
- * relay reads (at its end, which CREATE OR REPLACE VIEW allows).
- */
-CREATE OR REPLACE FUNCTION @extschema@._outbox_route(event_type text)
-RETURNS SETOF @extschema@.outbox_destinations
-LANGUAGE sql STABLE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT d.*
-      FROM @extschema@.outbox_destinations d
-     WHERE d.enabled
-       AND _outbox_route.event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(d.event_types)
-     ORDER BY d.name
-     LIMIT 1;
-END;
-
-CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
-SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
-       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
-       o.next_attempt_at,
-       d.name AS dest_name, d.url AS dest_url, d.channel AS dest_channel,
-       d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
-       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors,
-       d.notify_mode AS dest_notify_mode
-  FROM @extschema@.outbox o
-  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
- WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
-
-/*
  * The catch-up of a NOTIFY consumer: the events delivered to NOTIFY
  * destination dest within the last `within` that consumer has not
  * accepted with inbox_accept(), oldest delivery first, at most max_events.
@@ -723,7 +718,7 @@ BEGIN
     SELECT greatest(now() - make_interval(secs => extract(epoch FROM within)), d.created_at)
       INTO since
       FROM @extschema@.outbox_destinations d
-     WHERE d.name = outbox_catch_up.destination AND d.channel IS NOT NULL;
+     WHERE d.name = outbox_catch_up.destination AND d.kind = 'notify';
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no NOTIFY destination named "%"', outbox_catch_up.destination
             USING ERRCODE = 'invalid_parameter_value',

@@ -53,3 +53,30 @@ INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('rules', 'r
 SELECT next_attempt_at <= now() AS due_again FROM outbox WHERE event_type = 'rules.parked';
 ROLLBACK;
 SELECT _outbox_unroutable_error();
+
+-- kinds: a destination written without a kind takes the kind of its one
+-- target; a kind needs its own target and no other; an unknown kind or
+-- format is refused; the kind is fixed once written
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, url) VALUES ('k_hook', 'k.hook', 'http://127.0.0.1:1/');
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('k_chan', 'k.chan', 'k_chan');
+INSERT INTO outbox_destinations (name, event_types, kind, url) VALUES ('k_explicit', 'k.explicit', 'http', 'http://127.0.0.1:1/');
+SELECT name, kind, format FROM outbox_destinations ORDER BY name;
+-- the relay's claim reads the kind and format with each event's destination
+SELECT outbox_emit(t, '{}') IS NOT NULL AS emitted FROM unnest(ARRAY['k.hook', 'k.chan']) t;
+SELECT event_type, dest_name, dest_kind, dest_format FROM _outbox_pending
+ WHERE event_type LIKE 'k.%' ORDER BY 1;
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, url) VALUES ('x', 'notify', 'http://127.0.0.1:1/')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, channel) VALUES ('x', 'nats', 'c')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind) VALUES ('x', 'http')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name) VALUES ('x')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, channel) VALUES ('x', 'http://127.0.0.1:1/', 'c')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, format) VALUES ('x', 'http://127.0.0.1:1/', 'cloudevents')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, format) VALUES ('x', 'http://127.0.0.1:1/', NULL)$$);
+SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify', url = NULL, channel = 'c' WHERE name = 'k_hook'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify' WHERE name = 'k_hook'$$);
+-- a NULL kind is taken from the target again; the same kind is no change
+SELECT regress.try($$UPDATE outbox_destinations SET kind = NULL WHERE name = 'k_hook'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify', enabled = false WHERE name = 'k_chan'$$);
+SELECT name, kind, enabled FROM outbox_destinations ORDER BY name;
+ROLLBACK;

@@ -104,4 +104,14 @@ OutboxGucVariables(int *n)
 #define OutboxGucFree(ptr) free(ptr)
 #endif
 
+/*
+ * A WaitEventSet of the process, freed by its owner: from 17 on it can
+ * belong to a resource owner instead of a memory context; none here.
+ */
+#if PG_VERSION_NUM >= 170000
+#define OutboxCreateWaitEventSet(nevents) CreateWaitEventSet(NULL, (nevents))
+#else
+#define OutboxCreateWaitEventSet(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
 #endif							/* OUTBOX_COMPAT_H */

@@ -3,15 +3,20 @@
  * deliver_http.c
  *	  Delivery of events to webhooks with libcurl's multi interface.
  *
- * The relay hands events to this transport (OutboxHttpEnqueue) and collects
- * their outcomes as they come (OutboxHttpRun); no database transaction is
- * open meanwhile. Each destination has a queue. Requests are started from
- * the queues in turn, at most outbox.http_max_connections at once; while
- * another destination is busy, a destination gets at most half of them,
- * and one whose requests take over four times as long as the quickest's an
- * eighth, so that a slow endpoint cannot hold the connections a fast one
- * needs. The multi
- * handle lives as long as the process: connections are kept alive.
+ The webhook kind of destination (OutboxHttpKind, see destination.h): the
+ * relay hands events over after the claim commits (enqueue) and collects
+ * their outcomes as they come (collect); no database transaction is open
+ * meanwhile. libcurl is driven by its socket interface: the sockets it
+ * asks to watch go into the relay's one wait (wait.c), which hands the
+ * ready ones back (socket_ready), so an answer wakes the relay at once.
+ *
+ * Each destination has a queue. Requests are started from the queues in
+ * turn, at most outbox.http_max_connections at once; while another
+ * destination is busy, a destination gets at most half of them, and one
+ * whose requests take over four times as long as the quickest's an eighth,
+ * so that a slow endpoint cannot hold the connections a fast one needs.
+ * The multi handle lives as long as the process: connections are kept
+ * alive.
  *
  * Each request has one time limit (outbox.http_timeout or the destination's
  * timeout_ms) for name resolution, connection and the whole transfer. Only
@@ -44,7 +49,8 @@
  * credentials masked (redact); libcurl's error text is masked too, as it
  * can quote the URL's user:password.
  *
- * Runs in the relay worker, or in a backend running outbox_relay().
+ * Its settings (outbox.http_*) are defined here. Runs in the relay worker,
+ * or in a backend running outbox_relay().
  *
  * src/deliver_http.c
  *
@@ -60,18 +66,27 @@
 #include "lib/ilist.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "storage/pmsignal.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
 #include "utils/formatting.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "deliver_http.h"
-#include "guc.h"
+#include "destination.h"
+#include "envelope.h"
 #include "headers.h"
 #include "signature.h"
 #include "targets.h"
+
+/* the largest outbox.http_max_connections allowed */
+#define HTTP_MAX_CONNECTIONS_LIMIT 1000
+
+/* outbox.http_timeout (ms) and outbox.http_max_connections */
+static int	http_timeout = 5000;
+static int	http_max_connections = 16;
 
 /* bytes of a response body kept for last_error */
 #define RESPONSE_SNIPPET_LEN 256
@@ -135,7 +150,7 @@ static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi'
  * costs a large zeroed allocation and its setup, once per request
  * otherwise. Connections stay in the multi handle's pool either way.
  */
-static CURL *idle_easy[OUTBOX_HTTP_MAX_CONNECTIONS_LIMIT];
+static CURL *idle_easy[HTTP_MAX_CONNECTIONS_LIMIT];
 static int	nidle_easy = 0;
 
 /* An easy handle with default options, or NULL if out of memory. */
@@ -154,7 +169,7 @@ take_easy(void)
 static void
 park_easy(CURL *easy)
 {
-	if (nidle_easy < outbox_http_max_connections)
+	if (nidle_easy < http_max_connections)
 	{
 		curl_easy_reset(easy);
 		idle_easy[nidle_easy++] = easy;
@@ -169,6 +184,96 @@ drop_idle_easy(void)
 {
 	while (nidle_easy > 0)
 		curl_easy_cleanup(idle_easy[--nidle_easy]);
+}
+
+/*
+ * The sockets libcurl asks to be watched, and for what (its socket
+ * callback keeps this up to date), for the relay's wait (wait.c); and when
+ * libcurl wants to be called without socket activity (its timer callback).
+ * A connection or a name lookup uses one socket, so twice the connection
+ * limit leaves room for lookups in progress.
+ */
+#define MAX_SOCKETS (2 * HTTP_MAX_CONNECTIONS_LIMIT + 16)
+static OutboxWaitSocket sockets[MAX_SOCKETS];
+static int	nsockets = 0;
+static uint64 sockets_generation = 1;
+static TimestampTz curl_due = 0;	/* 0: no timer */
+
+/*
+ * libcurl socket callback: notes what libcurl wants of socket s
+ * (CURL_POLL_IN, _OUT, _INOUT, or _REMOVE when it is done with it). Must
+ * not throw or allocate; returning -1 fails the transfers (a full table,
+ * which the connection limit rules out).
+ */
+static int
+socket_changed(CURL *easy pg_attribute_unused(), curl_socket_t s, int what,
+			   void *userp pg_attribute_unused(), void *socketp pg_attribute_unused())
+{
+	uint32		events = 0;
+	int			i;
+
+	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+		events |= WL_SOCKET_READABLE;
+	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+		events |= WL_SOCKET_WRITEABLE;
+	for (i = 0; i < nsockets; i++)
+		if (sockets[i].fd == s)
+			break;
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (i < nsockets)
+		{
+			sockets[i] = sockets[--nsockets];
+			sockets_generation++;
+		}
+		return 0;
+	}
+	if (i == nsockets)
+	{
+		if (nsockets == MAX_SOCKETS)
+			return -1;
+		sockets[nsockets].fd = s;
+		sockets[nsockets].events = 0;
+		nsockets++;
+	}
+	if (sockets[i].events != events)
+	{
+		sockets[i].events = events;
+		sockets_generation++;
+	}
+	return 0;
+}
+
+/*
+ * libcurl timer callback: libcurl wants curl_multi_socket_action with
+ * CURL_SOCKET_TIMEOUT in timeout_ms (0: as soon as possible; -1: no timer).
+ * Only notes when; collect makes the call. Must not throw.
+ */
+static int
+timer_changed(CURLM *m pg_attribute_unused(), long timeout_ms, void *userp pg_attribute_unused())
+{
+	curl_due = timeout_ms < 0 ? 0 :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	return 0;
+}
+
+/* A new multi handle, its callbacks set; FATAL if out of memory. */
+static CURLM *
+new_multi(void)
+{
+	CURLM	   *m = curl_multi_init();
+
+	if (m == NULL ||
+		curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, socket_changed) != CURLM_OK ||
+		curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, timer_changed) != CURLM_OK)
+		ereport(FATAL,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not create a libcurl multi handle")));
+	nsockets = 0;
+	sockets_generation++;
+	curl_due = 0;
+	multi_generation = OutboxTargetsGeneration();
+	return m;
 }
 
 static void
@@ -191,16 +296,11 @@ http_init(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not initialize libcurl")));
-	multi = curl_multi_init();
-	if (multi == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("could not create a libcurl multi handle")));
-	multi_generation = OutboxTargetsGeneration();
 	http_cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
 									 ALLOCSET_DEFAULT_SIZES);
 	prepare_cxt = AllocSetContextCreate(http_cxt, "outbox http request",
 										ALLOCSET_DEFAULT_SIZES);
+	multi = new_multi();
 	on_proc_exit(http_at_exit, (Datum) 0);
 }
 
@@ -495,7 +595,7 @@ prepare_request(HttpRequest *req)
 {
 	OutboxEvent *ev = req->event;
 	char		timestamp[32];
-	long		timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : outbox_http_timeout;
+	long		timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : http_timeout;
 	OutboxHeader *headers;
 	int			nheaders;
 	bool		ok;
@@ -740,12 +840,12 @@ release_request(HttpRequest *req)
 }
 
 /*
- * Queues an event with an HTTP destination and its body built. The event
- * must stay valid until OutboxHttpRun hands it back with its outcome; the
- * request itself lives in the transport's own memory.
+ * enqueue: queues an event with its body built. The event must stay valid
+ * until collect hands it back with its outcome; the request itself lives
+ * in the transport's own memory.
  */
-void
-OutboxHttpEnqueue(OutboxEvent *ev)
+static void
+http_enqueue(OutboxEvent *ev)
 {
 	HttpRequest *req;
 
@@ -820,7 +920,7 @@ dest_share(HttpDest *d, int limit, TimestampTz now)
 static void
 start_requests(List **done)
 {
-	int			limit = outbox_http_max_connections;
+	int			limit = http_max_connections;
 	bool		progress = true;
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -871,54 +971,13 @@ start_requests(List **done)
 	}
 }
 
-/*
- * Runs the transport: starts waiting requests, waits up to wait_ms for
- * network activity (0: not at all), moves the transfers along, and returns
- * the events whose outcome is now known (a List palloc'd in the current
- * memory context, NIL if none). A 2xx is reported once its headers are in;
- * its transfer goes on, holding its connection but not the event.
- * Interruptible (CHECK_FOR_INTERRUPTS); in a worker, exits if the
- * postmaster died. No transaction is needed.
- */
-List *
-OutboxHttpRun(long wait_ms)
+/* Hands every transfer that ended to its event, then frees its request. */
+static void
+read_done(List **done)
 {
-	List	   *done = NIL;
-	int			still;
-	CURLMcode	mc;
 	CURLMsg    *msg;
 	int			left;
-	dlist_mutable_iter iter;
-	TimestampTz now;
 
-	if (multi == NULL)
-		return NIL;
-	/* outbox.http_allowed_targets changed: drop the old connections when idle */
-	if (running == 0 && multi_generation != OutboxTargetsGeneration())
-	{
-		curl_multi_cleanup(multi);
-		drop_idle_easy();
-		multi = curl_multi_init();
-		if (multi == NULL)
-			ereport(FATAL,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("could not create a libcurl multi handle")));
-		multi_generation = OutboxTargetsGeneration();
-	}
-	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) outbox_http_max_connections);
-	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) outbox_http_max_connections);
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) outbox_http_max_connections);
-
-	start_requests(&done);
-	if (running == 0)
-		return done;
-	/* send what was just started before waiting for answers */
-	mc = curl_multi_perform(multi, &still);
-	if (mc == CURLM_OK && wait_ms > 0)
-	{
-		curl_multi_poll(multi, NULL, 0, (int) wait_ms, NULL);
-		mc = curl_multi_perform(multi, &still);
-	}
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
 		HttpRequest *req;
@@ -929,18 +988,53 @@ OutboxHttpRun(long wait_ms)
 		if (req->event != NULL)
 		{
 			http_outcome(req, msg->data.result);
-			report(req, &done);
+			report(req, done);
 		}
 		release_request(req);
 	}
-	if (mc != CURLM_OK)
-		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
+}
 
-	/*
-	 * A 2xx is delivered once its headers are in, whatever the body does;
-	 * the body is read on for BODY_GRACE_MS, so that a normal answer keeps
-	 * its connection alive, then the transfer is cut.
-	 */
+/*
+ * collect: starts waiting requests, runs libcurl's timers when due, and
+ * returns the events whose outcome is now known. A 2xx is reported once
+ * its headers are in; its transfer goes on for BODY_GRACE_MS, holding its
+ * connection but not the event, so that a normal answer keeps the
+ * connection alive, then it is cut. Interruptible.
+ */
+static List *
+http_collect(void)
+{
+	List	   *done = NIL;
+	int			still;
+	dlist_mutable_iter iter;
+	TimestampTz now;
+
+	if (multi == NULL)
+		return NIL;
+	/* outbox.http_allowed_targets changed: drop the old connections when idle */
+	if (running == 0 && multi_generation != OutboxTargetsGeneration())
+	{
+		curl_multi_cleanup(multi);
+		drop_idle_easy();
+		multi = new_multi();
+	}
+	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) http_max_connections);
+	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) http_max_connections);
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) http_max_connections);
+
+	start_requests(&done);
+	/* a request just started has its timer due at once: it connects and sends now */
+	if (curl_due != 0 && GetCurrentTimestamp() >= curl_due)
+	{
+		CURLMcode	mc;
+
+		curl_due = 0;
+		mc = curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
+		if (mc != CURLM_OK)
+			elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
+	}
+	read_done(&done);
+
 	now = GetCurrentTimestamp();
 	dlist_foreach_modify(iter, &running_list)
 	{
@@ -958,26 +1052,89 @@ OutboxHttpRun(long wait_ms)
 			release_request(req);
 	}
 	CHECK_FOR_INTERRUPTS();
-	/* a worker would otherwise outlive the postmaster while transfers last */
-	if (OutboxInBackgroundWorker() && !PostmasterIsAlive())
-		proc_exit(1);
 	return done;
 }
 
-/*
- * Whether the transport has work: events whose outcome is not reported, or
- * transfers still attached (the rest of a 2xx body), which only
- * OutboxHttpRun moves along and ends.
- */
-bool
-OutboxHttpBusy(void)
+/* socket_ready: libcurl reads or writes socket fd, as events say. */
+static void
+http_socket_ready(pgsocket fd, uint32 events)
 {
-	return running > 0 || OutboxHttpPending() > 0;
+	int			still;
+	int			mask = 0;
+	CURLMcode	mc;
+
+	if (multi == NULL)
+		return;
+	if (events & WL_SOCKET_READABLE)
+		mask |= CURL_CSELECT_IN;
+	if (events & WL_SOCKET_WRITEABLE)
+		mask |= CURL_CSELECT_OUT;
+	mc = curl_multi_socket_action(multi, fd, mask, &still);
+	if (mc != CURLM_OK)
+		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
 }
 
-/* Events handed to the transport whose outcome is not reported yet. */
-int
-OutboxHttpPending(void)
+/* sockets: what libcurl asked to be watched (see socket_changed). */
+static uint64
+http_sockets(const OutboxWaitSocket **socks, int *n)
+{
+	*socks = sockets;
+	*n = nsockets;
+	return sockets_generation;
+}
+
+/* ms from now to t, at least 0 */
+static long
+ms_until(TimestampTz t, TimestampTz now)
+{
+	return t <= now ? 0 : (long) ((t - now + 999) / 1000);
+}
+
+/*
+ * timeout_ms: the first of libcurl's timer, the end of a 2xx body's grace,
+ * and, while requests wait for their destination's share, the moment a
+ * busy destination stops counting as busy (SHARE_WINDOW_MS), which can
+ * raise that share.
+ */
+static long
+http_timeout_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz first = curl_due;
+	dlist_iter iter;
+	ListCell   *lc;
+	bool		waiting = false;
+
+	if (multi == NULL)
+		return -1;
+	dlist_foreach(iter, &running_list)
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+		if (req->event == NULL)
+		{
+			TimestampTz t = TimestampTzPlusMilliseconds(req->reported_at, BODY_GRACE_MS);
+
+			if (first == 0 || t < first)
+				first = t;
+		}
+	}
+	foreach(lc, dests)
+		waiting |= ((HttpDest *) lfirst(lc))->queued > 0;
+	foreach(lc, dests)
+	{
+		HttpDest   *d = lfirst(lc);
+		TimestampTz t = TimestampTzPlusMilliseconds(d->last_active, SHARE_WINDOW_MS);
+
+		if (waiting && d->unreported == 0 && t > now && (first == 0 || t < first))
+			first = t;
+	}
+	return first == 0 ? -1 : ms_until(first, now);
+}
+
+/* pending: events handed over whose outcome is not reported yet. */
+static int
+http_pending(void)
 {
 	int			n = 0;
 	ListCell   *lc;
@@ -987,30 +1144,24 @@ OutboxHttpPending(void)
 	return n;
 }
 
-/* Events of destination name handed over whose outcome is not reported. */
-int
-OutboxHttpQueued(const char *name)
+/*
+ * busy: events whose outcome is not reported, or transfers still attached
+ * (the rest of a 2xx body), which only collect ends.
+ */
+static bool
+http_busy(void)
 {
-	ListCell   *lc;
-
-	foreach(lc, dests)
-	{
-		HttpDest   *d = lfirst(lc);
-
-		if (strcmp(d->name, name) == 0)
-			return d->unreported;
-	}
-	return 0;
+	return running > 0 || http_pending() > 0;
 }
 
 /*
- * The names of the destinations that hold outbox.http_max_connections
- * events or more in the transport: the relay claims none of theirs for
- * now, so that a slow destination's backlog stays in the table, where
- * other destinations' events can overtake it.
+ * full: the destinations that hold outbox.http_max_connections events or
+ * more in the transport: the relay claims none of theirs for now, so that
+ * a slow destination's backlog stays in the table, where other
+ * destinations' events can overtake it.
  */
-List *
-OutboxHttpFull(void)
+static List *
+http_full(void)
 {
 	List	   *full = NIL;
 	ListCell   *lc;
@@ -1019,28 +1170,162 @@ OutboxHttpFull(void)
 	{
 		HttpDest   *d = lfirst(lc);
 
-		if (d->unreported >= outbox_http_max_connections)
+		if (d->unreported >= http_max_connections)
 			full = lappend(full, d->name);
 	}
 	return full;
 }
 
 /*
- * Sends n events and returns once every outcome is in their events: the
- * synchronous form, for outbox_relay(), which runs in the caller's
- * transaction. Interruptible. Events already handed over for the worker's
- * loop are not waited for (a backend never has any).
+ * prepare: an event's own headers must follow the rules for headers an
+ * event may carry (checked here, where they are first read); the body is
+ * the envelope.
  */
-void
-OutboxDeliverHttp(OutboxEvent **events, int n)
+static Size
+http_prepare(OutboxEvent *ev)
 {
-	int			pending = n;
+	OutboxProblem p;
 
-	for (int i = 0; i < n; i++)
-		OutboxHttpEnqueue(events[i]);
-	while (pending > 0)
-		pending -= list_length(OutboxHttpRun(100));
-	/* the rest of 2xx bodies: within BODY_GRACE_MS */
-	while (OutboxHttpBusy())
-		(void) OutboxHttpRun(100);
+	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
+	{
+		ev->permanent = true;
+		ev->error = p.message;
+		return 0;
+	}
+	return OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
 }
+
+/*
+ * Checks a destination URL: at most 8192 bytes, no space or control
+ * character, and, as libcurl parses it (curl_url), an http or https URL
+ * with a host and a port between 1 and 65535. Returns true, or false with
+ * *p (23514, or 54000 for the length). The message never quotes the URL,
+ * which may hold credentials. Calls no PostgreSQL function between
+ * libcurl's allocation and its release.
+ */
+static bool
+url_check(const char *url, OutboxProblem *p)
+{
+	size_t		len = strlen(url);
+	CURLU	   *u;
+	CURLUcode	rc;
+	char	   *scheme = NULL;
+	char	   *host = NULL;
+	char	   *port = NULL;
+	const char *why = NULL;
+
+	if (len > 8192)
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+						   pstrdup("destination url is longer than 8192 bytes"), NULL);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char) url[i] <= 0x20 || (unsigned char) url[i] == 0x7f)
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+							   pstrdup("destination url is not valid"),
+							   pstrdup("A URL has no spaces or control characters."));
+	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+						   pstrdup("destination url is not valid"),
+						   pstrdup("Only http and https URLs are allowed."));
+
+	u = curl_url();
+	if (u == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	rc = curl_url_set(u, CURLUPART_URL, url, 0);
+	if (rc == CURLUE_BAD_PORT_NUMBER)
+		why = "The port must be a number between 1 and 65535.";
+	else if (rc != CURLUE_OK)
+		why = "libcurl cannot parse it as a URL.";
+	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+		why = "Only http and https URLs are allowed.";
+	else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
+		why = "The URL must name a host.";
+	else if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
+			 atoi(port) < 1 || atoi(port) > 65535)
+		why = "The port must be a number between 1 and 65535.";
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	if (why != NULL)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+						   pstrdup("destination url is not valid"), pstrdup(why));
+	return true;
+}
+
+/*
+ * check_destination: a webhook has a valid url (url_check), and sends the
+ * full envelope (notify_mode is for channels).
+ */
+static bool
+http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
+{
+	bool		isnull;
+	char	   *mode;
+
+	if (!url_check(TextDatumGetCString(OutboxDestinationColumn(row, "url", &isnull)), p))
+		return false;
+	mode = TextDatumGetCString(OutboxDestinationColumn(row, "notify_mode", &isnull));
+	if (strcmp(mode, OUTBOX_NOTIFY_REFERENCE) == 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination notify_mode reference needs a channel"),
+								pstrdup("Webhooks are sent the full envelope."));
+	if (strcmp(mode, OUTBOX_NOTIFY_FULL) != 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination notify_mode is not valid"),
+								pstrdup("It is full or reference."));
+	return true;
+}
+
+/* init: the outbox.http_* settings. */
+static void
+http_define_settings(void)
+{
+	DefineCustomIntVariable("outbox.http_timeout",
+							"Sets the default time limit of one webhook request, name resolution and connection included.",
+							NULL,
+							&http_timeout,
+							5000, 1, OUTBOX_MAX_TIMEOUT_MS,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.http_max_connections",
+							"Sets the maximum number of webhook requests a relay has in flight at once.",
+							"Connections are kept alive between passes. Set it to 1 to deliver one request after another.",
+							&http_max_connections,
+							16, 1, HTTP_MAX_CONNECTIONS_LIMIT,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.http_allowed_targets",
+							   "Sets the hosts, address ranges and ports that webhook requests may connect to.",
+							   "A comma-separated list: * (anything), host names (*.example.com for a domain), IPv4 or IPv6 addresses or CIDR ranges ([] around IPv6 with a port), each with an optional :port or :port-port. Empty allows nothing. Addresses are checked on every connection, after name resolution.",
+							   &outbox_http_allowed_targets,
+							   "*",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT | GUC_SUPERUSER_ONLY,
+							   OutboxTargetsCheckHook, OutboxTargetsAssignHook, NULL);
+}
+
+/* The webhook kind: sent after COMMIT, libcurl's sockets in the relay's wait. */
+const OutboxDestinationKind OutboxHttpKind = {
+	.name = "http",
+	.description = "a webhook",
+	.target_column = "url",
+	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.check_destination = http_check_destination,
+	.init = http_define_settings,
+	.prepare = http_prepare,
+	.enqueue = http_enqueue,
+	.collect = http_collect,
+	.pending = http_pending,
+	.busy = http_busy,
+	.full = http_full,
+	.sockets = http_sockets,
+	.timeout_ms = http_timeout_ms,
+	.socket_ready = http_socket_ready,
+};

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * deliver_notify.c
- *	  Delivery of an event to a NOTIFY channel.
+ *	  The NOTIFY kind of destination: delivery of an event to a channel.
  *
  * The notification is queued in the relay's own transaction, the one that
  * marks the event delivered: PostgreSQL sends it at COMMIT and drops it at
@@ -31,11 +31,13 @@
 
 #include <time.h>
 
+#include "access/detoast.h"
 #include "commands/async.h"
 #include "lib/stringinfo.h"
+#include "utils/builtins.h"
 #include "utils/json.h"
 
-#include "deliver_notify.h"
+#include "destination.h"
 #include "envelope.h"
 #include "signature.h"
 
@@ -69,7 +71,7 @@ signed_notification(const OutboxEvent *ev, const char *body, const char *timesta
 }
 
 /*
- * Queues a notification of the event on its destination's channel, in the
+ * send: queues a notification of the event on its destination's channel, in the
  * first form that fits (see the file's header; ev->body is the envelope or,
  * in reference mode, the reference), signed if the destination has a
  * secret, and records the outcome in the event. Fails permanently only if
@@ -78,8 +80,8 @@ signed_notification(const OutboxEvent *ev, const char *body, const char *timesta
  * the claim's transaction, in the relay worker or an outbox_relay()
  * backend; the event's payload is no longer there, its other columns are.
  */
-void
-OutboxDeliverNotify(OutboxEvent *event)
+static void
+notify_send(OutboxEvent *event)
 {
 	OutboxEnvelopeForm first = event->dest.notify_reference ?
 		OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL;
@@ -120,3 +122,46 @@ OutboxDeliverNotify(OutboxEvent *event)
 	event->error = psprintf("payload of %zu bytes is too large for NOTIFY (limit: %d bytes)",
 							len, OUTBOX_NOTIFY_PAYLOAD_LIMIT - 1);
 }
+
+/* check_destination: a channel's name has 1 to 63 bytes; notify_mode. */
+static bool
+notify_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
+{
+	bool		isnull;
+	Datum		d = OutboxDestinationColumn(row, "channel", &isnull);
+	char	   *mode;
+
+	if (VARSIZE_ANY_EXHDR(DatumGetPointer(d)) < 1 ||
+		toast_raw_datum_size(d) - VARHDRSZ > NAMEDATALEN - 1)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination channel is not valid"),
+								psprintf("A channel name has 1 to %d bytes.", NAMEDATALEN - 1));
+	mode = TextDatumGetCString(OutboxDestinationColumn(row, "notify_mode", &isnull));
+	if (strcmp(mode, OUTBOX_NOTIFY_FULL) != 0 && strcmp(mode, OUTBOX_NOTIFY_REFERENCE) != 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination notify_mode is not valid"),
+								pstrdup("It is full or reference."));
+	return true;
+}
+
+/*
+ * prepare: the body is the envelope or, for a destination in reference
+ * mode, its reference form (the payload never goes on the channel).
+ */
+static Size
+notify_prepare(OutboxEvent *ev)
+{
+	return OutboxPrepareEnvelope(ev, ev->dest.notify_reference ?
+								 OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL);
+}
+
+/* The NOTIFY kind: sent in the claim's transaction, at its COMMIT. */
+const OutboxDestinationKind OutboxNotifyKind = {
+	.name = "notify",
+	.description = "a NOTIFY channel",
+	.target_column = "channel",
+	.send_point = OUTBOX_SEND_AT_COMMIT,
+	.check_destination = notify_check_destination,
+	.prepare = notify_prepare,
+	.send = notify_send,
+};

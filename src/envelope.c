@@ -32,8 +32,40 @@
 #include "utils/uuid.h"
 
 #include "envelope.h"
+#include "validate.h"
 
 PG_FUNCTION_INFO_V1(_outbox_envelope);
+
+/*
+ * Builds a claimed event's body as the envelope in the given form, once its
+ * size is known to be within OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeCheck:
+ * an event over it gets a permanent error and no body), and lets the
+ * payload go. Returns the bytes the body costs: twice its length, as the
+ * kind copies it (libcurl's COPYPOSTFIELDS, or the NOTIFY queue). For a
+ * kind's prepare callback: in the claim's transaction and memory context.
+ */
+Size
+OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form)
+{
+	OutboxEventSizes sizes;
+	OutboxProblem p;
+
+	sizes.event_type = strlen(ev->event_type);
+	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
+	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
+	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
+	sizes.headers = 0;
+	if (!OutboxEnvelopeCheck(&sizes, PointerGetDatum(ev->payload), &p))
+	{
+		ev->permanent = true;
+		ev->error = p.message;
+		return 0;
+	}
+	ev->body = OutboxBuildEnvelopeForm(ev, ev->attempts + 1, form);
+	pfree(ev->payload);
+	ev->payload = NULL;
+	return 2 * strlen(ev->body);
+}
 
 static void
 append_string_or_null(StringInfo buf, const char *key, const char *value)

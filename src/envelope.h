@@ -25,6 +25,7 @@ typedef enum OutboxEnvelopeForm
 	OUTBOX_ENVELOPE_ID			/* id, created_at and attempt */
 } OutboxEnvelopeForm;
 
+extern Size OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form);
 extern char *OutboxBuildEnvelope(const OutboxEvent *ev, int attempt);
 extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,
 									 OutboxEnvelopeForm form);

@@ -50,6 +50,8 @@
  * is built.
  */
 #define OUTBOX_MAX_ENVELOPE_BYTES (128 * 1024 * 1024)
+/* a request's time limit, outbox.http_timeout or a destination's timeout_ms, in ms */
+#define OUTBOX_MAX_TIMEOUT_MS (600 * 1000)
 /* a destination's signing secret */
 #define OUTBOX_MAX_SECRET_BYTES 1024
 
@@ -61,19 +63,26 @@
  */
 #define OUTBOX_PASS_BYTES (256 * 1024 * 1024)
 
+/* outbox_destinations.format: what is sent for an event, the envelope */
+#define OUTBOX_FORMAT_ENVELOPE "envelope"
+
 /* outbox_destinations.notify_mode: the envelope, or the reference form */
 #define OUTBOX_NOTIFY_FULL "full"
 #define OUTBOX_NOTIFY_REFERENCE "reference"
 
+struct OutboxDestinationKind;
+
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
- * (_outbox_route() in SQL). Exactly one of url and channel is set.
+ * (_outbox_route() in SQL), and its kind (destination.h), which alone
+ * reads the kind's own fields.
  */
 typedef struct OutboxDestination
 {
 	char	   *name;			/* NULL: no destination takes the event */
-	char	   *url;			/* HTTP destination, or NULL */
-	char	   *channel;		/* NOTIFY destination, or NULL */
+	const struct OutboxDestinationKind *kind;	/* set when name is */
+	char	   *url;			/* http: the URL */
+	char	   *channel;		/* notify: the channel */
 	char	   *secret;			/* signing secret, or NULL */
 	int			timeout_ms;		/* -1: the transport's default */
 	Jsonb	   *headers;		/* the destination's headers, or NULL */

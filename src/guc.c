@@ -1,14 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * guc.c
- *	  Definitions of the outbox.* settings.
+ *	  Definitions of the relay's own outbox.* settings; each destination
+ *	  kind defines its own in its file (outbox.http_* in deliver_http.c).
  *
  * Every setting is PGC_SIGHUP: the launcher and the relays re-read them on
- * reload, and none of them needs a restart. outbox.http_allowed_targets is
- * also GUC_SUPERUSER_ONLY: it bounds what outbox_admin can make the server
- * connect to, so only a superuser (or a role granted ALTER SYSTEM on it)
- * sets it. Times are in milliseconds with a
- * unit flag, so '5s' works too.
+ * reload, and none of them needs a restart. Times are in milliseconds with
+ * a unit flag, so '5s' works too.
  *
  * src/guc.c
  *
@@ -22,14 +20,11 @@
 
 #include "guc.h"
 #include "shmem.h"
-#include "targets.h"
 
 char	   *outbox_databases = NULL;
 int			outbox_relays_per_database = 1;
 int			outbox_batch_size = 100;
 int			outbox_poll_interval = 1000;
-int			outbox_http_timeout = 5000;
-int			outbox_http_max_connections = 16;
 int			outbox_max_attempts = 10;
 int			outbox_backoff_base = 1000;
 int			outbox_backoff_max = 3600 * 1000;
@@ -40,10 +35,9 @@ int			outbox_purge_delay = 100;
 int			outbox_purge_interval = 60 * 1000;
 
 /*
- * Defines every outbox.* setting and reserves the prefix. Called from
- * _PG_init in any process that loads the library (postmaster when preloaded,
- * or a backend on first use), before the preload check, so that SHOW works
- * everywhere.
+ * Defines the relay's outbox.* settings. Called from _PG_init in any
+ * process that loads the library (postmaster when preloaded, or a backend
+ * on first use), before the preload check, so that SHOW works everywhere.
  */
 void
 OutboxDefineGucs(void)
@@ -70,7 +64,7 @@ OutboxDefineGucs(void)
 							"Sets the number of events claimed per relay pass.",
 							NULL,
 							&outbox_batch_size,
-							100, 1, 10000,
+							100, 1, OUTBOX_MAX_BATCH_SIZE,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
@@ -82,24 +76,6 @@ OutboxDefineGucs(void)
 							1000, 10, 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("outbox.http_timeout",
-							"Sets the default time limit of one webhook request, name resolution and connection included.",
-							NULL,
-							&outbox_http_timeout,
-							5000, 1, 600 * 1000,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("outbox.http_max_connections",
-							"Sets the maximum number of webhook requests a relay has in flight at once.",
-							"Connections are kept alive between passes. Set it to 1 to deliver one request after another.",
-							&outbox_http_max_connections,
-							16, 1, OUTBOX_HTTP_MAX_CONNECTIONS_LIMIT,
-							PGC_SIGHUP,
-							0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.max_attempts",
@@ -128,15 +104,6 @@ OutboxDefineGucs(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
-
-	DefineCustomStringVariable("outbox.http_allowed_targets",
-							   "Sets the hosts, address ranges and ports that webhook requests may connect to.",
-							   "A comma-separated list: * (anything), host names (*.example.com for a domain), IPv4 or IPv6 addresses or CIDR ranges ([] around IPv6 with a port), each with an optional :port or :port-port. Empty allows nothing. Addresses are checked on every connection, after name resolution.",
-							   &outbox_http_allowed_targets,
-							   "*",
-							   PGC_SIGHUP,
-							   GUC_LIST_INPUT | GUC_SUPERUSER_ONLY,
-							   OutboxTargetsCheckHook, OutboxTargetsAssignHook, NULL);
 
 	/*
 	 * Retention is off by default: nothing is deleted unless asked for. In
@@ -187,5 +154,4 @@ OutboxDefineGucs(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	MarkGUCPrefixReserved("outbox");
 }

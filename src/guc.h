@@ -13,12 +13,10 @@
 extern char *outbox_databases;
 extern int	outbox_relays_per_database;
 extern int	outbox_batch_size;
-extern int	outbox_poll_interval;
-extern int	outbox_http_timeout;
-extern int	outbox_http_max_connections;
 
-/* the largest outbox.http_max_connections allowed */
-#define OUTBOX_HTTP_MAX_CONNECTIONS_LIMIT 1000
+/* the largest outbox.batch_size, and outbox_relay()'s batch_size */
+#define OUTBOX_MAX_BATCH_SIZE 10000
+extern int	outbox_poll_interval;
 extern int	outbox_max_attempts;
 extern int	outbox_backoff_base;
 extern int	outbox_backoff_max;

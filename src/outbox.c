@@ -17,8 +17,10 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 #include "compat.h"
+#include "destination.h"
 #include "guc.h"
 #include "launcher.h"
 #include "shmem.h"
@@ -31,7 +33,10 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	/* settings first, in any process, so that SHOW works everywhere */
 	OutboxDefineGucs();
+	OutboxKindsInit();
+	MarkGUCPrefixReserved("outbox");
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -62,6 +62,7 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
+#include "destination.h"
 #include "guc.h"
 #include "health.h"
 #include "queue.h"
@@ -98,7 +99,7 @@ static Oid	ext_nspoid = InvalidOid;
 #define CLAIM_SELECT \
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest_url, p.dest_channel, p.dest_secret," \
+	"       p.dest_name, p.dest_kind, p.dest_url, p.dest_channel, p.dest_secret," \
 	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors," \
 	"       p.dest_notify_mode" \
 	"  FROM %1$s._outbox_pending p" \
@@ -139,6 +140,7 @@ enum
 	Anum_claim_payload,
 	Anum_claim_headers,
 	Anum_claim_dest_name,
+	Anum_claim_dest_kind,
 	Anum_claim_dest_url,
 	Anum_claim_dest_channel,
 	Anum_claim_dest_secret,
@@ -506,6 +508,16 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
 	ev->dest.url = text_or_null(tuple, desc, Anum_claim_dest_url);
 	ev->dest.channel = text_or_null(tuple, desc, Anum_claim_dest_channel);
+	if (ev->dest.name != NULL)
+	{
+		char	   *kind = text_or_null(tuple, desc, Anum_claim_dest_kind);
+
+		/* a kind of a newer version, whose library the server has not loaded */
+		ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
+		if (ev->dest.kind == NULL)
+			ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
+								 ev->dest.name, kind ? kind : "null");
+	}
 	ev->dest.secret = text_or_null(tuple, desc, Anum_claim_dest_secret);
 	d = SPI_getbinval(tuple, desc, Anum_claim_dest_timeout_ms, &isnull);
 	ev->dest.timeout_ms = isnull ? -1 : DatumGetInt32(d);

@@ -85,8 +85,7 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
-#include "deliver_http.h"
-#include "deliver_notify.h"
+#include "destination.h"
 #include "envelope.h"
 #include "event.h"
 #include "guc.h"
@@ -97,13 +96,12 @@
 #include "shmem.h"
 #include "validate.h"
 #include "version.h"
+#include "wait.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
 
 /* A relay looks this often for entries of relays that are gone. */
 #define RELEASE_CHECK_MS 1000
-/* While requests are in flight, new work is looked for this often. */
-#define IN_FLIGHT_SLICE_MS 10
 /*
  * Outcomes are recorded together: once this many are in, or the first has
  * waited RECORD_DELAY_MS, or nothing else is in flight (so an idle relay
@@ -154,8 +152,8 @@ typedef struct Dispatch
 	int			failed;
 	int			unroutable;
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
-	OutboxEvent **http;			/* in flight, to be sent */
-	int			nhttp;
+	OutboxEvent **in_flight;	/* to be sent after COMMIT */
+	int			nin_flight;
 	int64	   *published;		/* their ids, in the in-flight set */
 	int			npublished;
 	int64		claim;			/* their journal row's claim number, or 0 */
@@ -164,61 +162,29 @@ typedef struct Dispatch
 
 /*
  * Prepares a claimed event (OutboxPrepareFn, called by OutboxClaim in the
- * claim's memory context): checks what decode_event could not check
- * without reading it (the event's headers, for HTTP; the size of its
- * envelope, OutboxEnvelopeCheck), then builds the body (the envelope, or
- * its reference form for a NOTIFY destination in reference mode) and lets
- * the payload go. An event that breaks a rule gets no body and a permanent
- * failure with the reason, and is dead-lettered on its own. Returns the
- * bytes the body costs: twice its length, as the transport copies it
- * (libcurl's COPYPOSTFIELDS, or the NOTIFY queue).
+ * claim's memory context): an event that has a destination and no error
+ * yet is handed to its kind's prepare, which checks the kind's rules and
+ * builds the body (see destination.h). An event that breaks a rule gets no
+ * body and a permanent failure with the reason, and is dead-lettered on
+ * its own. Returns the bytes the body costs.
  */
 static Size
 prepare_event(OutboxEvent *ev)
 {
-	OutboxEventSizes sizes;
-	OutboxProblem p;
-	Size		len;
-
 	if (ev->error != NULL || ev->dest.name == NULL)
 		return 0;				/* over a limit, or unroutable: nothing to build */
-	if (ev->dest.url != NULL && ev->headers != NULL &&
-		!OutboxHeadersCheck(ev->headers, true, &p))
-	{
-		ev->permanent = true;
-		ev->error = p.message;
-		return 0;
-	}
-	sizes.event_type = strlen(ev->event_type);
-	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
-	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
-	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
-	sizes.headers = 0;
-	if (!OutboxEnvelopeCheck(&sizes, PointerGetDatum(ev->payload), &p))
-	{
-		ev->permanent = true;
-		ev->error = p.message;
-		return 0;
-	}
-	/* a NOTIFY destination in reference mode never sends the payload */
-	ev->body = OutboxBuildEnvelopeForm(ev, ev->attempts + 1,
-									   ev->dest.channel != NULL && ev->dest.notify_reference ?
-									   OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL);
-	len = strlen(ev->body);
-	pfree(ev->payload);
-	ev->payload = NULL;
-	return 2 * len;
+	return ev->dest.kind->prepare(ev);
 }
 
 /* Claims this relay has journaled: the last one's number. */
 static int64 claim_seq = 0;
 
-/* Whether a claimed event is to be sent over HTTP (put in flight). */
+/* Whether a claimed event is to be sent after COMMIT (put in flight). */
 static bool
-is_http(const OutboxEvent *ev)
+goes_in_flight(const OutboxEvent *ev)
 {
 	return ev->error == NULL && ev->dest.name != NULL && ev->body != NULL &&
-		ev->dest.channel == NULL;
+		ev->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT;
 }
 
 /*
@@ -276,7 +242,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int64 run, int relay,
 	ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
-	d->http = MemoryContextAlloc(cxt, sizeof(OutboxEvent *) * Max(n, 1));
+	d->in_flight = MemoryContextAlloc(cxt, sizeof(OutboxEvent *) * Max(n, 1));
 	d->published = MemoryContextAlloc(cxt, sizeof(int64) * Max(n, 1));
 
 	/* the rows are locked now: leave out what another relay put in flight */
@@ -286,7 +252,7 @@ dispatch(int batch_size, List *skip, int64 only_id, int64 run, int relay,
 	for (int i = 0; i < n; i++)
 	{
 		ids[i] = events[i].id;
-		publish[i] = is_http(&events[i]);
+		publish[i] = goes_in_flight(&events[i]);
 	}
 	OutboxInFlightClaim(MyDatabaseId, ids, run != 0 ? publish : NULL, n, keep);
 	/* at once: if anything below fails, the caller takes these out again */
@@ -305,24 +271,24 @@ dispatch(int batch_size, List *skip, int64 only_id, int64 run, int relay,
 			failed[nfailed++] = ev;
 		else if (ev->dest.name == NULL)
 			unroutable[nunroutable++] = ev;
-		else if (ev->dest.channel != NULL)
+		else if (ev->dest.kind->send_point == OUTBOX_SEND_AT_COMMIT)
 		{
-			OutboxDeliverNotify(ev);
+			ev->dest.kind->send(ev);
 			if (ev->ok)
 				ok[nok++] = ev;
 			else
 				failed[nfailed++] = ev;
 		}
 		else
-			d->http[d->nhttp++] = ev;
+			d->in_flight[d->nin_flight++] = ev;
 	}
 	OutboxMarkDelivered(ok, nok);
 	OutboxMarkFailed(failed, nfailed);
 	OutboxMarkUnroutable(unroutable, nunroutable);
-	if (run != 0 && d->nhttp > 0)
+	if (run != 0 && d->nin_flight > 0)
 	{
 		d->claim = ++claim_seq;
-		OutboxJournal(d->http, d->nhttp, run, d->claim, relay);
+		OutboxJournal(d->in_flight, d->nin_flight, run, d->claim, relay);
 	}
 	d->delivered = nok;
 	d->failed = nfailed;
@@ -346,15 +312,15 @@ OutboxRelayPass(int batch_size, OutboxPassResult *result)
 	dispatch(batch_size, NIL, 0, 0, -1, CurrentMemoryContext, &d);
 	if (!d.opened)
 		return;
-	OutboxDeliverHttp(d.http, d.nhttp);
-	OutboxRecordOutcomes(d.http, d.nhttp);
+	OutboxSendAndWait(d.in_flight, d.nin_flight);
+	OutboxRecordOutcomes(d.in_flight, d.nin_flight);
 	result->claimed = d.claimed;
 	result->delivered = d.delivered;
 	result->failed = d.failed;
 	result->unroutable = d.unroutable;
-	for (int i = 0; i < d.nhttp; i++)
+	for (int i = 0; i < d.nin_flight; i++)
 	{
-		if (d.http[i]->ok)
+		if (d.in_flight[i]->ok)
 			result->delivered++;
 		else
 			result->failed++;
@@ -380,10 +346,10 @@ outbox_relay(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 
-	if (batch_size < 1 || batch_size > 10000)
+	if (batch_size < 1 || batch_size > OUTBOX_MAX_BATCH_SIZE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch size must be between 1 and 10000")));
+				 errmsg("batch size must be between 1 and %d", OUTBOX_MAX_BATCH_SIZE)));
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -977,7 +943,7 @@ worker_claim(RelayState *st)
 
 	memset(&c, 0, sizeof(c));
 	c.batch_size = outbox_batch_size;
-	c.skip = OutboxHttpFull();
+	c.skip = OutboxKindsFull();
 	st->next_look = DT_NOEND;
 
 	/* no claim before the first release: it counts what a crash cut off */
@@ -1068,11 +1034,11 @@ worker_claim(RelayState *st)
 
 	c.batch->claim = c.d.claim;
 	c.batch->extoid = c.d.extoid;
-	for (int i = 0; i < c.d.nhttp; i++)
+	for (int i = 0; i < c.d.nin_flight; i++)
 	{
-		c.d.http[i]->owner = c.batch;
+		c.d.in_flight[i]->owner = c.batch;
 		c.batch->open++;
-		OutboxHttpEnqueue(c.d.http[i]);
+		c.d.in_flight[i]->dest.kind->enqueue(c.d.in_flight[i]);
 	}
 	if (c.batch->open == 0)
 		MemoryContextDelete(c.batch->cxt);
@@ -1154,7 +1120,7 @@ worker_record(RelayState *st, List *done)
 			st->journal_done.n = 0;
 	}
 	/* a full destination, or the in-flight set, has room again */
-	if ((st->nfull > 0 && list_length(OutboxHttpFull()) < st->nfull) || st->room_limited)
+	if ((st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull) || st->room_limited)
 		st->look = true;
 }
 
@@ -1242,42 +1208,16 @@ drop_database_settings(void)
 }
 
 /*
- * Entry point of a relay worker, started by the launcher for one database
- * (main_arg: its OID; bgw_extra: the relay's number in it, an int). Runs as
- * the bootstrap superuser. Never returns: exits
- * on SIGTERM or postmaster death; errors in its steps are caught (see the
- * file's header), so the launcher restarts it only after a FATAL.
+ * Settings from postgresql.conf or ALTER SYSTEM that would break a step
+ * do not apply in the worker either: timeouts, a serializable or read-only
+ * default, and a forced custom plan, which would be planned at each
+ * execution without the access paths the relay's statements pin
+ * (statements.c). The worker's queries name every object; user schemas
+ * stay out.
  */
-void
-OutboxRelayMain(Datum main_arg)
+static void
+override_server_settings(void)
 {
-	Oid			dboid = DatumGetObjectId(main_arg);
-	MemoryContext loop_cxt;
-	MemoryContext outcome_cxt;
-	uint32		wait_event;
-	RelayState	st;
-
-	memcpy(&relay_no, MyBgworkerEntry->bgw_extra, sizeof(int));
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	save_server_settings();
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	pgstat_report_appname("outbox relay " OUTBOX_VERSION);
-
-	StartTransactionCommand();
-	drop_database_settings();
-	CommitTransactionCommand();
-
-	/*
-	 * Settings from postgresql.conf or ALTER SYSTEM that would break a step
-	 * do not apply here either: timeouts, a serializable or read-only
-	 * default, and a forced custom plan, which would be planned at each
-	 * execution without the access paths the relay's statements pin
-	 * (statements.c). The worker's queries name every object; user
-	 * schemas stay out.
-	 */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
@@ -1288,6 +1228,25 @@ OutboxRelayMain(Datum main_arg)
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("plan_cache_mode", "auto", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/*
+ * Connects the worker to database dboid as the bootstrap superuser, with
+ * its own settings whatever the database's or role's say, and attaches it
+ * to its slot (exits quietly if another process has it). Then logs that
+ * it started.
+ */
+static void
+relay_connect(Oid dboid)
+{
+	save_server_settings();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	pgstat_report_appname("outbox relay " OUTBOX_VERSION);
+
+	StartTransactionCommand();
+	drop_database_settings();
+	CommitTransactionCommand();
+	override_server_settings();
 
 	/* whatever the database's settings said, the relay is the superuser */
 	if (GetSessionUserId() != BOOTSTRAP_SUPERUSERID || GetUserId() != BOOTSTRAP_SUPERUSERID)
@@ -1298,20 +1257,12 @@ OutboxRelayMain(Datum main_arg)
 	if (!OutboxRelayAttach(dboid, relay_no))
 	{
 		ereport(LOG,
-				(errmsg("outbox relay %d for database %u not started: another process is that relay, or the database is being dropped",
-						relay_no, dboid)));
+				(errmsg("outbox relay %d for database %u not started", relay_no, dboid),
+				 errdetail("Another process is that relay, or the database is being dropped.")));
 		proc_exit(0);
 	}
 	OutboxHealthRelayStarted(dboid, relay_no);
 
-	wait_event = OutboxWaitEvent("OutboxRelayMain");
-
-	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay",
-									  ALLOCSET_DEFAULT_SIZES);
-	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay loop",
-									 ALLOCSET_DEFAULT_SIZES);
-	outcome_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay outcomes",
-										ALLOCSET_DEFAULT_SIZES);
 	StartTransactionCommand();
 	if (relay_no == 0)
 		ereport(LOG,
@@ -1322,130 +1273,197 @@ OutboxRelayMain(Datum main_arg)
 				(errmsg("outbox relay %d started for database \"%s\"",
 						relay_no, get_database_name(dboid))));
 	CommitTransactionCommand();
+}
 
+static MemoryContext loop_cxt = NULL;	/* reset after each round */
+static MemoryContext outcome_cxt = NULL;	/* outcomes until recorded */
+static uint32 relay_wait_event;
+
+/*
+ * The start of a round: signals and reloads, then whether to claim now: a
+ * commit set the latch, the next look is due, or a relay went away and
+ * left events in flight.
+ */
+static void
+begin_round(RelayState *st)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+	MemoryContextSwitchTo(loop_cxt);
+
+	/* reset before claiming: a commit during the claim sets it again */
+	if (MyLatch->is_set)
+	{
+		ResetLatch(MyLatch);
+		st->look = true;
+	}
+	if (GetCurrentTimestamp() >= st->next_look)
+		st->look = true;
+	/* events another relay left in flight when it went: take them */
+	if (relays_gone(st))
+		st->release_wanted = st->look = true;
+}
+
+/*
+ * Waits up to wait_ms (OutboxWait: the latch, the kinds' sockets), then
+ * adds what the kinds have finished to st->outcomes. An idle wait (nothing
+ * in flight) shows in the relay's health.
+ */
+static void
+wait_and_collect(RelayState *st, long wait_ms)
+{
+	bool		idle = !OutboxKindsBusy();
+	List	   *done;
+
+	if (idle && wait_ms > 0)
+		OutboxHealthRelayIdle(true);
+	(void) OutboxWait(wait_ms, relay_wait_event);
+	if (idle && wait_ms > 0)
+		OutboxHealthRelayIdle(false);
+	if (idle)
+		return;
+	MemoryContextSwitchTo(outcome_cxt);
+	done = OutboxKindsCollect();
+	if (done != NIL && st->outcomes == NIL)
+		st->first_outcome = GetCurrentTimestamp();
+	st->outcomes = list_concat(st->outcomes, done);
+	MemoryContextSwitchTo(loop_cxt);
+}
+
+/*
+ * The claim's commit did not wait for the WAL flush: its events are handed
+ * to the network first, then it is flushed, so that the disk's flush time
+ * is not added to every delivery's latency. A crash of the server in the
+ * millisecond at most before the flush has written the WAL (new
+ * connections are given that long to connect and send), or of the
+ * operating system before it is on disk, can lose the claim's journal row,
+ * and with it the count of that attempt: the event itself is still pending
+ * and is sent again, with the same webhook-id.
+ */
+static void
+flush_claim(RelayState *st)
+{
+	if (XLogRecPtrIsInvalid(st->flush_lsn))
+		return;
+	if (OutboxKindsBusy())
+	{
+		/* starts the requests: they connect and send meanwhile */
+		wait_and_collect(st, 0);
+		wait_and_collect(st, 1);
+	}
+	XLogFlush(st->flush_lsn);
+	st->flush_lsn = InvalidXLogRecPtr;
+}
+
+/* Reads the next due time, if the last claim asked for it. */
+static void
+read_next_due(RelayState *st)
+{
+	double		due_ms = -1;
+
+	if (!st->want_next_due)
+		return;
+	st->want_next_due = false;
+	if (run_step("find the next due time", next_due_step, &due_ms, NULL))
+		look_again_in(st, due_ms);
+	else
+		step_failed(st);
+}
+
+/* The first relay of a database also purges old rows (purge.c). */
+static void
+purge_if_due(void)
+{
+	if (relay_no == 0 && OutboxPurgeDue())
+		OutboxPurgeDone(run_step("purge old rows", OutboxPurgeStep, NULL, NULL));
+}
+
+/*
+ * How long the relay may wait: until it is to claim again (or may, after
+ * failed steps), at most outbox.poll_interval and, for the first relay,
+ * until its purge; not at all with outcomes in hand.
+ */
+static long
+wait_ms_for(RelayState *st)
+{
+	TimestampTz until = st->look ? st->not_before : st->next_look;
+	TimestampTz now = GetCurrentTimestamp();
+	long		secs;
+	int			usecs;
+	long		wait_ms;
+
+	if (st->outcomes != NIL || until <= now)
+		return 0;
+	TimestampDifference(now, until, &secs, &usecs);
+	wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
+	if (relay_no == 0)
+		wait_ms = Min(wait_ms, OutboxPurgeWaitMs());
+	return wait_ms;
+}
+
+/*
+ * Records the outcomes in hand once RECORD_BATCH are in, or the first has
+ * waited RECORD_DELAY_MS, or nothing else is in flight. An idle relay thus
+ * records at once, unless a commit has just woken it: then the new events
+ * are claimed first, and these outcomes wait for the next round.
+ */
+static void
+record_if_ready(RelayState *st)
+{
+	if (st->outcomes == NIL)
+		return;
+	if (list_length(st->outcomes) >= RECORD_BATCH ||
+		(OutboxKindsPending() == 0 && !MyLatch->is_set) ||
+		TimestampDifferenceExceeds(st->first_outcome, GetCurrentTimestamp(), RECORD_DELAY_MS))
+	{
+		worker_record(st, st->outcomes);
+		st->outcomes = NIL;
+		MemoryContextReset(outcome_cxt);
+	}
+}
+
+/*
+ * Entry point of a relay worker, started by the launcher for one database
+ * (main_arg: its OID; bgw_extra: the relay's number in it, an int). Runs as
+ * the bootstrap superuser. Never returns: exits on SIGTERM or postmaster
+ * death; errors in its steps are caught (see the file's header), so the
+ * launcher restarts it only after a FATAL.
+ */
+void
+OutboxRelayMain(Datum main_arg)
+{
+	RelayState	st;
+
+	memcpy(&relay_no, MyBgworkerEntry->bgw_extra, sizeof(int));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	relay_connect(DatumGetObjectId(main_arg));
+	relay_wait_event = OutboxWaitEvent("OutboxRelayMain");
+	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay",
+									  ALLOCSET_DEFAULT_SIZES);
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay loop",
+									 ALLOCSET_DEFAULT_SIZES);
+	outcome_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay outcomes",
+										ALLOCSET_DEFAULT_SIZES);
 	memset(&st, 0, sizeof(st));
 	st.look = true;
 
 	for (;;)
 	{
-		TimestampTz now;
-		TimestampTz until;
-		long		wait_ms = 0;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		MemoryContextSwitchTo(loop_cxt);
-
-		/* reset before claiming: a commit during the claim sets it again */
-		if (MyLatch->is_set)
-		{
-			ResetLatch(MyLatch);
-			st.look = true;
-		}
-		now = GetCurrentTimestamp();
-		if (now >= st.next_look)
-			st.look = true;
-		/* events another relay left in flight when it went: take them */
-		if (relays_gone(&st))
-			st.release_wanted = st.look = true;
-		if (st.look && now >= st.not_before)
+		begin_round(&st);
+		if (st.look && GetCurrentTimestamp() >= st.not_before)
 			worker_claim(&st);
-
-		/*
-		 * The claim's commit did not wait for the WAL flush: its requests
-		 * are handed to the network first, then it is flushed, so that the
-		 * disk's flush time is not added to every delivery's latency. A
-		 * crash of the server in the millisecond at most before the flush
-		 * has written the WAL (new connections are given that long to
-		 * connect and send), or of the operating system before it is on
-		 * disk, can lose the claim's journal row, and with it the count of
-		 * that attempt: the event itself is still pending and is sent
-		 * again, with the same webhook-id.
-		 */
-		if (!XLogRecPtrIsInvalid(st.flush_lsn))
-		{
-			if (OutboxHttpBusy())
-			{
-				List	   *done;
-
-				/* up to 1 ms: a new connection sends after its connect */
-				MemoryContextSwitchTo(outcome_cxt);
-				done = OutboxHttpRun(1);
-				if (done != NIL && st.outcomes == NIL)
-					st.first_outcome = GetCurrentTimestamp();
-				st.outcomes = list_concat(st.outcomes, done);
-				MemoryContextSwitchTo(loop_cxt);
-			}
-			XLogFlush(st.flush_lsn);
-			st.flush_lsn = InvalidXLogRecPtr;
-		}
-		if (st.want_next_due)
-		{
-			double		due_ms = -1;
-
-			st.want_next_due = false;
-			if (run_step("find the next due time", next_due_step, &due_ms, NULL))
-				look_again_in(&st, due_ms);
-			else
-				step_failed(&st);
-		}
-		/* the first relay of a database also purges old rows (purge.c) */
-		if (relay_no == 0 && OutboxPurgeDue())
-			OutboxPurgeDone(run_step("purge old rows", OutboxPurgeStep, NULL, NULL));
-
-		until = st.look ? st.not_before : st.next_look;
-		now = GetCurrentTimestamp();
-		if (until > now)
-		{
-			long		secs;
-			int			usecs;
-
-			TimestampDifference(now, until, &secs, &usecs);
-			wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
-			if (relay_no == 0)
-				wait_ms = Min(wait_ms, OutboxPurgeWaitMs());
-		}
-
-		/* outcomes in hand are recorded before any wait */
-		if (st.outcomes != NIL)
-			wait_ms = 0;
-		if (OutboxHttpBusy())
-		{
-			List	   *done;
-
-			MemoryContextSwitchTo(outcome_cxt);
-			done = OutboxHttpRun(Min(wait_ms, IN_FLIGHT_SLICE_MS));
-			if (done != NIL && st.outcomes == NIL)
-				st.first_outcome = GetCurrentTimestamp();
-			st.outcomes = list_concat(st.outcomes, done);
-			MemoryContextSwitchTo(loop_cxt);
-		}
-		else if (wait_ms > 0)
-		{
-			OutboxHealthRelayIdle(true);
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 wait_ms, wait_event);
-			OutboxHealthRelayIdle(false);
-		}
-
-		/*
-		 * An idle relay records at once, unless a commit has just woken
-		 * it: then the new events are claimed first, and these outcomes
-		 * wait for the next round (RECORD_DELAY_MS at most).
-		 */
-		if (st.outcomes != NIL &&
-			(list_length(st.outcomes) >= RECORD_BATCH ||
-			 (OutboxHttpPending() == 0 && !MyLatch->is_set) ||
-			 TimestampDifferenceExceeds(st.first_outcome, GetCurrentTimestamp(), RECORD_DELAY_MS)))
-		{
-			worker_record(&st, st.outcomes);
-			st.outcomes = NIL;
-			MemoryContextReset(outcome_cxt);
-		}
+		flush_claim(&st);
+		read_next_due(&st);
+		purge_if_due();
+		wait_and_collect(&st, wait_ms_for(&st));
+		record_if_ready(&st);
 
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(loop_cxt);

@@ -5,7 +5,8 @@
  *	  triggers that apply them when a row is written.
  *
  * The limits are in event.h; the header rules in headers.c, the secret
- * rules in signature.c. The triggers _outbox_check_event (BEFORE INSERT or
+ * rules in signature.c, and each destination kind's own rules with its
+ * kind (check_destination, destination.h). The triggers _outbox_check_event (BEFORE INSERT or
  * UPDATE of an event's own columns on outbox) and _outbox_check_destination
  * (BEFORE INSERT OR UPDATE on outbox_destinations) replace 1.0's check
  * constraints: a violated constraint prints the whole row ("Failing row
@@ -26,18 +27,18 @@
  */
 #include "postgres.h"
 
-#include <curl/curl.h>
-
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
 
+#include "destination.h"
 #include "event.h"
 #include "headers.h"
 #include "signature.h"
@@ -187,66 +188,6 @@ OutboxEnvelopeCheck(const OutboxEventSizes *s, Datum payload, OutboxProblem *p)
 					   pstrdup("The JSON text sent for the event, its escaped strings and printed numbers included, must fit the limit."));
 }
 
-/*
- * Checks a destination URL: at most 8192 bytes, no space or control
- * character, and, as libcurl parses it (curl_url), an http or https URL
- * with a host and a port between 1 and 65535. Returns true, or false with
- * *p (23514, or 54000 for the length). The message never quotes the URL,
- * which may hold credentials. Calls no PostgreSQL function between
- * libcurl's allocation and its release.
- */
-bool
-OutboxUrlCheck(const char *url, OutboxProblem *p)
-{
-	size_t		len = strlen(url);
-	CURLU	   *u;
-	CURLUcode	rc;
-	char	   *scheme = NULL;
-	char	   *host = NULL;
-	char	   *port = NULL;
-	const char *why = NULL;
-
-	if (len > 8192)
-		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-						   pstrdup("destination url is longer than 8192 bytes"), NULL);
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) url[i] <= 0x20 || (unsigned char) url[i] == 0x7f)
-			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-							   pstrdup("destination url is not valid"),
-							   pstrdup("A URL has no spaces or control characters."));
-	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-						   pstrdup("destination url is not valid"),
-						   pstrdup("Only http and https URLs are allowed."));
-
-	u = curl_url();
-	if (u == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	rc = curl_url_set(u, CURLUPART_URL, url, 0);
-	if (rc == CURLUE_BAD_PORT_NUMBER)
-		why = "The port must be a number between 1 and 65535.";
-	else if (rc != CURLUE_OK)
-		why = "libcurl cannot parse it as a URL.";
-	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		why = "Only http and https URLs are allowed.";
-	else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
-		why = "The URL must name a host.";
-	else if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
-			 atoi(port) < 1 || atoi(port) > 65535)
-		why = "The port must be a number between 1 and 65535.";
-	curl_free(scheme);
-	curl_free(host);
-	curl_free(port);
-	curl_url_cleanup(u);
-	if (why != NULL)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-						   pstrdup("destination url is not valid"), pstrdup(why));
-	return true;
-}
-
 /* The trigger's row and relation, after checking how it was called. */
 static HeapTuple
 trigger_row(FunctionCallInfo fcinfo, const char *name, Relation *rel)
@@ -372,17 +313,106 @@ refuse(const char *message, const char *detail)
 }
 
 /*
+ * The value of column name of a destination row (for a kind's
+ * check_destination), or isnull set. ERROR if there is no such column.
+ */
+Datum
+OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool *isnull)
+{
+	return column(row->rel, row->tuple, name, isnull);
+}
+
+/*
+ * The kind whose target column is the only one set in tuple, or NULL if
+ * none or several are.
+ */
+static const OutboxDestinationKind *
+kind_by_target(Relation rel, HeapTuple tuple)
+{
+	const OutboxDestinationKind *found = NULL;
+
+	for (int i = 0; i < OutboxKindCount(); i++)
+	{
+		bool		isnull;
+
+		(void) column(rel, tuple, OutboxKindAt(i)->target_column, &isnull);
+		if (isnull)
+			continue;
+		if (found != NULL)
+			return NULL;
+		found = OutboxKindAt(i);
+	}
+	return found;
+}
+
+/*
+ * The rule that a destination has one target, the one of its kind, as a
+ * message and a detail listing the kinds: "destination must have either a
+ * url or a channel", "A destination is a webhook (url) or a NOTIFY
+ * channel (channel), not both."
+ */
+static void
+refuse_targets(void)
+{
+	StringInfoData msg;
+	StringInfoData detail;
+	int			n = OutboxKindCount();
+
+	initStringInfo(&msg);
+	initStringInfo(&detail);
+	appendStringInfoString(&msg, "destination must have either ");
+	appendStringInfoString(&detail, "A destination is ");
+	for (int i = 0; i < n; i++)
+	{
+		const OutboxDestinationKind *k = OutboxKindAt(i);
+		const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
+
+		appendStringInfo(&msg, "%sa %s", sep, k->target_column);
+		appendStringInfo(&detail, "%s%s (%s)", sep, k->description, k->target_column);
+	}
+	appendStringInfoString(&detail, n == 2 ? ", not both." : ", only one of them.");
+	refuse(msg.data, detail.data);
+}
+
+/*
+ * Sets the kind of a destination written without one: the kind whose
+ * target column is set (url: http, channel: notify). Returns the tuple,
+ * changed or not.
+ */
+static HeapTuple
+fill_kind(Relation rel, HeapTuple tuple)
+{
+	int			attnum = SPI_fnumber(RelationGetDescr(rel), "kind");
+	const OutboxDestinationKind *k;
+	bool		isnull;
+	Datum		value;
+
+	if (attnum <= 0)
+		elog(ERROR, "column \"kind\" of relation \"%s\" does not exist",
+			 RelationGetRelationName(rel));
+	(void) heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
+	if (!isnull || (k = kind_by_target(rel, tuple)) == NULL)
+		return tuple;
+	value = CStringGetTextDatum(k->name);
+	isnull = false;
+	return heap_modify_tuple_by_cols(tuple, RelationGetDescr(rel), 1, &attnum,
+									 &value, &isnull);
+}
+
+/*
  * _outbox_check_destination() RETURNS trigger
  *
  * BEFORE INSERT OR UPDATE, FOR EACH ROW, on outbox_destinations: the rules
  * of 1.0's check constraints, tightened, with errors that never show the
- * row (its secret and headers are credentials). 23502 for NULL in a NOT
- * NULL column; 23514 for an empty name or pattern, not exactly one of url
- * and channel, an invalid url (OutboxUrlCheck), channel, headers
- * (OutboxHeadersCheck) or secret (OutboxSecretCheck), a timeout_ms
- * outside 1..600000, a notify_mode other than 'full' and 'reference' (or
- * 'reference' for a webhook), and, on UPDATE, a change of name or of kind
- * (webhook or channel); 54000 for a size over a limit.
+ * row (its secret and headers are credentials). A row written without a
+ * kind gets the kind of the one target it has (fill_kind). Then: 23502
+ * for NULL in a NOT NULL column; 23514 for an empty name or pattern, a
+ * kind this library does not have, a target other than the kind's one,
+ * invalid headers (OutboxHeadersCheck) or secret (OutboxSecretCheck), a
+ * timeout_ms outside 1..OUTBOX_MAX_TIMEOUT_MS, an unknown format, what the
+ * kind's own rules refuse (its check_destination: the url of a webhook,
+ * a channel's name, notify_mode), and, on UPDATE, a change of name or of
+ * kind; 54000 for a size over a limit.
  *
  * Name and kind are fixed because outbox_catch_up() gives consumers the
  * events delivered under a NOTIFY destination's name since its created_at:
@@ -394,12 +424,16 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 {
 	Relation	rel;
 	HeapTuple	tuple = trigger_row(fcinfo, "_outbox_check_destination", &rel);
+	OutboxDestinationRow row;
+	const OutboxDestinationKind *kind;
 	OutboxProblem p;
 	bool		isnull;
-	bool		has_url;
-	bool		has_channel;
 	Datum		d;
 
+	tuple = fill_kind(rel, tuple);
+	(void) column(rel, tuple, "kind", &isnull);
+	if (isnull)
+		refuse_targets();		/* none or several: no kind to take */
 	check_not_null(rel, tuple);
 	if (column_size(rel, tuple, "name") == 0)
 		refuse("destination name must not be empty", NULL);
@@ -412,18 +446,34 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	if (column_size(rel, tuple, "event_types") == 0)
 		refuse("destination event_types must not be empty", NULL);
 
-	d = column(rel, tuple, "url", &isnull);
-	has_url = !isnull;
-	if (has_url && !OutboxUrlCheck(TextDatumGetCString(d), &p))
-		OutboxRaiseProblem(&p);
-	d = column(rel, tuple, "channel", &isnull);
-	has_channel = !isnull;
-	if (has_url == has_channel)
-		refuse("destination must have either a url or a channel",
-			   "A destination is a webhook (url) or a NOTIFY channel (channel), not both.");
-	if (has_channel && (VARSIZE_ANY_EXHDR(DatumGetPointer(d)) < 1 ||
-						toast_raw_datum_size(d) - VARHDRSZ > 63))
-		refuse("destination channel is not valid", "A channel name has 1 to 63 bytes.");
+	/* a known kind, and its target alone (or a row with none or several) */
+	kind = column_size(rel, tuple, "kind") > OUTBOX_MAX_TYPE_BYTES ? NULL :
+		OutboxKindByName(TextDatumGetCString(column(rel, tuple, "kind", &isnull)));
+	if (kind == NULL)
+	{
+		StringInfoData kinds;
+
+		initStringInfo(&kinds);
+		for (int i = 0; i < OutboxKindCount(); i++)
+			appendStringInfo(&kinds, "%s%s", i == 0 ? "" : ", ", OutboxKindAt(i)->name);
+		refuse("destination kind is not valid", psprintf("It is one of: %s.", kinds.data));
+	}
+	if (TRIGGER_FIRED_BY_UPDATE(((TriggerData *) fcinfo->context)->tg_event))
+	{
+		HeapTuple	old = ((TriggerData *) fcinfo->context)->tg_trigtuple;
+		const OutboxDestinationKind *by_target = kind_by_target(rel, tuple);
+
+		if (strcmp(TextDatumGetCString(column(rel, tuple, "name", &isnull)),
+				   TextDatumGetCString(column(rel, old, "name", &isnull))) != 0)
+			refuse("a destination cannot be renamed",
+				   "Insert a destination with the new name and delete the old one.");
+		if (strcmp(TextDatumGetCString(column(rel, old, "kind", &isnull)), kind->name) != 0 ||
+			(by_target != NULL && by_target != kind))
+			refuse("a destination cannot change its kind",
+				   "Insert a new destination and delete the old one.");
+	}
+	if (kind_by_target(rel, tuple) != kind)
+		refuse_targets();
 
 	d = column(rel, tuple, "headers", &isnull);
 	if (!isnull)
@@ -450,35 +500,16 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	}
 
 	d = column(rel, tuple, "timeout_ms", &isnull);
-	if (!isnull && (DatumGetInt32(d) < 1 || DatumGetInt32(d) > 600000))
-		refuse("destination timeout_ms must be between 1 and 600000", NULL);
+	if (!isnull && (DatumGetInt32(d) < 1 || DatumGetInt32(d) > OUTBOX_MAX_TIMEOUT_MS))
+		refuse(psprintf("destination timeout_ms must be between 1 and %d", OUTBOX_MAX_TIMEOUT_MS), NULL);
 
-	d = column(rel, tuple, "notify_mode", &isnull);
-	if (!isnull)
-	{
-		char	   *mode = TextDatumGetCString(d);
+	if (column_size(rel, tuple, "format") > OUTBOX_MAX_TYPE_BYTES ||
+		strcmp(TextDatumGetCString(column(rel, tuple, "format", &isnull)), OUTBOX_FORMAT_ENVELOPE) != 0)
+		refuse("destination format is not valid", "It is " OUTBOX_FORMAT_ENVELOPE ".");
 
-		if (strcmp(mode, OUTBOX_NOTIFY_FULL) != 0 && strcmp(mode, OUTBOX_NOTIFY_REFERENCE) != 0)
-			refuse("destination notify_mode is not valid", "It is full or reference.");
-		if (has_url && strcmp(mode, OUTBOX_NOTIFY_FULL) != 0)
-			refuse("destination notify_mode reference needs a channel",
-				   "Webhooks are sent the full envelope.");
-	}
-
-	if (TRIGGER_FIRED_BY_UPDATE(((TriggerData *) fcinfo->context)->tg_event))
-	{
-		HeapTuple	old = ((TriggerData *) fcinfo->context)->tg_trigtuple;
-		bool		old_isnull;
-		Datum		old_name = column(rel, old, "name", &old_isnull);
-
-		d = column(rel, tuple, "name", &isnull);
-		if (strcmp(TextDatumGetCString(d), TextDatumGetCString(old_name)) != 0)
-			refuse("a destination cannot be renamed",
-				   "Insert a destination with the new name and delete the old one.");
-		(void) column(rel, old, "channel", &old_isnull);
-		if (old_isnull == has_channel)
-			refuse("a destination cannot change between webhook and channel",
-				   "Insert a new destination and delete the old one.");
-	}
+	row.rel = rel;
+	row.tuple = tuple;
+	if (!kind->check_destination(&row, &p))
+		OutboxRaiseProblem(&p);
 	return PointerGetDatum(tuple);
 }

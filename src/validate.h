@@ -30,7 +30,6 @@ extern bool OutboxEventSizesCheck(const OutboxEventSizes *sizes, OutboxProblem *
 extern Size OutboxEnvelopeBound(const OutboxEventSizes *sizes, Datum payload);
 extern bool OutboxEnvelopeCheck(const OutboxEventSizes *sizes, Datum payload,
 								OutboxProblem *problem);
-extern bool OutboxUrlCheck(const char *url, OutboxProblem *problem);
 
 extern Datum _outbox_check_event(PG_FUNCTION_ARGS);
 extern Datum _outbox_check_destination(PG_FUNCTION_ARGS);

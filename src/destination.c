@@ -1,0 +1,145 @@
+/*-------------------------------------------------------------------------
+ *
+ * destination.c
+ *	  The registry of destination kinds, and what the relay asks of all the
+ *	  kinds that send after COMMIT at once.
+ *
+ * Adding a kind: its own file with one OutboxDestinationKind (see
+ * destination.h), one line in kinds[] below, and its name in the schema.
+ *
+ * src/destination.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+
+#include "destination.h"
+#include "wait.h"
+
+static const OutboxDestinationKind *const kinds[] = {
+	&OutboxHttpKind,
+	&OutboxNotifyKind,
+};
+
+#define NKINDS ((int) lengthof(kinds))
+
+/* Defines every kind's settings; from _PG_init, in any process. */
+void
+OutboxKindsInit(void)
+{
+	for (int i = 0; i < NKINDS; i++)
+		if (kinds[i]->init != NULL)
+			kinds[i]->init();
+}
+
+/* The kind called name, or NULL if this library has none of that name. */
+const OutboxDestinationKind *
+OutboxKindByName(const char *name)
+{
+	for (int i = 0; i < NKINDS; i++)
+		if (strcmp(kinds[i]->name, name) == 0)
+			return kinds[i];
+	return NULL;
+}
+
+/* The number of kinds, and the i-th (0-based), for iterating. */
+int
+OutboxKindCount(void)
+{
+	return NKINDS;
+}
+
+const OutboxDestinationKind *
+OutboxKindAt(int i)
+{
+	Assert(i >= 0 && i < NKINDS);
+	return kinds[i];
+}
+
+/* The i-th kind if it sends after COMMIT, else NULL. */
+static inline const OutboxDestinationKind *
+after_commit(int i)
+{
+	return kinds[i]->send_point == OUTBOX_SEND_AFTER_COMMIT ? kinds[i] : NULL;
+}
+
+/*
+ * The outcomes every kind has now (see collect in destination.h), in one
+ * List in the current memory context.
+ */
+List *
+OutboxKindsCollect(void)
+{
+	List	   *done = NIL;
+
+	for (int i = 0; i < NKINDS; i++)
+		if (after_commit(i))
+			done = list_concat(done, kinds[i]->collect());
+	return done;
+}
+
+/* Events handed to the kinds whose outcome is not returned yet. */
+int
+OutboxKindsPending(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < NKINDS; i++)
+		if (after_commit(i))
+			n += kinds[i]->pending();
+	return n;
+}
+
+/* Whether any kind has events or network work (see busy). */
+bool
+OutboxKindsBusy(void)
+{
+	for (int i = 0; i < NKINDS; i++)
+		if (after_commit(i) && kinds[i]->busy())
+			return true;
+	return false;
+}
+
+/* The destinations that any kind asks the claim to leave out for now. */
+List *
+OutboxKindsFull(void)
+{
+	List	   *full = NIL;
+
+	for (int i = 0; i < NKINDS; i++)
+		if (after_commit(i))
+			full = list_concat(full, kinds[i]->full());
+	return full;
+}
+
+/*
+ * Sends n events of OUTBOX_SEND_AFTER_COMMIT kinds and returns once every
+ * outcome is in its event: the synchronous form, for outbox_relay(), which
+ * runs in the caller's transaction. Waits as the worker does (OutboxWait),
+ * on the latch and the kinds' sockets. Interruptible.
+ */
+void
+OutboxSendAndWait(OutboxEvent **events, int n)
+{
+	int			pending = n;
+
+	for (int i = 0; i < n; i++)
+		events[i]->dest.kind->enqueue(events[i]);
+	for (;;)
+	{
+		List	   *done = OutboxKindsCollect();
+
+		pending -= list_length(done);
+		list_free(done);
+		/* and the rest of the answers, which keeps connections alive */
+		if (pending <= 0 && !OutboxKindsBusy())
+			break;
+		if (OutboxWait(1000, PG_WAIT_EXTENSION))
+			ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}

@@ -1,0 +1,157 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.c
+ *	  The relay's one wait: its latch, the postmaster, and the sockets of
+ *	  every destination kind, in one WaitEventSet.
+ *
+ * A commit that emitted sets the relay's latch (emit.c), a signal sets it
+ * too, and an answer makes a kind's socket ready: any of them ends the wait
+ * at once, whatever else is in flight, so no wait needs to be cut into
+ * slices. Ready sockets are handed to their kind (socket_ready); the caller
+ * then collects the outcomes. The set lives as long as the process and is
+ * built again only when a kind's list of sockets changed (new or closed
+ * connections, or a socket waited on for other events); with kept-alive
+ * connections that is rare.
+ *
+ * src/wait.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+
+#include "compat.h"
+#include "destination.h"
+#include "wait.h"
+
+/* ready events handled per wait; the rest are still ready at the next */
+#define MAX_OCCURRED 64
+/* kinds with sockets, at most */
+#define MAX_KINDS 8
+
+/*
+ * Two sets of the same sockets: one with the latch, to wait on, and one
+ * without it, to look at the sockets while the latch is set (a set with a
+ * latch that is set reports only the latch, and a busy database can set it
+ * before every wait).
+ */
+static WaitEventSet *wait_set = NULL;
+static WaitEventSet *poll_set = NULL;
+static uint64 set_generation[MAX_KINDS];
+
+/*
+ * Whether the set holds what the kinds wait on now; the number of sockets
+ * they have in *total.
+ */
+static bool
+set_current(int *total)
+{
+	bool		current = wait_set != NULL;
+
+	*total = 0;
+	for (int i = 0; i < OutboxKindCount(); i++)
+	{
+		const OutboxDestinationKind *k = OutboxKindAt(i);
+		const OutboxWaitSocket *socks;
+		int			n = 0;
+		uint64		generation;
+
+		if (k->sockets == NULL)
+			continue;
+		generation = k->sockets(&socks, &n);
+		*total += n;
+		if (generation != set_generation[i])
+			current = false;
+	}
+	return current;
+}
+
+/* Builds the sets again: latch, postmaster, each kind's sockets. */
+static void
+build_set(int total)
+{
+	if (wait_set != NULL)
+		FreeWaitEventSet(wait_set);
+	if (poll_set != NULL)
+		FreeWaitEventSet(poll_set);
+	wait_set = poll_set = NULL;
+	wait_set = OutboxCreateWaitEventSet(2 + total);
+	poll_set = OutboxCreateWaitEventSet(1 + total);
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(poll_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < OutboxKindCount(); i++)
+	{
+		const OutboxDestinationKind *k = OutboxKindAt(i);
+		const OutboxWaitSocket *socks;
+		int			n = 0;
+
+		if (k->sockets == NULL)
+			continue;
+		set_generation[i] = k->sockets(&socks, &n);
+		for (int j = 0; j < n; j++)
+		{
+			if (socks[j].events == 0)
+				continue;
+			AddWaitEventToSet(wait_set, socks[j].events, socks[j].fd, NULL, (void *) k);
+			AddWaitEventToSet(poll_set, socks[j].events, socks[j].fd, NULL, (void *) k);
+		}
+	}
+}
+
+/*
+ * Waits up to timeout_ms (0: only looks) for the latch, a kind's socket,
+ * or the time a kind asked to run at (its timeout_ms), and hands each ready
+ * socket to its kind. With the latch already set it only looks. Exits the process if the postmaster died. Returns
+ * whether the latch is set; the caller resets it. No transaction needed;
+ * reported as wait event wait_event meanwhile. ERROR if the set cannot be
+ * built (out of file descriptors, for one).
+ */
+bool
+OutboxWait(long timeout_ms, uint32 wait_event)
+{
+	WaitEvent	occurred[MAX_OCCURRED];
+	int			total;
+	int			n;
+	bool		latch = false;
+
+	StaticAssertStmt(MAX_KINDS >= 2, "MAX_KINDS too small");
+	Assert(OutboxKindCount() <= MAX_KINDS);
+	if (!set_current(&total))
+		build_set(total);
+	for (int i = 0; i < OutboxKindCount(); i++)
+	{
+		const OutboxDestinationKind *k = OutboxKindAt(i);
+		long		t;
+
+		if (k->timeout_ms == NULL)
+			continue;
+		t = k->timeout_ms();
+		if (t >= 0 && t < timeout_ms)
+			timeout_ms = t;
+	}
+	if (MyLatch->is_set)
+	{
+		/* the caller has work at once: only move the sockets along */
+		latch = true;
+		n = WaitEventSetWait(poll_set, 0, occurred, MAX_OCCURRED, wait_event);
+	}
+	else
+		n = WaitEventSetWait(wait_set, Max(timeout_ms, 0), occurred, MAX_OCCURRED, wait_event);
+	for (int i = 0; i < n; i++)
+	{
+		if (occurred[i].events & WL_LATCH_SET)
+			latch = true;
+		else if (occurred[i].user_data != NULL)
+		{
+			const OutboxDestinationKind *k = occurred[i].user_data;
+
+			k->socket_ready(occurred[i].fd,
+							occurred[i].events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE));
+		}
+	}
+	return latch;
+}

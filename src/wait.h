@@ -1,0 +1,16 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.h
+ *	  The relay's one wait: its latch, the postmaster, and the sockets of
+ *	  every destination kind.
+ *
+ * src/wait.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_WAIT_H
+#define OUTBOX_WAIT_H
+
+extern bool OutboxWait(long timeout_ms, uint32 wait_event);
+
+#endif							/* OUTBOX_WAIT_H */
