@@ -26,17 +26,18 @@ END
 $guard$;
 
 /*
- * Relay v2: no transaction stays open while an HTTP request is in flight.
- * The claim commits at once and writes nothing to the events it takes:
- * the relays keep the set of events in flight in shared memory, where
- * every claim looks. What must survive a crash is the count of the
- * attempts it cuts off, and that is this journal: one row per claim of
- * HTTP events, the ids and their attempt counts as claimed, written in the
- * claim's transaction and deleted once their outcomes are recorded (the
- * outcome counts the attempt). The rows of a relay that is gone (a crash,
- * an exit) are released by the next relay to start, or within a second by
- * a running one: each event still at its claimed count gets its attempt
- * counted, and is then free to be claimed again.
+ * Relay v2: no transaction stays open while an event is in flight (sent
+ * after the claim commits, as webhooks are). The claim commits at once and
+ * writes nothing to the events it puts in flight: the relays keep the set
+ * of events in flight in shared memory, where every claim looks. What must
+ * survive a crash is the count of the attempts it cuts off, and that is
+ * this journal: one row per claim of events in flight, the ids and their
+ * attempt counts as claimed, written in the claim's transaction and
+ * deleted once their outcomes are recorded (the outcome counts the
+ * attempt). The rows of a relay that is gone (a crash, an exit) are
+ * released by the next relay to start, or within a second by a running
+ * one: each event still at its claimed count gets its attempt counted, and
+ * is then free to be claimed again.
  */
 CREATE TABLE @extschema@.outbox_in_flight (
     run        bigint NOT NULL,
@@ -48,7 +49,7 @@ CREATE TABLE @extschema@.outbox_in_flight (
 );
 
 COMMENT ON TABLE @extschema@.outbox_in_flight IS
-    'Journal of the HTTP events relays have in flight, one row per claim: written by the relays only';
+    'Journal of the events relays have in flight, one row per claim: written by the relays only';
 COMMENT ON COLUMN @extschema@.outbox_in_flight.run IS
     'The relay process that claimed them (a random number per relay start)';
 COMMENT ON COLUMN @extschema@.outbox_in_flight.claim IS
@@ -107,7 +108,7 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.retry_client_errors IS
  * without privileges (any role that can connect may LISTEN) learns only
  * the event's id, type and aggregate; the payload is read with
  * outbox_catch_up(). A NOTIFY destination may now have a secret: its
- * notifications are then signed (see the README).
+ * notifications are then signed (see docs/notify.md).
  */
 ALTER TABLE @extschema@.outbox_destinations
     ADD COLUMN notify_mode text NOT NULL DEFAULT 'full';

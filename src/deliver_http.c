@@ -1,14 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * deliver_http.c
- *	  Delivery of events to webhooks with libcurl's multi interface.
+ *	  The webhook kind of destination: its settings, its rules for a
+ *	  destination row, and the transport that runs its requests with
+ *	  libcurl's multi interface (one request is http_request.c's).
  *
- The webhook kind of destination (OutboxHttpKind, see destination.h): the
- * relay hands events over after the claim commits (enqueue) and collects
- * their outcomes as they come (collect); no database transaction is open
- * meanwhile. libcurl is driven by its socket interface: the sockets it
- * asks to watch go into the relay's one wait (wait.c), which hands the
- * ready ones back (socket_ready), so an answer wakes the relay at once.
+ * The relay hands events over after the claim commits (enqueue) and
+ * collects their outcomes as they come (collect); no database transaction
+ * is open meanwhile. libcurl is driven by its socket interface: the
+ * sockets it asks to watch go into the relay's one wait (wait.c), which
+ * hands the ready ones back (socket_ready), so an answer wakes the relay
+ * at once; its timer comes back as the kind's timeout_ms.
  *
  * Each destination has a queue. Requests are started from the queues in
  * turn, at most outbox.http_max_connections at once; while another
@@ -16,50 +18,24 @@
  * whose requests take over four times as long as the quickest's an eighth,
  * so that a slow endpoint cannot hold the connections a fast one needs.
  * The multi handle lives as long as the process: connections are kept
- * alive.
+ * alive, except those opened under an older outbox.http_allowed_targets.
  *
  * Each request has one time limit (outbox.http_timeout or the destination's
- * timeout_ms) for name resolution, connection and the whole transfer. Only
- * http and https are allowed and redirects are not followed. The outcome is
- * decided by the status line (see http_outcome): a 2xx is reported as
- * delivered as soon as the headers are in, even if the body is slow or
- * endless; at most RESPONSE_SNIPPET_LEN bytes of a body are kept for
- * last_error, and a transfer whose body passes RESPONSE_MAX_BYTES is cut.
+ * timeout_ms) for name resolution, connection and the whole transfer. A
+ * 2xx is reported as delivered as soon as the headers are in, even if the
+ * body is slow or endless; the body is read on for BODY_GRACE_MS, then the
+ * transfer is cut.
  *
- * No PostgreSQL function that can throw is called from a libcurl callback:
- * they only copy into fixed buffers inside the request, and errors are
- * turned into text after libcurl returns. libcurl's own memory (handles,
- * header lists, the copied body) is freed when each transfer ends, and the
- * multi handle by an on_proc_exit callback.
- *
- * Headers follow the Standard Webhooks specification: webhook-id (the
- * event_id, stable across retries), webhook-timestamp (Unix seconds of this
- * attempt) and, when the destination has a secret, webhook-signature
- * (signature.c). Then come the destination's headers and the event's own,
- * merged here: where both name a header, the destination's wins, and an
- * event never sends a name that events may not carry (headers.c).
- *
- * Where requests may go: outbox.http_allowed_targets (targets.c), checked
- * on the URL's host before a request starts and on the address of every
- * connection libcurl opens (open_socket); connections opened under an
- * older list are not reused.
- *
- * What is kept of an answer: the status, and for last_error only (never
- * the log) the first RESPONSE_SNIPPET_LEN bytes of the body with
- * credentials masked (redact); libcurl's error text is masked too, as it
- * can quote the URL's user:password.
- *
- * Its settings (outbox.http_*) are defined here. Runs in the relay worker,
- * or in a backend running outbox_relay().
+ * libcurl's own memory (handles, header lists, the copied body) is freed
+ * when each transfer ends, and the multi handle by an on_proc_exit
+ * callback. Runs in the relay worker, or in a backend running
+ * outbox_relay().
  *
  * src/deliver_http.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-
-#include <sys/socket.h>
-#include <time.h>
 
 #include <curl/curl.h>
 
@@ -78,113 +54,26 @@
 #include "destination.h"
 #include "envelope.h"
 #include "headers.h"
-#include "signature.h"
+#include "http_request.h"
 #include "targets.h"
 
 /* the largest outbox.http_max_connections allowed */
-#define HTTP_MAX_CONNECTIONS_LIMIT 1000
+#define HTTP_MAX_CONNECTIONS_LIMIT OUTBOX_HTTP_MAX_IDLE_EASY
+/* the rest of a 2xx body is read this long, for keep-alive, then cut */
+#define BODY_GRACE_MS 1000
 
 /* outbox.http_timeout (ms) and outbox.http_max_connections */
 static int	http_timeout = 5000;
 static int	http_max_connections = 16;
 
-/* bytes of a response body kept for last_error */
-#define RESPONSE_SNIPPET_LEN 256
-/* a response body longer than this is not read to its end */
-#define RESPONSE_MAX_BYTES (64 * 1024)
-/* the rest of a 2xx body is read this long, for keep-alive, then cut */
-#define BODY_GRACE_MS 1000
-
-typedef struct HttpDest HttpDest;
-
-typedef struct HttpRequest
-{
-	dlist_node	node;			/* in its destination's queue, then in running_list */
-	OutboxEvent *event;			/* NULL once its outcome was reported */
-	HttpDest   *dest;
-	CURL	   *easy;
-	struct curl_slist *headers;
-	long		status;			/* from the status line, once headers are in */
-	bool		check_address;	/* outbox.http_allowed_targets decides by address */
-	bool		blocked;		/* a connection was refused by it */
-	bool		headers_done;
-	TimestampTz reported_at;	/* outcome handed back while the body came */
-	TimestampTz started_at;		/* when the request was handed to libcurl */
-	size_t		body_bytes;
-	size_t		response_len;
-	char		response[RESPONSE_SNIPPET_LEN];
-	char		errbuf[CURL_ERROR_SIZE];
-} HttpRequest;
-
-/* The requests of one destination, by name. */
-struct HttpDest
-{
-	char	   *name;
-	dlist_head	queue;			/* HttpRequest waiting to start */
-	int			queued;
-	int			running;		/* handles attached to the multi handle */
-	int			unreported;		/* enqueued, outcome not reported yet */
-	TimestampTz last_active;	/* when an event was last handed over, or
-								 * its outcome reported */
-	double		avg_ms;			/* moving average of its requests' time to an outcome */
-
-	/* what target_allowed last found for this destination's URL */
-	char	   *target_url;		/* NULL: nothing yet */
-	uint64		target_generation;	/* of outbox.http_allowed_targets */
-	bool		target_parsed;
-	OutboxTargetVerdict target_verdict;
-};
-
 static CURLM *multi = NULL;
 static MemoryContext http_cxt = NULL;	/* requests and destinations */
 static MemoryContext prepare_cxt = NULL;	/* reset after each request is built */
-static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
 static List *dests = NIL;		/* of HttpDest, in http_cxt */
 static dlist_head running_list = DLIST_STATIC_INIT(running_list);
 static int	running = 0;		/* handles attached, all destinations */
 static int	next_dest = 0;		/* round-robin position */
 static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
-
-/*
- * Easy handles of finished requests, reset, for the next ones: a handle
- * costs a large zeroed allocation and its setup, once per request
- * otherwise. Connections stay in the multi handle's pool either way.
- */
-static CURL *idle_easy[HTTP_MAX_CONNECTIONS_LIMIT];
-static int	nidle_easy = 0;
-
-/* An easy handle with default options, or NULL if out of memory. */
-static CURL *
-take_easy(void)
-{
-	if (nidle_easy > 0)
-		return idle_easy[--nidle_easy];
-	return curl_easy_init();
-}
-
-/*
- * Keeps a handle detached from the multi handle for reuse, up to
- * outbox.http_max_connections of them, or frees it.
- */
-static void
-park_easy(CURL *easy)
-{
-	if (nidle_easy < http_max_connections)
-	{
-		curl_easy_reset(easy);
-		idle_easy[nidle_easy++] = easy;
-	}
-	else
-		curl_easy_cleanup(easy);
-}
-
-/* Frees the kept handles. */
-static void
-drop_idle_easy(void)
-{
-	while (nidle_easy > 0)
-		curl_easy_cleanup(idle_easy[--nidle_easy]);
-}
 
 /*
  * The sockets libcurl asks to be watched, and for what (its socket
@@ -279,7 +168,7 @@ new_multi(void)
 static void
 http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 {
-	drop_idle_easy();
+	OutboxHttpDropIdleEasy();
 	if (multi != NULL)
 		curl_multi_cleanup(multi);
 	multi = NULL;
@@ -302,479 +191,6 @@ http_init(void)
 										ALLOCSET_DEFAULT_SIZES);
 	multi = new_multi();
 	on_proc_exit(http_at_exit, (Datum) 0);
-}
-
-/*
- * libcurl header callback: notes the status of the final response (a 1xx
- * is followed by another status line) and when its headers end. Must not
- * throw or allocate.
- */
-static size_t
-collect_header(char *buffer, size_t size, size_t nitems, void *userdata)
-{
-	HttpRequest *req = (HttpRequest *) userdata;
-	size_t		len = size * nitems;
-
-	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
-	{
-		req->headers_done = false;
-		req->status = 0;
-	}
-	else if (len <= 2 && (buffer[0] == '\r' || buffer[0] == '\n'))
-	{
-		long		status = 0;
-
-		curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-		if (status >= 200)
-		{
-			req->status = status;
-			req->headers_done = true;
-		}
-	}
-	return len;
-}
-
-/*
- * libcurl write callback: keeps the start of the response body for the
- * error text, discards the rest, and stops a body that passes
- * RESPONSE_MAX_BYTES (returning less than given aborts the transfer). Must
- * not throw or allocate.
- */
-static size_t
-collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	HttpRequest *req = (HttpRequest *) userdata;
-	size_t		len = size * nmemb;
-	size_t		room = RESPONSE_SNIPPET_LEN - req->response_len;
-
-	if (room > 0)
-	{
-		memcpy(req->response + req->response_len, ptr, Min(len, room));
-		req->response_len += Min(len, room);
-	}
-	req->body_bytes += len;
-	return req->body_bytes > RESPONSE_MAX_BYTES ? 0 : len;
-}
-
-/*
- * libcurl open-socket callback: with an address-checked target, refuses a
- * connection whose address and port outbox.http_allowed_targets does not
- * allow (the request then fails, and http_outcome says why). Must not
- * throw or allocate.
- */
-static curl_socket_t
-open_socket(void *clientp, curlsocktype purpose pg_attribute_unused(),
-			struct curl_sockaddr *address)
-{
-	HttpRequest *req = (HttpRequest *) clientp;
-
-	if (req->check_address && !OutboxTargetAddressAllowed(&address->addr))
-	{
-		req->blocked = true;
-		return CURL_SOCKET_BAD;
-	}
-	return socket(address->family, address->socktype, address->protocol);
-}
-
-/* One header offered for a request, in merge_headers. */
-typedef struct MergeItem
-{
-	OutboxHeader *header;
-	char	   *lower;			/* name in lower case: HTTP names are not case-sensitive */
-	int			pos;			/* offer order: the destination's come first */
-	bool		keep;
-} MergeItem;
-
-static int
-merge_item_cmp(const void *a, const void *b)
-{
-	const MergeItem *x = *(MergeItem *const *) a;
-	const MergeItem *y = *(MergeItem *const *) b;
-	int			c = strcmp(x->lower, y->lower);
-
-	return c != 0 ? c : (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/*
- * The headers to send with ev, in *out: the destination's, then the event's
- * own whose name the destination does not use (compared without case);
- * headers whose value is JSON null are left out. Returns how many. Sorting
- * keeps this O(n log n) in the number of headers, which a writer controls.
- */
-static int
-merge_headers(OutboxEvent *ev, OutboxHeader **out)
-{
-	OutboxHeader *lists[2] = {NULL, NULL};
-	int			counts[2] = {0, 0};
-	Jsonb	   *sources[2] = {ev->dest.headers, ev->headers};
-	MergeItem  *items;
-	MergeItem **sorted;
-	OutboxHeader *merged;
-	int			n = 0;
-	int			nmerged = 0;
-
-	for (int s = 0; s < 2; s++)
-		if (sources[s] != NULL && JB_ROOT_IS_OBJECT(sources[s]))
-			counts[s] = OutboxHeaderList(sources[s], &lists[s]);
-	items = palloc(sizeof(MergeItem) * Max(counts[0] + counts[1], 1));
-	for (int s = 0; s < 2; s++)
-		for (int i = 0; i < counts[s]; i++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			if (lists[s][i].value == NULL)
-				continue;
-			/* an event never sends what events may not carry (checked at claim) */
-			if (s == 1 && !OutboxEventHeaderAllowed(lists[s][i].name))
-				continue;
-			items[n].header = &lists[s][i];
-			items[n].lower = asc_tolower(lists[s][i].name, strlen(lists[s][i].name));
-			items[n].pos = n;
-			items[n].keep = false;
-			n++;
-		}
-	sorted = palloc(sizeof(MergeItem *) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-		sorted[i] = &items[i];
-	qsort(sorted, n, sizeof(MergeItem *), merge_item_cmp);
-	for (int i = 0; i < n; i++)
-		sorted[i]->keep = i == 0 || strcmp(sorted[i]->lower, sorted[i - 1]->lower) != 0;
-
-	merged = palloc(sizeof(OutboxHeader) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (items[i].keep)
-			merged[nmerged++] = *items[i].header;
-	}
-	*out = merged;
-	return nmerged;
-}
-
-/* Adds a header line to the request; false when libcurl is out of memory. */
-static bool
-append_header(HttpRequest *req, const char *line)
-{
-	struct curl_slist *l = curl_slist_append(req->headers, line);
-
-	if (l == NULL)
-		return false;
-	req->headers = l;
-	return true;
-}
-
-/* Keeps printable ASCII only, so the text is valid in any server encoding. */
-static char *
-printable(const char *s, size_t len)
-{
-	char	   *out = palloc(len + 1);
-
-	for (size_t i = 0; i < len; i++)
-		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : ' ';
-	out[len] = '\0';
-	return out;
-}
-
-/*
- * Words after which a line of an answer or error text is masked: a header
- * or field that holds a credential, echoed back by the endpoint. Lower
- * case; matched without case.
- */
-static const char *const credential_words[] = {
-	"authorization", "cookie", "token", "secret", "password", "passwd",
-	"api-key", "apikey", "api_key", "bearer ", "basic ", "whsec_",
-	"credential", "session", "signature"
-};
-
-/*
- * Returns text s[0..len) as printable ASCII (palloc'd) with credentials
- * masked: after any of credential_words, the rest of that line becomes
- * "[redacted]", and the user:password of a URL ("scheme://user:pw@host")
- * too. Linear in len; called after libcurl returns, never in a callback.
- */
-static char *
-redact(const char *s, size_t len)
-{
-	char	   *text = printable(s, len);
-	char	   *lower = asc_tolower(text, len);
-	StringInfoData out;
-	size_t		i = 0;
-
-	initStringInfo(&out);
-	while (i < len)
-	{
-		bool		masked = false;
-
-		if (strncmp(lower + i, "://", 3) == 0)
-		{
-			size_t		j = i + 3;
-
-			while (j < len && strchr("/@ \t\r\n?#\"'", s[j]) == NULL)
-				j++;
-			if (j < len && s[j] == '@')
-			{
-				appendStringInfoString(&out, "://[redacted]@");
-				i = j + 1;
-				continue;
-			}
-		}
-		for (size_t w = 0; w < lengthof(credential_words) && !masked; w++)
-		{
-			size_t		wl = strlen(credential_words[w]);
-
-			if (strncmp(lower + i, credential_words[w], wl) == 0)
-			{
-				appendBinaryStringInfo(&out, text + i, wl);
-				appendStringInfoString(&out, "[redacted]");
-				i += wl;
-				/* to the end of the line, as the endpoint wrote it */
-				while (i < len && s[i] != '\n' && s[i] != '\r')
-					i++;
-				masked = true;
-			}
-		}
-		if (!masked)
-			appendStringInfoChar(&out, text[i++]);
-	}
-	return out.data;
-}
-
-/*
- * What outbox.http_allowed_targets says about url, before any connection:
- * sets req->check_address when each connection's address must be checked.
- * Returns false (with the event's error set) when nothing could allow the
- * target.
- */
-static bool
-target_allowed(HttpRequest *req, const char *url)
-{
-	HttpDest   *d = req->dest;
-
-	/* a destination's URL rarely changes: parse it once per URL and list */
-	if (d->target_url == NULL || strcmp(d->target_url, url) != 0 ||
-		d->target_generation != OutboxTargetsGeneration())
-	{
-		CURLU	   *u = curl_url();
-		char	   *host = NULL;
-		char	   *port = NULL;
-
-		d->target_parsed = u != NULL &&
-			curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-			curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-			curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
-		d->target_verdict = d->target_parsed ?
-			OutboxTargetByName(host, atoi(port)) : OUTBOX_TARGET_REFUSED;
-		curl_free(host);
-		curl_free(port);
-		curl_url_cleanup(u);
-		if (d->target_url != NULL)
-			pfree(d->target_url);
-		d->target_url = MemoryContextStrdup(http_cxt, url);
-		d->target_generation = OutboxTargetsGeneration();
-	}
-	if (!d->target_parsed)
-	{
-		req->event->error = pstrdup("the destination's url cannot be parsed");
-		return false;
-	}
-	if (d->target_verdict == OUTBOX_TARGET_REFUSED)
-	{
-		req->event->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
-		return false;
-	}
-	req->check_address = d->target_verdict == OUTBOX_TARGET_CHECK_ADDRESS;
-	return true;
-}
-
-/*
- * Builds the easy handle of one request. On a problem that retrying cannot
- * solve (an invalid header, a bad secret) the event fails permanently and
- * false is returned; the caller does not send it.
- */
-static bool
-prepare_request(HttpRequest *req)
-{
-	OutboxEvent *ev = req->event;
-	char		timestamp[32];
-	long		timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : http_timeout;
-	OutboxHeader *headers;
-	int			nheaders;
-	bool		ok;
-
-	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
-
-	nheaders = merge_headers(ev, &headers);
-	for (int i = 0; i < nheaders; i++)
-	{
-		if (!OutboxHeaderNameValid(headers[i].name, strlen(headers[i].name)) ||
-			!OutboxHeaderValueValid(headers[i].value, strlen(headers[i].value)))
-		{
-			/* the name only: the value may be a credential */
-			ev->permanent = true;
-			ev->error = psprintf("invalid HTTP header \"%s\"",
-								 printable(headers[i].name, strlen(headers[i].name)));
-			return false;
-		}
-	}
-
-	ok = append_header(req, "content-type: application/json") &&
-		append_header(req, "Expect:") &&
-		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
-		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
-	if (ok && ev->dest.secret != NULL)
-	{
-		char	   *sig = OutboxSignature(ev->dest.secret, ev->event_id, timestamp,
-										  ev->body, strlen(ev->body));
-
-		if (sig == NULL)
-		{
-			ev->permanent = true;
-			ev->error = pstrdup("the destination's secret cannot be used to sign (see the rules for secrets)");
-			return false;
-		}
-		ok = append_header(req, psprintf("webhook-signature: %s", sig));
-	}
-	for (int i = 0; ok && i < nheaders; i++)
-	{
-		const char *value = headers[i].value;
-
-		if (OutboxHeaderReserved(headers[i].name))
-			continue;
-		/* libcurl drops "name:" with no value; "name;" sends it empty */
-		if (value[strspn(value, " \t")] == '\0')
-			ok = append_header(req, psprintf("%s;", headers[i].name));
-		else
-			ok = append_header(req, psprintf("%s: %s", headers[i].name, value));
-	}
-
-	if (ok && !target_allowed(req, ev->dest.url))
-		return false;
-	if (ok)
-		req->easy = take_easy();
-	ok = ok && req->easy != NULL &&
-		curl_easy_setopt(req->easy, CURLOPT_URL, ev->dest.url) == CURLE_OK &&
-#if LIBCURL_VERSION_NUM >= 0x075500
-		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
-#else
-		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS)) == CURLE_OK &&
-#endif
-		curl_easy_setopt(req->easy, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-#if LIBCURL_VERSION_NUM >= 0x075700
-		/* do not wait for a stuck name lookup when the handle goes away */
-		curl_easy_setopt(req->easy, CURLOPT_QUICK_EXIT, 1L) == CURLE_OK &&
-#endif
-		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout) == CURLE_OK &&
-		/* libcurl keeps its own copy: the transfer may outlive the event */
-		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(ev->body)) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_COPYPOSTFIELDS, ev->body) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_HEADERFUNCTION, collect_header) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_HEADERDATA, req) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, collect_response) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETDATA, req) == CURLE_OK &&
-		/* a connection kept from before the list changed is not reused */
-		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT,
-						 (long) (multi_generation != OutboxTargetsGeneration())) == CURLE_OK;
-	if (!ok)
-	{
-		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
-		return false;
-	}
-	return true;
-}
-
-/*
- * prepare_request with a resource owner in place: the worker builds
- * requests between transactions, where there is none, and PostgreSQL's
- * HMAC (with OpenSSL) registers its context with the current one.
- */
-static bool
-prepare_with_owner(HttpRequest *req)
-{
-	ResourceOwner saved = CurrentResourceOwner;
-	bool		prepared;
-
-	if (saved == NULL)
-	{
-		if (http_owner == NULL)
-			http_owner = ResourceOwnerCreate(NULL, "outbox http");
-		CurrentResourceOwner = http_owner;
-	}
-	PG_TRY();
-	{
-		prepared = prepare_request(req);
-	}
-	PG_FINALLY();
-	{
-		CurrentResourceOwner = saved;
-	}
-	PG_END_TRY();
-	return prepared;
-}
-
-/*
- * Whether an HTTP status is worth retrying. 5xx and the 4xx that say "not
- * now" (408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
- * Requests) are; any other 4xx says the request itself is wrong, and the
- * same request will fail again, unless the destination asks otherwise.
- * 3xx: redirects are not followed, and the endpoint may be moved back.
- */
-static bool
-status_retryable(long status, const OutboxDestination *dest)
-{
-	if (status >= 400 && status < 500)
-		return status == 408 || status == 409 || status == 425 || status == 429 ||
-			dest->retry_client_errors;
-	return true;
-}
-
-/*
- * Records the outcome of a request in its event: delivered for a 2xx
- * status line, whatever happened to the body after it; otherwise the status
- * (with the start of the body) or the transfer error, whether it is worth
- * retrying, and the endpoint's Retry-After for 429 and 503.
- */
-static void
-http_outcome(HttpRequest *req, CURLcode result)
-{
-	OutboxEvent *ev = req->event;
-	long		status = req->status;
-
-	if (req->headers_done && status >= 200 && status < 300)
-	{
-		ev->ok = true;
-		return;
-	}
-	if (!req->headers_done)
-	{
-		if (req->blocked)
-			ev->error = pstrdup("HTTP request failed: the address connected to is not allowed by outbox.http_allowed_targets");
-		else
-			ev->error = psprintf("HTTP request failed: %s",
-								 req->errbuf[0] ? redact(req->errbuf, strlen(req->errbuf))
-								 : curl_easy_strerror(result));
-		return;
-	}
-	ev->error = psprintf("HTTP status %ld%s", status,
-						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "");
-	if (req->response_len > 0)
-		ev->response = redact(req->response, req->response_len);
-	ev->permanent = !status_retryable(status, &ev->dest);
-	if (status == 429 || status == 503)
-	{
-		curl_off_t	retry_after = 0;
-
-		/* libcurl reads both forms, seconds and an HTTP date (RFC 9110 10.2.3) */
-		if (curl_easy_getinfo(req->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
-			retry_after > 0)
-			ev->retry_after_ms = (int64) retry_after * 1000;
-	}
 }
 
 /* The queue of the destination called name, created on first use. */
@@ -829,7 +245,7 @@ release_request(HttpRequest *req)
 	if (req->easy != NULL)
 	{
 		curl_multi_remove_handle(multi, req->easy);
-		park_easy(req->easy);
+		OutboxHttpParkEasy(req->easy, http_max_connections);
 		dlist_delete(&req->node);
 		req->dest->running--;
 		running--;
@@ -944,7 +360,8 @@ start_requests(List **done)
 			progress = true;
 
 			old = MemoryContextSwitchTo(prepare_cxt);
-			prepared = prepare_with_owner(req);
+			prepared = OutboxHttpPrepare(req, http_timeout,
+										 multi_generation != OutboxTargetsGeneration());
 			MemoryContextSwitchTo(old);
 			if (req->event->error != NULL)
 				req->event->error = pstrdup(req->event->error);
@@ -961,7 +378,7 @@ start_requests(List **done)
 				req->event->error = "could not queue the HTTP request";
 			if (req->easy != NULL)
 			{
-				park_easy(req->easy);
+				OutboxHttpParkEasy(req->easy, http_max_connections);
 				req->easy = NULL;
 			}
 			report(req, done);
@@ -987,7 +404,7 @@ read_done(List **done)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
 		if (req->event != NULL)
 		{
-			http_outcome(req, msg->data.result);
+			OutboxHttpOutcome(req, msg->data.result);
 			report(req, done);
 		}
 		release_request(req);
@@ -1015,7 +432,7 @@ http_collect(void)
 	if (running == 0 && multi_generation != OutboxTargetsGeneration())
 	{
 		curl_multi_cleanup(multi);
-		drop_idle_easy();
+		OutboxHttpDropIdleEasy();
 		multi = new_multi();
 	}
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) http_max_connections);
@@ -1043,7 +460,7 @@ http_collect(void)
 		if (req->event != NULL && req->headers_done &&
 			req->status >= 200 && req->status < 300)
 		{
-			http_outcome(req, CURLE_OK);
+			OutboxHttpOutcome(req, CURLE_OK);
 			report(req, &done);
 			req->reported_at = now;
 		}

@@ -107,8 +107,8 @@ outbox_xact_callback(XactEvent event, void *arg pg_attribute_unused())
  * Arms the relay wake-up for the COMMIT of the current transaction. Called
  * in a backend with a transaction open, after an event was written.
  */
-void
-OutboxWakeAtCommit(void)
+static void
+wake_at_commit(void)
 {
 	if (!xact_callback_registered)
 	{
@@ -285,7 +285,7 @@ outbox_emit(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	SPI_finish();
 
-	OutboxWakeAtCommit();
+	wake_at_commit();
 
 	PG_RETURN_UUID_P(event_id);
 }

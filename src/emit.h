@@ -13,6 +13,5 @@
 #include "fmgr.h"
 
 extern Datum outbox_emit(PG_FUNCTION_ARGS);
-extern void OutboxWakeAtCommit(void);
 
 #endif							/* OUTBOX_EMIT_H */

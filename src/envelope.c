@@ -117,8 +117,8 @@ OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt, OutboxEnvelopeForm f
 }
 
 /* The full envelope (OutboxBuildEnvelopeForm): what webhooks are sent. */
-char *
-OutboxBuildEnvelope(const OutboxEvent *ev, int attempt)
+static char *
+build_envelope(const OutboxEvent *ev, int attempt)
 {
 	return OutboxBuildEnvelopeForm(ev, attempt, OUTBOX_ENVELOPE_FULL);
 }
@@ -148,5 +148,5 @@ _outbox_envelope(PG_FUNCTION_ARGS)
 	ev.aggregate_id = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	ev.created_at = PG_GETARG_TIMESTAMPTZ(4);
 	ev.payload = PG_GETARG_JSONB_P(6);
-	PG_RETURN_TEXT_P(cstring_to_text(OutboxBuildEnvelope(&ev, PG_GETARG_INT32(5))));
+	PG_RETURN_TEXT_P(cstring_to_text(build_envelope(&ev, PG_GETARG_INT32(5))));
 }

@@ -26,7 +26,6 @@ typedef enum OutboxEnvelopeForm
 } OutboxEnvelopeForm;
 
 extern Size OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form);
-extern char *OutboxBuildEnvelope(const OutboxEvent *ev, int attempt);
 extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,
 									 OutboxEnvelopeForm form);
 

@@ -25,8 +25,8 @@
  * outbox_emit's INSERT fires too) and again by the relay when it claims an
  * event, before it builds anything from it: an event that got in anyway (a
  * plain INSERT with triggers off, data from before 1.1) is dead-lettered on
- * its own with the reason, and never stops the relay. The README's Security
- * section lists them.
+ * its own with the reason, and never stops the relay. docs/security.md
+ * ("Limits") lists them.
  */
 /* event_type; also a destination's event_types pattern */
 #define OUTBOX_MAX_TYPE_BYTES 1024
@@ -46,7 +46,7 @@
  * The JSON envelope sent for an event (envelope.c). Escaping makes a
  * control character six bytes (\u0001), and a jsonb number of a few bytes
  * can print as a thousand digits (1e1000), so the text can be far larger
- * than the stored payload: it is measured (OutboxEnvelopeBound) before it
+ * than the stored payload: it is measured (OutboxEnvelopeCheck) before it
  * is built.
  */
 #define OUTBOX_MAX_ENVELOPE_BYTES (128 * 1024 * 1024)
@@ -115,7 +115,9 @@ typedef struct OutboxEvent
 	/* what is sent: the JSON envelope; NULL when it cannot be built */
 	char	   *body;
 
-	void	   *owner;			/* the claimer's bookkeeping (relay.c) */
+	Oid			extoid;			/* the extension it was claimed from, once
+								 * in flight; InvalidOid: the current one */
+	void	   *owner;			/* the worker's bookkeeping (relay.c) */
 
 	/* outcome */
 	bool		ok;

@@ -97,8 +97,8 @@ OutboxHeaderReserved(const char *name)
  * Fragments that make an x- name off limits to events: credentials
  * (auth, token, key, ...), routing and proxies (host, forward, proxy,
  * override, ...), and the webhook's own headers. Compared without case,
- * anywhere in the name. The README's Security section lists them: keep
- * both in step.
+ * anywhere in the name. docs/security.md ("What an event may carry")
+ * lists them: keep both in step.
  */
 static const char *const event_header_denied[] = {
 	"auth", "token", "secret", "passw", "cookie", "session", "key",

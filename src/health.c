@@ -178,9 +178,12 @@ static int64 pending_delivered = 0;
 static int64 pending_failed = 0;
 static bool xact_callback_registered = false;
 
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 /* Size of the area: the header and both tables (shmem_request_hook). */
-Size
-OutboxHealthShmemSize(void)
+static Size
+health_shmem_size(void)
 {
 	return add_size(MAXALIGN(sizeof(HealthShared)),
 					add_size(hash_estimate_size(MAX_RELAY_ROWS, sizeof(RelayHealth)),
@@ -189,10 +192,12 @@ OutboxHealthShmemSize(void)
 }
 
 /* Asks for the area and its lock; shmem_request_hook, postmaster only. */
-void
-OutboxHealthShmemRequest(void)
+static void
+health_shmem_request(void)
 {
-	RequestAddinShmemSpace(OutboxHealthShmemSize());
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(health_shmem_size());
 	RequestNamedLWLockTranche("outbox health", 1);
 }
 
@@ -200,12 +205,14 @@ OutboxHealthShmemRequest(void)
  * Creates or attaches to the area; shmem_startup_hook (postmaster, and each
  * process where shared memory is attached rather than inherited).
  */
-void
-OutboxHealthShmemStartup(void)
+static void
+health_shmem_startup(void)
 {
 	bool		found;
 	HASHCTL		info;
 
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	health = ShmemInitStruct("outbox health", sizeof(HealthShared), &found);
 	if (!found)
@@ -224,6 +231,19 @@ OutboxHealthShmemStartup(void)
 							  OUTBOX_MAX_DESTINATION_STATS, OUTBOX_MAX_DESTINATION_STATS,
 							  &info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Installs the statistics area's shared-memory hooks. Called from _PG_init
+ * in the postmaster only, when the library is being preloaded.
+ */
+void
+OutboxHealthShmemInit(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = health_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = health_shmem_startup;
 }
 
 /* Copies src into dst (size bytes), cut at a character boundary. */
@@ -690,7 +710,7 @@ ts_or_null(TimestampTz t, bool *isnull)
 
 /* A text Datum, or a NULL in *isnull for an empty string. */
 static Datum
-text_or_null(const char *s, bool *isnull)
+text_datum_or_null(const char *s, bool *isnull)
 {
 	*isnull = (s[0] == '\0');
 	return *isnull ? (Datum) 0 : CStringGetTextDatum(s);
@@ -766,7 +786,7 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 		values[2] = Int32GetDatum(r->pid);
 		nulls[2] = (r->pid == 0);
 		values[3] = CStringGetTextDatum(relay_state_names[r->state]);
-		values[4] = text_or_null(r->reason, &nulls[4]);
+		values[4] = text_datum_or_null(r->reason, &nulls[4]);
 		values[5] = ts_or_null(r->state == RELAY_RESTARTING || r->state == RELAY_NOT_STARTED
 							   ? r->next_start : 0, &nulls[5]);
 		values[6] = ts_or_null(r->started_at, &nulls[6]);
@@ -775,7 +795,7 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 		values[9] = ts_or_null(r->last_pass_at, &nulls[9]);
 		values[10] = Int64GetDatum(r->delivered);
 		values[11] = Int64GetDatum(r->failed);
-		values[12] = text_or_null(r->last_error, &nulls[12]);
+		values[12] = text_datum_or_null(r->last_error, &nulls[12]);
 		values[13] = ts_or_null(r->last_error_at, &nulls[13]);
 		values[14] = ts_or_null(r->stats_since, &nulls[14]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -897,7 +917,7 @@ outbox_destination_stats(PG_FUNCTION_ARGS)
 		values[3] = Int64GetDatum(d->counts.failed);
 		values[4] = ts_or_null(d->counts.last_success_at, &nulls[4]);
 		values[5] = ts_or_null(d->counts.last_failure_at, &nulls[5]);
-		values[6] = text_or_null(d->counts.last_error, &nulls[6]);
+		values[6] = text_datum_or_null(d->counts.last_error, &nulls[6]);
 		nulls[7] = !latency_quantile(d->counts.latency, 0.5, &ms);
 		values[7] = Float8GetDatum(nulls[7] ? 0.0 : ms);
 		nulls[8] = !latency_quantile(d->counts.latency, 0.99, &ms);

@@ -31,10 +31,7 @@ typedef enum OutboxLaunchState
 	OUTBOX_LAUNCH_NOT_STARTED	/* held back, for the reason given */
 } OutboxLaunchState;
 
-/* shared memory (shmem.c's hooks) */
-extern Size OutboxHealthShmemSize(void);
-extern void OutboxHealthShmemRequest(void);
-extern void OutboxHealthShmemStartup(void);
+extern void OutboxHealthShmemInit(void);
 
 /* the launcher */
 extern void OutboxHealthLaunch(Oid dboid, int relay_no, const char *dbname,

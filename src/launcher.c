@@ -10,10 +10,10 @@
  * or stops (it is their bgw_notify_pid), and every LAUNCHER_NAP_MS to notice
  * databases created later. A relay that exits is started again after
  * RELAY_RESTART_DELAY_MS, doubling up to a minute while relays keep exiting
- * quickly; one for a database that is being dropped is held
- * back while the pause set by utility.c is in force. Relays are dynamic
- * workers that the postmaster never restarts by itself, so the launcher alone
- * decides; the launcher itself is restarted by the postmaster.
+ * quickly; one for a database that is being dropped is held back while the
+ * pause set by dropdb_guard.c is in force. Relays are dynamic workers that the
+ * postmaster never restarts by itself, so the launcher alone decides; the
+ * launcher itself is restarted by the postmaster.
  *
  * src/launcher.c
  *
@@ -146,7 +146,7 @@ report_missing(List *names)
 	if (missing.len > 0)
 		ereport(LOG,
 				(errmsg("no outbox relay for databases named in \"outbox.databases\": %s", missing.data),
-				 errdetail("The database does not exist, does not allow connections, or is beyond the limit of %d relays.",
+				 errdetail("Each of them does not exist, does not allow connections, or is beyond the limit of %d databases with relays.",
 						   OUTBOX_MAX_RELAYS)));
 	if (last_reported != NULL)
 		pfree(last_reported);

@@ -22,9 +22,10 @@
 #include "compat.h"
 #include "destination.h"
 #include "guc.h"
+#include "health.h"
 #include "launcher.h"
 #include "shmem.h"
-#include "utility.h"
+#include "dropdb_guard.h"
 
 OUTBOX_MODULE_MAGIC;
 
@@ -41,7 +42,10 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
+	/* each area installs its own shared-memory hooks */
 	OutboxShmemInit();
+	OutboxInFlightShmemInit();
+	OutboxHealthShmemInit();
 	OutboxInstallUtilityHook();
 	OutboxRegisterLauncher();
 }

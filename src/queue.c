@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * queue.c
- *	  All SQL the relay runs against the outbox table: claim due events,
- *	  mark them delivered or failed, find when the next retry is due.
+ *	  The claim's SQL: open the extension's tables for a pass, claim due
+ *	  events and decode them, mark those the claim delivers or parks, find
+ *	  the next event and when the next retry is due. The journal of events
+ *	  in flight is in journal.c, the recording of outcomes in outcome.c.
  *
  * Every function here runs with a transaction open and SPI connected, in the
  * relay worker or in a backend calling outbox_relay(). Statements name the
@@ -28,9 +30,9 @@
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
  * held until the claim commits; from then on the in-flight set in shared
- * memory (shmem.c), which every claim leaves out, keeps other relays away
- * from an HTTP event in flight, and the journal (outbox_in_flight) keeps
- * the count of its attempt if a crash cuts it off. Nothing is written to
+ * memory (in_flight.c), which every claim leaves out, keeps other relays
+ * away from an event in flight, and the journal (journal.c) keeps the
+ * count of its attempt if a crash cuts it off. Nothing is written to
  * the event's row until its outcome: it stays pending, due again at once
  * if its relay goes (at-least-once).
  *
@@ -40,8 +42,6 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-
 #include "access/detoast.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -49,7 +49,6 @@
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
-#include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -209,90 +208,6 @@ static OutboxStatement next_due_stmt = {
 };
 
 /*
- * The journal row of a claim's HTTP events, in the claim's transaction:
- * their ids and attempt counts, under the relay's run and the claim's
- * number in it. One row per claim, whatever its size, and never updated:
- * deleted by journal_done_stmt once every outcome is recorded, or by
- * release_stmt if the relay is gone. Rows are found by (run, claim), not
- * by TID, which VACUUM FULL or CLUSTER would change; the table holds a row
- * per claim in flight (and dead ones until vacuumed), so a sequential scan
- * is its access path.
- */
-static const Oid journal_argtypes[] = {INT8OID, INT8OID, INT4OID, INT8ARRAYOID, INT4ARRAYOID};
-static OutboxStatement journal_stmt = {
-	.sql =
-		"INSERT INTO %1$s.outbox_in_flight (run, claim, relay, ids, attempts)"
-		" VALUES ($1, $2, $3, $4, $5)",
-	.nargs = 5,
-	.argtypes = journal_argtypes
-};
-
-/* Deletes the journal rows of claims $1 of run $2: their outcomes are in. */
-static const Oid journal_done_argtypes[] = {INT8ARRAYOID, INT8OID};
-static OutboxStatement journal_done_stmt = {
-	.sql =
-		"DELETE FROM %1$s.outbox_in_flight j"
-		" WHERE j.run = $2 AND j.claim = ANY ($1)",
-	.nargs = 2,
-	.argtypes = journal_done_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
-};
-
-/*
- * Outcomes of events in flight, each in a short transaction of its own
- * after the request: by the TID the claim read (a third cheaper than
- * primary key lookups), and only while the row still has the claim's
- * attempt count; the outcome counts the attempt. A row changed since (an
- * admin redelivered or cancelled the event, a release counted a cut-off
- * attempt) is a newer version: its old TID finds nothing, and the outcome
- * changes nothing. The id is checked too: once that old version is
- * pruned, its line pointer can be reused by another row.
- */
-static const Oid recorded_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-static OutboxStatement recorded_stmt = {
-	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET delivered_at = now(), attempts = o.attempts + 1, last_error = NULL,"
-		"       destination = u.dest"
-		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
-		"       AS u(tid, id, attempts, dest)"
-		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
-		"   AND o.id = u.id AND o.attempts = u.attempts"
-		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL"
-		" RETURNING o.id",
-	.nargs = 4,
-	.argtypes = recorded_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_BY_TID
-};
-
-/*
- * A failed attempt, by id: expected is the attempt count the row must still
- * have (the one it was claimed with), attempts the count to record.
- */
-static const Oid failure_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
-TEXTARRAYOID, FLOAT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
-static OutboxStatement failure_stmt = {
-	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET attempts = u.attempts, last_error = u.err,"
-		"       destination = coalesce(u.dest, o.destination),"
-		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
-		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
-		"       dead_at = CASE WHEN u.dead THEN now() END"
-		"  FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[],"
-		"              $6::bool[], $7::text[])"
-		"       AS u(id, expected, attempts, err, delay_ms, dead, dest)"
-		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.expected"
-		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL"
-		" RETURNING o.id",
-	.nargs = 7,
-	.argtypes = failure_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_KEYED
-};
-
-/*
  * Whether an enabled destination other than those named in $1 exists. A
  * claim that leaves out every enabled destination could only find events
  * that have none (to park), and would walk the whole due backlog of those
@@ -306,33 +221,6 @@ static OutboxStatement others_stmt = {
 		"                WHERE d.enabled AND d.name <> ALL ($1))",
 	.nargs = 1,
 	.argtypes = others_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
-};
-
-/*
- * Releases the journal rows of relays that are gone: those of every run
- * not in $1 (the running relays'), and those of claims $2 of this relay's
- * run $3 (claims whose outcomes did not all change their rows). Each event
- * still at the attempt count its row gives has its cut-off attempt
- * counted, once however many rows name it. Returns how many attempts it
- * counted.
- */
-static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID};
-static OutboxStatement release_stmt = {
-	.sql =
-		"WITH gone AS ("
-		"  DELETE FROM %1$s.outbox_in_flight j"
-		"   WHERE j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2))"
-		"  RETURNING j.ids, j.attempts),"
-		" counted AS ("
-		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1"
-		"    FROM (SELECT DISTINCT f.id, f.attempts"
-		"            FROM gone, unnest(gone.ids, gone.attempts) AS f(id, attempts)) u"
-		"   WHERE o.id = u.id AND o.attempts = u.attempts"
-		"  RETURNING o.id)"
-		" SELECT count(*) FROM counted",
-	.nargs = 3,
-	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
@@ -471,9 +359,9 @@ value_size(HeapTuple tuple, TupleDesc desc, int col)
 	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
 }
 
-/* n int8 values as an int8[] Datum. */
-static Datum
-int8_array(const int64 *values, int n)
+/* n int8 values as an int8[] Datum, in the current memory context. */
+Datum
+OutboxInt8Array(const int64 *values, int n)
 {
 	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
 
@@ -587,7 +475,7 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = Int32GetDatum(batch_size);
 	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = int8_array(exclude, nexclude);
+	values[2] = OutboxInt8Array(exclude, nexclude);
 	values[3] = Int64GetDatum(only_id);
 
 	*claimed = 0;
@@ -633,11 +521,12 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 	return n;
 }
 
-static uint64 record_failures(OutboxEvent **events, int n);
-
-/* The claimed row versions of n events, as a tid[] for the mark statements. */
-static Datum
-tid_array(OutboxEvent **events, int n)
+/*
+ * The claimed row versions of n events, as a tid[] Datum for the mark and
+ * outcome statements, in the current memory context.
+ */
+Datum
+OutboxTidArray(OutboxEvent **events, int n)
 {
 	Datum	   *tids = palloc(sizeof(Datum) * n);
 
@@ -648,17 +537,27 @@ tid_array(OutboxEvent **events, int n)
 }
 
 /*
- * Warns when a mark statement changed fewer rows than it was given: the
- * rows are locked by the pass, so this should not happen, and an unmarked
- * event would be delivered again.
+ * Warns when a mark statement (the last SPI statement) changed fewer rows
+ * than the n it was given: the rows are locked by the pass, so this should
+ * not happen, and an unmarked event would be delivered again. delivered:
+ * they were to be marked delivered, else as failed attempts.
  */
-static void
-check_marked(int n, const char *what)
+void
+OutboxCheckMarked(int n, bool delivered)
 {
-	if (SPI_processed != (uint64) n)
+	if (SPI_processed == (uint64) n)
+		return;
+	if (delivered)
 		ereport(WARNING,
-				(errmsg("marked %llu of %d events %s",
-						(unsigned long long) SPI_processed, n, what),
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("marked %llu of %d events delivered",
+						(unsigned long long) SPI_processed, n),
+				 errdetail("The others stay pending and will be delivered again.")));
+	else
+		ereport(WARNING,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("recorded the failed attempt of %llu of %d events",
+						(unsigned long long) SPI_processed, n),
 				 errdetail("The others stay pending and will be delivered again.")));
 }
 
@@ -683,13 +582,13 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 		dests[i] = CStringGetTextDatum(events[i]->dest.name);
 		OutboxHealthNote(events[i], NULL);
 	}
-	values[0] = tid_array(events, n);
+	values[0] = OutboxTidArray(events, n);
 	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
 
 	rc = SPI_execute_plan(OutboxStatementPlan(&delivered_stmt, ext_nspoid), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not mark events delivered: %s", SPI_result_code_string(rc));
-	check_marked(n, "delivered");
+	OutboxCheckMarked(n, true);
 }
 
 /*
@@ -705,306 +604,11 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 
 	if (n == 0)
 		return;
-	values[0] = tid_array(events, n);
+	values[0] = OutboxTidArray(events, n);
 
 	rc = SPI_execute_plan(OutboxStatementPlan(&unroutable_stmt, ext_nspoid), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not park events without a destination: %s", SPI_result_code_string(rc));
-}
-
-/*
- * Delay before the next attempt after `attempts` failed ones, in ms:
- * exponential from outbox.backoff_base, capped at outbox.backoff_max, with
- * "equal jitter" (half fixed, half random; the variant of that name in the
- * AWS Architecture Blog's "Exponential Backoff And Jitter") so that events
- * failing together do not all come back at the same instant.
- */
-static double
-backoff_ms(int attempts)
-{
-	double		delay = (double) outbox_backoff_base * pow(2.0, Min(attempts - 1, 60));
-
-	delay = Min(delay, (double) outbox_backoff_max);
-	return delay / 2.0 + pg_prng_double(&pg_global_prng_state) * delay / 2.0;
-}
-
-/*
- * Decides what a failed attempt of ev means and logs it (LOG, or WARNING
- * for a dead letter): returns true if the event is dead-lettered now, else
- * sets *delay_ms, the wait before the next attempt. attempts counts this
- * attempt. A Retry-After from the endpoint replaces the backoff, capped at
- * outbox.backoff_max.
- */
-static bool
-failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
-{
-	bool		dead = ev->permanent || attempts >= outbox_max_attempts;
-	const char *error = ev->error ? ev->error : "unknown error";
-
-	*delay_ms = 0.0;
-	if (!dead)
-		*delay_ms = ev->retry_after_ms >= 0
-			? (double) Min(ev->retry_after_ms, (int64) outbox_backoff_max)
-			: backoff_ms(attempts);
-
-	ereport(dead ? WARNING : LOG,
-			(ev->dest.name != NULL ?
-			 errmsg("could not deliver event %s to destination \"%s\": %s",
-					ev->event_id, ev->dest.name, error) :
-			 errmsg("could not deliver event %s: %s", ev->event_id, error),
-			 dead ?
-			 (ev->permanent ?
-			  errdetail("The event was dead-lettered: retrying cannot help.") :
-			  errdetail_plural("The event was dead-lettered after %d attempt.",
-							   "The event was dead-lettered after %d attempts.",
-							   attempts, attempts)) :
-			 errdetail("Attempt %d of %d; the event will be retried in %.0f ms.",
-					   attempts, outbox_max_attempts, *delay_ms)));
-	return dead;
-}
-
-/*
- * Records a failed attempt of each claimed (locked) event, in the claim's
- * transaction: attempts + 1, the error text, and either the time of the next
- * attempt or the dead-letter mark (see failed_attempt). Same context and
- * errors as OutboxMarkDelivered.
- */
-void
-OutboxMarkFailed(OutboxEvent **events, int n)
-{
-	if (n == 0)
-		return;
-	if (record_failures(events, n) != (uint64) n)
-		check_marked(n, "failed");
-}
-
-/*
- * Writes the journal row of n claimed (locked) HTTP events about to be
- * sent by the relay of run run, number relay, as its claim number claim
- * (see journal_stmt), in the claim's transaction. Same context and errors
- * as OutboxMarkDelivered.
- */
-void
-OutboxJournal(OutboxEvent **events, int n, int64 run, int64 claim, int relay)
-{
-	int64	   *ids = palloc(sizeof(int64) * Max(n, 1));
-	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
-	Datum		values[5];
-	int			rc;
-
-	for (int i = 0; i < n; i++)
-	{
-		ids[i] = events[i]->id;
-		attempts[i] = Int32GetDatum(events[i]->attempts);
-	}
-	values[0] = Int64GetDatum(run);
-	values[1] = Int64GetDatum(claim);
-	values[2] = Int32GetDatum(relay);
-	values[3] = int8_array(ids, n);
-	values[4] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
-	rc = SPI_execute_plan(OutboxStatementPlan(&journal_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "could not write the journal of events in flight: %s",
-			 SPI_result_code_string(rc));
-}
-
-/*
- * Deletes the journal rows of the n claims in claims of the relay of run
- * run: every outcome of those claims is recorded. Caller has a transaction
- * open and SPI connected; ERROR if SPI fails.
- */
-void
-OutboxJournalDone(const int64 *claims, int n, int64 run)
-{
-	Datum		values[2];
-	int			rc;
-
-	if (n == 0)
-		return;
-	values[0] = int8_array(claims, n);
-	values[1] = Int64GetDatum(run);
-	rc = SPI_execute_plan(OutboxStatementPlan(&journal_done_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "could not delete from the journal of events in flight: %s",
-			 SPI_result_code_string(rc));
-}
-
-/*
- * Notes in the statistics the outcome of each event whose row the last
- * statement changed (its RETURNING gives the ids): an outcome that changed
- * nothing (the row had moved on) is not counted. errors[i] is the
- * last_error of events[i], NULL for a delivery.
- */
-static void
-note_changed(OutboxEvent **events, char **errors, int n)
-{
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-													 SPI_tuptable->tupdesc, 1, &isnull));
-
-		for (int i = 0; i < n; i++)
-		{
-			if (events[i]->id == id)
-			{
-				events[i]->recorded = true;
-				OutboxHealthNote(events[i], errors ? errors[i] : NULL);
-				break;
-			}
-		}
-	}
-}
-
-/*
- * Records failed attempts by id: each row must still have the attempt
- * count its event was claimed with, and gets one more. Returns how many
- * rows changed; an event whose row moved on is left alone.
- */
-static uint64
-record_failures(OutboxEvent **events, int n)
-{
-	Datum	   *ids = palloc(sizeof(Datum) * n);
-	Datum	   *expected = palloc(sizeof(Datum) * n);
-	Datum	   *attempts = palloc(sizeof(Datum) * n);
-	Datum	   *errs = palloc(sizeof(Datum) * n);
-	char	  **errors = palloc(sizeof(char *) * n);
-	Datum	   *delays = palloc(sizeof(Datum) * n);
-	Datum	   *dead = palloc(sizeof(Datum) * n);
-	Datum	   *dests = palloc(sizeof(Datum) * n);
-	bool	   *dest_nulls = palloc(sizeof(bool) * n);
-	Datum		values[7];
-	int			rc;
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-
-	for (int i = 0; i < n; i++)
-	{
-		OutboxEvent *ev = events[i];
-		double		delay;
-
-		ids[i] = Int64GetDatum(ev->id);
-		expected[i] = Int32GetDatum(ev->attempts);
-		attempts[i] = Int32GetDatum(ev->attempts + 1);
-		errors[i] = psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
-							 ev->response ? ": " : "",
-							 ev->response ? ev->response : "");
-		errs[i] = CStringGetTextDatum(errors[i]);
-		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
-		delays[i] = Float8GetDatum(delay);
-		dest_nulls[i] = ev->dest.name == NULL;
-		dests[i] = dest_nulls[i] ? (Datum) 0 : CStringGetTextDatum(ev->dest.name);
-	}
-	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(expected, n, INT4OID, 4, true, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
-	values[3] = PointerGetDatum(construct_array(errs, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[4] = PointerGetDatum(construct_array(delays, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	values[5] = PointerGetDatum(construct_array(dead, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-	values[6] = PointerGetDatum(construct_md_array(dests, dest_nulls, 1, dims, lbs,
-												   TEXTOID, -1, false, TYPALIGN_INT));
-
-	rc = SPI_execute_plan(OutboxStatementPlan(&failure_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
-	note_changed(events, errors, n);
-	return SPI_processed;
-}
-
-/*
- * Records the outcomes of n events that were in flight, on the row
- * versions their claim read (see recorded_stmt): delivered, or a failed
- * attempt (see failed_attempt); either counts the attempt.
- * Caller has a transaction open and SPI connected; ERROR if SPI fails.
- */
-void
-OutboxRecordOutcomes(OutboxEvent **events, int n)
-{
-	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
-	OutboxEvent **ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
-	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
-	int			nok = 0;
-	int			nfailed = 0;
-
-	for (int i = 0; i < n; i++)
-	{
-		if (!events[i]->ok)
-		{
-			failed[nfailed++] = events[i];
-			continue;
-		}
-		ok[nok] = events[i];
-		ids[nok] = Int64GetDatum(events[i]->id);
-		attempts[nok] = Int32GetDatum(events[i]->attempts);
-		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
-		nok++;
-	}
-	if (nok > 0)
-	{
-		Datum		values[4];
-		int			rc;
-
-		values[0] = tid_array(ok, nok);
-		values[1] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		values[2] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
-		values[3] = PointerGetDatum(construct_array(dests, nok, TEXTOID, -1, false, TYPALIGN_INT));
-		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, ext_nspoid), values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));
-		note_changed(ok, NULL, nok);
-	}
-	if (nfailed > 0)
-		(void) record_failures(failed, nfailed);
-}
-
-/*
- * Records a failed attempt of one event by id, outside the normal path:
- * after an ERROR that the event caused. Returns false if the row had
- * moved on.
- */
-bool
-OutboxRecordFailure(OutboxEvent *ev)
-{
-	return record_failures(&ev, 1) == 1;
-}
-
-/*
- * Releases journal rows (see release_stmt): those of every run not among
- * the nlive in live, and those of the nown claims in own of this relay's
- * run. Called by a relay with OutboxLockJournal held. Returns how many
- * cut-off attempts it counted.
- */
-uint64
-OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown)
-{
-	Datum		values[3];
-	bool		isnull;
-	int			rc;
-
-	values[0] = int8_array(live, nlive);
-	values[1] = int8_array(own, nown);
-	values[2] = Int64GetDatum(OutboxRelayRun());
-	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not release the journal of events in flight: %s",
-			 SPI_result_code_string(rc));
-	return (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
- * Takes the lock that makes releases of the journal one at a time, until
- * the end of the transaction: a lock on the extension (objsubid 1, which
- * nothing else uses), so that a relay that starts meanwhile, whose own
- * release waits for it, claims only after this release committed. Caller
- * has done OutboxQueueOpen().
- */
-void
-OutboxLockJournal(void)
-{
-	LockDatabaseObject(ExtensionRelationId, ext_oid, 1, ExclusiveLock);
 }
 
 /*
@@ -1025,7 +629,7 @@ OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int
 	foreach(lc, skip)
 		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
-	values[1] = int8_array(exclude, nexclude);
+	values[1] = OutboxInt8Array(exclude, nexclude);
 	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, ext_nspoid), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));

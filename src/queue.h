@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * queue.h
- *	  The relay's statements against the outbox table: claim, journal the
- *	  events in flight, mark, park, record outcomes, release the journal of
- *	  relays that are gone, find the next due event.
+ *	  The relay's statements that read the outbox table: claim due events,
+ *	  mark those the claim delivers or parks, find the next due event.
+ *	  The journal (journal.h) and the outcomes (outcome.h) have their own.
  *
  * src/queue.h
  *
@@ -27,17 +27,13 @@ extern int	OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nex
 						int64 only_id, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, int *claimed);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
-extern void OutboxMarkFailed(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
-extern void OutboxJournal(OutboxEvent **events, int n, int64 run, int64 claim, int relay);
-extern void OutboxJournalDone(const int64 *claims, int n, int64 run);
-extern void OutboxRecordOutcomes(OutboxEvent **events, int n);
-extern bool OutboxRecordFailure(OutboxEvent *ev);
-extern uint64 OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown);
-extern void OutboxLockJournal(void);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);
+extern Datum OutboxInt8Array(const int64 *values, int n);
+extern Datum OutboxTidArray(OutboxEvent **events, int n);
+extern void OutboxCheckMarked(int n, bool delivered);
 
 extern Datum _outbox_claim_query(PG_FUNCTION_ARGS);
 extern Datum _outbox_unroutable_error(PG_FUNCTION_ARGS);

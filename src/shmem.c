@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *	  The small shared-memory area of the extension: one slot per database
- *	  with relays, holding each relay's pid and latch, and a separate table
+ *	  The relays' registry in shared memory: one slot per database with
+ *	  relays, holding each relay's pid, latch and run, and a separate table
  *	  of pauses.
  *
  * Backends read a slot to wake the relay of their database at COMMIT; the
  * relay fills it in when it starts and clears it when it exits. The DROP
- * DATABASE guard (utility.c) writes a pause, which keeps a database's relay
+ * DATABASE guard (dropdb_guard.c) writes a pause, which keeps a database's relay
  * from starting, into the pause table, never into a slot: a pause lasts
  * until the end of its command's transaction (and no longer than the time
  * it was set for) and belongs to the backend that set it, and since only
@@ -16,15 +16,8 @@
  * All of this is a handful of fields, so one spinlock protects the whole
  * area; nothing is done while holding it but copying those fields.
  *
- * Each slot also holds its database's in-flight set: the ids of the HTTP
- * events that a relay has sent or is sending and whose outcome is not
- * recorded yet, each with the run of the relay that holds it. No relay
- * claims an event in the set, so the claim itself writes nothing to the
- * event's row (see relay.c). It has its own LWLock per slot, as it is
- * copied whole for every claim. An entry outlives the relay that holds it:
- * a relay that exits leaves its events in the set until another one has
- * counted their cut-off attempts (OutboxInFlightForget); a crash restart
- * clears everything, and the first relay to start counts them all.
+ * A slot's number also numbers its database's in-flight set (in_flight.c),
+ * an area of its own with its own locks.
  *
  * The area exists only when the library is in shared_preload_libraries.
  * Without it, events are still stored and outbox_relay() still delivers;
@@ -48,7 +41,6 @@
 #include "storage/spin.h"
 #include "utils/timestamp.h"
 
-#include "health.h"
 #include "shmem.h"
 
 typedef struct OutboxRelayProc
@@ -58,20 +50,10 @@ typedef struct OutboxRelayProc
 	int64		run;			/* the running relay's run (OutboxRelayRun) */
 } OutboxRelayProc;
 
-/* An event in flight, and the run of the relay that holds it. */
-typedef struct OutboxInFlightEntry
-{
-	int64		id;
-	int64		run;
-} OutboxInFlightEntry;
-
 typedef struct OutboxRelaySlot
 {
 	Oid			dboid;			/* InvalidOid: free */
 	OutboxRelayProc relays[OUTBOX_MAX_RELAYS_PER_DATABASE];	/* by number */
-	/* the in-flight set, under in_flight_locks[slot number] */
-	int			n_in_flight;
-	OutboxInFlightEntry in_flight[OUTBOX_IN_FLIGHT_PER_DATABASE];
 } OutboxRelaySlot;
 
 /* A database whose relay must not start: a command needs it to itself. */
@@ -90,7 +72,6 @@ typedef struct OutboxShared
 } OutboxShared;
 
 static OutboxShared *shared = NULL;
-static LWLockPadded *in_flight_locks = NULL;
 static int64 my_run = 0;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -102,8 +83,6 @@ outbox_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
-	RequestNamedLWLockTranche("outbox in flight", OUTBOX_MAX_RELAYS);
-	OutboxHealthShmemRequest();
 }
 
 /* Creates or attaches to the shared area (shmem_startup_hook). */
@@ -122,9 +101,7 @@ outbox_shmem_startup(void)
 		memset(shared, 0, sizeof(OutboxShared));
 		SpinLockInit(&shared->mutex);
 	}
-	in_flight_locks = GetNamedLWLockTranche("outbox in flight");
 	LWLockRelease(AddinShmemInitLock);
-	OutboxHealthShmemStartup();
 }
 
 /*
@@ -339,7 +316,7 @@ OutboxWakeRelay(Oid dboid)
  * Stops the relays of dboid, if any, and keeps the launcher from starting
  * one until OutboxUnpauseRelays() or for pause_ms milliseconds, whichever
  * comes first. Called by a backend about to run a command that needs the
- * database to itself (DROP DATABASE and the like, utility.c), only for a
+ * database to itself (DROP DATABASE and the like, dropdb_guard.c), only for a
  * database that has or may have relays; the command's own wait for other
  * sessions to leave covers the relay's exit. The pause table has room for
  * as many pauses as there are slots; when it is full of pauses in force
@@ -444,15 +421,10 @@ OutboxRelayPaused(Oid dboid)
 	return paused;
 }
 
-/* ---------------------------------------------------------------------
- * The in-flight sets
- * ---------------------------------------------------------------------
- */
-
 /*
  * The run of this relay process: a random non-zero number drawn by
  * OutboxRelayAttach, which also names its rows in the outbox_in_flight
- * journal; 0 in any other process.
+ * journal and its entries in the in-flight set; 0 in any other process.
  */
 int64
 OutboxRelayRun(void)
@@ -461,238 +433,21 @@ OutboxRelayRun(void)
 }
 
 /*
- * The slot of dboid, or NULL. The slot stays dboid's while a relay of it
- * runs, so a relay may use it after the spinlock is let go; a backend may
- * read one that is being taken for another database, which costs it no
- * more than a wrong exclusion of a few events for one claim.
- */
-static OutboxRelaySlot *
-slot_of(Oid dboid, LWLock **lock)
-{
-	OutboxRelaySlot *slot;
-
-	if (shared == NULL)
-		return NULL;
-	SpinLockAcquire(&shared->mutex);
-	slot = find_slot(dboid, false);
-	SpinLockRelease(&shared->mutex);
-	if (slot != NULL)
-		*lock = &in_flight_locks[slot - shared->slots].lock;
-	return slot;
-}
-
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Whether id is among the n sorted values. */
-static bool
-sorted_has(const int64 *sorted, int n, int64 id)
-{
-	return n > 0 && bsearch(&id, sorted, n, sizeof(int64), cmp_int64) != NULL;
-}
-
-/*
- * A copy (palloc'd) of the ids of dboid's in-flight set, for a claim to
- * leave out; *n is their number, *room how many more the set can take
- * (OUTBOX_IN_FLIGHT_PER_DATABASE in all). With live_only, only the entries
- * of running relays: a backend (outbox_relay()) need not wait for a
- * release, which only relays make, to take the events of relays that are
- * gone (its claim holds their row locks until its outcomes are in, and a
- * release counts an attempt only where the row still has the claimed
- * count). Without the shared area, or without relays in dboid: none, and
- * room for a full set.
+ * The runs of dboid's running relays (palloc'd; *n of them), and in
+ * *slot_no the number of its slot (-1 if it has none), which also numbers
+ * its in-flight set (in_flight.c). The slot stays dboid's while a relay of
+ * it runs; a backend may read one that is being taken for another
+ * database, which costs it no more than a wrong exclusion of a few events
+ * for one claim.
  */
 int64 *
-OutboxInFlightIds(Oid dboid, bool live_only, int *n, int *room)
+OutboxRelayLiveRuns(Oid dboid, int *n, int *slot_no)
 {
-	LWLock	   *lock;
-	OutboxRelaySlot *slot = slot_of(dboid, &lock);
-	int64	   *ids;
-	int64	   *live = NULL;
-	int			nlive = 0;
-
-	*n = 0;
-	*room = OUTBOX_IN_FLIGHT_PER_DATABASE;
-	if (slot == NULL)
-		return palloc(sizeof(int64));
-	if (live_only)
-		live = OutboxRelayRuns(dboid, &nlive, NULL, NULL);
-	ids = palloc(sizeof(int64) * OUTBOX_IN_FLIGHT_PER_DATABASE);
-	LWLockAcquire(lock, LW_SHARED);
-	if (slot->dboid == dboid)
-	{
-		for (int i = 0; i < slot->n_in_flight; i++)
-		{
-			bool		keep = !live_only;
-
-			for (int j = 0; j < nlive && !keep; j++)
-				keep = live[j] == slot->in_flight[i].run;
-			if (keep)
-				ids[(*n)++] = slot->in_flight[i].id;
-		}
-		*room = OUTBOX_IN_FLIGHT_PER_DATABASE - slot->n_in_flight;
-	}
-	LWLockRelease(lock);
-	return ids;
-}
-
-/*
- * Checks n events that a claim has just locked against dboid's in-flight
- * set, and adds those with publish[i] under this relay's run. keep[i] is
- * set false for an event already in the set: a relay whose claim committed
- * after this claim's snapshot holds it (its row lock was gone by the time
- * this claim locked the row). Called in
- * the claim's transaction, before COMMIT: once the row locks are gone, the
- * set is all that keeps other relays away. publish may be NULL (a backend's
- * check, outbox_relay(), which leaves out the events of running relays
- * only, see OutboxInFlightIds). An event that does not fit (the set is
- * full) is dropped too.
- */
-void
-OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n, bool *keep)
-{
-	LWLock	   *lock;
-	OutboxRelaySlot *slot = slot_of(dboid, &lock);
-	int64	   *sorted = palloc(sizeof(int64) * Max(n, 1));
-	int64	   *taken = palloc(sizeof(int64) * Max(n, 1));
-	int			ntaken = 0;
-	int64	   *live = NULL;
-	int			nlive = 0;
-
-	for (int i = 0; i < n; i++)
-		keep[i] = true;
-	if (slot == NULL)
-		return;
-	if (publish == NULL)
-		live = OutboxRelayRuns(dboid, &nlive, NULL, NULL);
-	memcpy(sorted, ids, sizeof(int64) * n);
-	qsort(sorted, n, sizeof(int64), cmp_int64);
-
-	LWLockAcquire(lock, publish != NULL ? LW_EXCLUSIVE : LW_SHARED);
-	if (slot->dboid == dboid)
-	{
-		for (int i = 0; i < slot->n_in_flight; i++)
-		{
-			bool		holds = sorted_has(sorted, n, slot->in_flight[i].id);
-
-			/* a backend leaves out the events of running relays only */
-			if (holds && publish == NULL)
-			{
-				holds = false;
-				for (int j = 0; j < nlive && !holds; j++)
-					holds = live[j] == slot->in_flight[i].run;
-			}
-			if (holds)
-				taken[ntaken++] = slot->in_flight[i].id;
-		}
-		qsort(taken, ntaken, sizeof(int64), cmp_int64);
-		for (int i = 0; i < n; i++)
-		{
-			if (sorted_has(taken, ntaken, ids[i]))
-				keep[i] = false;
-			else if (publish != NULL && publish[i])
-			{
-				if (slot->n_in_flight >= OUTBOX_IN_FLIGHT_PER_DATABASE)
-					keep[i] = false;
-				else
-				{
-					slot->in_flight[slot->n_in_flight].id = ids[i];
-					slot->in_flight[slot->n_in_flight].run = my_run;
-					slot->n_in_flight++;
-				}
-			}
-		}
-	}
-	LWLockRelease(lock);
-	pfree(sorted);
-	pfree(taken);
-}
-
-/*
- * Takes out of dboid's in-flight set every entry for which gone(entry, arg)
- * is true, in one pass under the set's lock.
- */
-static void
-remove_entries(Oid dboid, bool (*gone) (const OutboxInFlightEntry *e, const void *arg),
-			   const void *arg)
-{
-	LWLock	   *lock;
-	OutboxRelaySlot *slot = slot_of(dboid, &lock);
-
-	if (slot == NULL)
-		return;
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	for (int i = 0; slot->dboid == dboid && i < slot->n_in_flight;)
-	{
-		if (gone(&slot->in_flight[i], arg))
-			slot->in_flight[i] = slot->in_flight[--slot->n_in_flight];
-		else
-			i++;
-	}
-	LWLockRelease(lock);
-}
-
-/* ids (sorted) of this relay's run, for remove_entries */
-typedef struct SortedIds
-{
-	const int64 *ids;
-	int			n;
-} SortedIds;
-
-static bool
-mine_among(const OutboxInFlightEntry *e, const void *arg)
-{
-	const SortedIds *s = arg;
-
-	return e->run == my_run && sorted_has(s->ids, s->n, e->id);
-}
-
-/*
- * Takes n events of this relay's run out of dboid's in-flight set: their
- * outcomes are recorded (or their claim did not commit). Must not fail
- * once the outcomes are committed: no ERROR but out of memory.
- */
-void
-OutboxInFlightRemove(Oid dboid, const int64 *ids, int n)
-{
-	int64	   *sorted;
-	SortedIds	s;
-
-	if (n == 0)
-		return;
-	sorted = palloc(sizeof(int64) * n);
-	memcpy(sorted, ids, sizeof(int64) * n);
-	qsort(sorted, n, sizeof(int64), cmp_int64);
-	s.ids = sorted;
-	s.n = n;
-	remove_entries(dboid, mine_among, &s);
-	pfree(sorted);
-}
-
-/*
- * The runs of dboid's running relays (palloc'd; *n of them), and in *dead
- * those that hold entries of its in-flight set but run no more (*ndead).
- * dead may be NULL.
- */
-int64 *
-OutboxRelayRuns(Oid dboid, int *n, int64 **dead, int *ndead)
-{
-	LWLock	   *lock;
 	OutboxRelaySlot *slot;
 	int64	   *live = palloc(sizeof(int64) * OUTBOX_MAX_RELAYS_PER_DATABASE);
 
 	*n = 0;
-	if (dead != NULL)
-	{
-		*dead = palloc(sizeof(int64) * OUTBOX_IN_FLIGHT_PER_DATABASE);
-		*ndead = 0;
-	}
+	*slot_no = -1;
 	if (shared == NULL)
 		return live;
 	SpinLockAcquire(&shared->mutex);
@@ -701,55 +456,7 @@ OutboxRelayRuns(Oid dboid, int *n, int64 **dead, int *ndead)
 		if (slot->relays[i].pid != 0)
 			live[(*n)++] = slot->relays[i].run;
 	SpinLockRelease(&shared->mutex);
-	if (slot == NULL || dead == NULL)
-		return live;
-
-	lock = &in_flight_locks[slot - shared->slots].lock;
-	LWLockAcquire(lock, LW_SHARED);
-	for (int i = 0; slot->dboid == dboid && i < slot->n_in_flight; i++)
-	{
-		int64		run = slot->in_flight[i].run;
-		bool		known = false;
-
-		for (int j = 0; j < *n && !known; j++)
-			known = live[j] == run;
-		for (int j = 0; j < *ndead && !known; j++)
-			known = (*dead)[j] == run;
-		if (!known)
-			(*dead)[(*ndead)++] = run;
-	}
-	LWLockRelease(lock);
+	if (slot != NULL)
+		*slot_no = slot - shared->slots;
 	return live;
-}
-
-/* runs gone, for remove_entries */
-typedef struct Runs
-{
-	const int64 *runs;
-	int			n;
-} Runs;
-
-static bool
-run_among(const OutboxInFlightEntry *e, const void *arg)
-{
-	const Runs *r = arg;
-
-	for (int j = 0; j < r->n; j++)
-		if (r->runs[j] == e->run)
-			return true;
-	return false;
-}
-
-/*
- * Takes the entries of the n runs in runs (relays that have exited) out of
- * dboid's in-flight set, once their journal rows are released: their
- * events can be claimed again.
- */
-void
-OutboxInFlightForget(Oid dboid, const int64 *runs, int n)
-{
-	Runs		r = {runs, n};
-
-	if (n > 0)
-		remove_entries(dboid, run_among, &r);
 }

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.h
- *	  Shared state between backends, the launcher and the relays.
+ *	  Shared state between backends, the launcher and the relays: the
+ *	  relays' registry (shmem.c) and the in-flight sets (in_flight.c).
  *
  * src/shmem.h
  *
@@ -17,11 +18,11 @@
 /* At most this many relays per database (outbox.relays_per_database). */
 #define OUTBOX_MAX_RELAYS_PER_DATABASE 16
 /*
- * At most this many HTTP events in flight per database, over all its relays
- * (16 bytes each in shared memory, per possible database).
+ * At most this many events in flight per database, over all its relays
+ * (16 bytes each in shared memory, per possible database; in_flight.c).
  */
 #define OUTBOX_IN_FLIGHT_PER_DATABASE 4096
-/* At most this many databases paused at once (utility.c). */
+/* At most this many databases paused at once (dropdb_guard.c). */
 #define OUTBOX_MAX_PAUSES OUTBOX_MAX_RELAYS
 
 extern void OutboxShmemInit(void);
@@ -36,6 +37,10 @@ extern bool OutboxRelayRunning(Oid dboid);
 extern bool OutboxRelayPaused(Oid dboid);
 
 extern int64 OutboxRelayRun(void);
+extern int64 *OutboxRelayLiveRuns(Oid dboid, int *n, int *slot_no);
+
+/* the in-flight sets (in_flight.c) */
+extern void OutboxInFlightShmemInit(void);
 extern int64 *OutboxInFlightIds(Oid dboid, bool live_only, int *n, int *room);
 extern void OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n,
 								bool *keep);

@@ -126,8 +126,8 @@ OutboxSecretCheck(const char *secret, OutboxProblem *p)
  * Returns the HMAC key of a secret, palloc'd, and its length in *keylen;
  * NULL if the secret breaks a rule of OutboxSecretCheck. Raises no error.
  */
-char *
-OutboxSecretKey(const char *secret, int *keylen)
+static char *
+secret_key(const char *secret, int *keylen)
 {
 	const char *b64;
 	int			b64len;
@@ -150,7 +150,7 @@ OutboxSecretKey(const char *secret, int *keylen)
 
 /*
  * Returns the signature ("v1,<base64>") of one message, palloc'd, or NULL
- * if the secret cannot be used (see OutboxSecretKey). msg_id is the
+ * if the secret cannot be used (see secret_key). msg_id is the
  * webhook-id, timestamp the webhook-timestamp as sent. ERROR only if the
  * HMAC cannot be computed (out of memory).
  */
@@ -160,7 +160,7 @@ OutboxSignature(const char *secret, const char *msg_id, const char *timestamp,
 {
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	int			keylen;
-	char	   *key = OutboxSecretKey(secret, &keylen);
+	char	   *key = secret_key(secret, &keylen);
 	pg_hmac_ctx *ctx;
 	char	   *b64;
 	int			b64len;
@@ -213,5 +213,5 @@ _outbox_valid_secret(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(true);
-	PG_RETURN_BOOL(OutboxSecretKey(text_to_cstring(PG_GETARG_TEXT_PP(0)), &keylen) != NULL);
+	PG_RETURN_BOOL(secret_key(text_to_cstring(PG_GETARG_TEXT_PP(0)), &keylen) != NULL);
 }

@@ -15,7 +15,6 @@
 #include "headers.h"
 
 extern bool OutboxSecretCheck(const char *secret, OutboxProblem *problem);
-extern char *OutboxSecretKey(const char *secret, int *keylen);
 extern char *OutboxSignature(const char *secret, const char *msg_id,
 							 const char *timestamp, const char *body,
 							 size_t bodylen);

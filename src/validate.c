@@ -115,16 +115,15 @@ escaped_length(const char *s, int len)
 /*
  * An upper bound of the length of the envelope (envelope.c) of an event
  * with these column sizes and this payload (jsonb, detoasted only if it
- * must be read). Strings count 6
- * bytes per byte (escaping). A payload small enough that even
- * PAYLOAD_TEXT_FACTOR times its size fits the limit is not read; a larger
- * one is walked once, counting what each token prints as (strings as
- * escaped, numbers as printed), and the walk
- * stops as soon as the bound passes OUTBOX_MAX_ENVELOPE_BYTES. Linear in
- * the payload, and interruptible every 1024 tokens.
+ * must be read). Strings count 6 bytes per byte (escaping). A payload
+ * small enough that even PAYLOAD_TEXT_FACTOR times its size fits the limit
+ * is not read; a larger one is walked once, counting what each token
+ * prints as (strings as escaped, numbers as printed), and the walk stops
+ * as soon as the bound passes OUTBOX_MAX_ENVELOPE_BYTES. Linear in the
+ * payload, and interruptible every 1024 tokens.
  */
-Size
-OutboxEnvelopeBound(const OutboxEventSizes *s, Datum payload)
+static Size
+envelope_bound(const OutboxEventSizes *s, Datum payload)
 {
 	Size		total = ENVELOPE_FIXED_BYTES +
 		6 * (s->event_type + s->aggregate_type + s->aggregate_id) + 6;
@@ -174,13 +173,13 @@ OutboxEnvelopeBound(const OutboxEventSizes *s, Datum payload)
 
 /*
  * Checks that the envelope of an event stays within
- * OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeBound). Returns true, or false
+ * OUTBOX_MAX_ENVELOPE_BYTES (envelope_bound). Returns true, or false
  * with *p (54000).
  */
 bool
 OutboxEnvelopeCheck(const OutboxEventSizes *s, Datum payload, OutboxProblem *p)
 {
-	if (OutboxEnvelopeBound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
+	if (envelope_bound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
 		return true;
 	return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 					   psprintf("event envelope would be larger than %d bytes",
@@ -419,34 +418,17 @@ fill_kind(Relation rel, HeapTuple tuple)
  * a webhook turned into a channel, or a channel renamed to the name a
  * webhook had, would show them the webhook's events.
  */
-Datum
-_outbox_check_destination(PG_FUNCTION_ARGS)
+/*
+ * The kind of a destination row whose kind is set (fill_kind): one this
+ * library has, its target alone set, and on UPDATE (old: the row before)
+ * the same name and kind as before. Raises 23514 otherwise.
+ */
+static const OutboxDestinationKind *
+check_kind(Relation rel, HeapTuple tuple, HeapTuple old)
 {
-	Relation	rel;
-	HeapTuple	tuple = trigger_row(fcinfo, "_outbox_check_destination", &rel);
-	OutboxDestinationRow row;
 	const OutboxDestinationKind *kind;
-	OutboxProblem p;
 	bool		isnull;
-	Datum		d;
 
-	tuple = fill_kind(rel, tuple);
-	(void) column(rel, tuple, "kind", &isnull);
-	if (isnull)
-		refuse_targets();		/* none or several: no kind to take */
-	check_not_null(rel, tuple);
-	if (column_size(rel, tuple, "name") == 0)
-		refuse("destination name must not be empty", NULL);
-	if (column_size(rel, tuple, "name") > OUTBOX_MAX_TYPE_BYTES ||
-		column_size(rel, tuple, "event_types") > OUTBOX_MAX_TYPE_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("destination name and event_types are limited to %d bytes each",
-						OUTBOX_MAX_TYPE_BYTES)));
-	if (column_size(rel, tuple, "event_types") == 0)
-		refuse("destination event_types must not be empty", NULL);
-
-	/* a known kind, and its target alone (or a row with none or several) */
 	kind = column_size(rel, tuple, "kind") > OUTBOX_MAX_TYPE_BYTES ? NULL :
 		OutboxKindByName(TextDatumGetCString(column(rel, tuple, "kind", &isnull)));
 	if (kind == NULL)
@@ -458,9 +440,8 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 			appendStringInfo(&kinds, "%s%s", i == 0 ? "" : ", ", OutboxKindAt(i)->name);
 		refuse("destination kind is not valid", psprintf("It is one of: %s.", kinds.data));
 	}
-	if (TRIGGER_FIRED_BY_UPDATE(((TriggerData *) fcinfo->context)->tg_event))
+	if (old != NULL)
 	{
-		HeapTuple	old = ((TriggerData *) fcinfo->context)->tg_trigtuple;
 		const OutboxDestinationKind *by_target = kind_by_target(rel, tuple);
 
 		if (strcmp(TextDatumGetCString(column(rel, tuple, "name", &isnull)),
@@ -474,6 +455,19 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	}
 	if (kind_by_target(rel, tuple) != kind)
 		refuse_targets();
+	return kind;
+}
+
+/*
+ * The rules of the columns every kind shares: headers, secret, timeout_ms,
+ * format. Raises 23514, or 54000 for a size over a limit.
+ */
+static void
+check_shared_columns(Relation rel, HeapTuple tuple)
+{
+	OutboxProblem p;
+	bool		isnull;
+	Datum		d;
 
 	d = column(rel, tuple, "headers", &isnull);
 	if (!isnull)
@@ -506,7 +500,38 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	if (column_size(rel, tuple, "format") > OUTBOX_MAX_TYPE_BYTES ||
 		strcmp(TextDatumGetCString(column(rel, tuple, "format", &isnull)), OUTBOX_FORMAT_ENVELOPE) != 0)
 		refuse("destination format is not valid", "It is " OUTBOX_FORMAT_ENVELOPE ".");
+}
 
+Datum
+_outbox_check_destination(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	HeapTuple	tuple = trigger_row(fcinfo, "_outbox_check_destination", &rel);
+	OutboxDestinationRow row;
+	const OutboxDestinationKind *kind;
+	OutboxProblem p;
+	bool		isnull;
+
+	tuple = fill_kind(rel, tuple);
+	(void) column(rel, tuple, "kind", &isnull);
+	if (isnull)
+		refuse_targets();		/* none or several: no kind to take */
+	check_not_null(rel, tuple);
+	if (column_size(rel, tuple, "name") == 0)
+		refuse("destination name must not be empty", NULL);
+	if (column_size(rel, tuple, "name") > OUTBOX_MAX_TYPE_BYTES ||
+		column_size(rel, tuple, "event_types") > OUTBOX_MAX_TYPE_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("destination name and event_types are limited to %d bytes each",
+						OUTBOX_MAX_TYPE_BYTES)));
+	if (column_size(rel, tuple, "event_types") == 0)
+		refuse("destination event_types must not be empty", NULL);
+
+	kind = check_kind(rel, tuple,
+					  TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL);
+	check_shared_columns(rel, tuple);
 	row.rel = rel;
 	row.tuple = tuple;
 	if (!kind->check_destination(&row, &p))

@@ -1,15 +1,15 @@
 /*-------------------------------------------------------------------------
  *
- * utility.h
+ * dropdb_guard.h
  *	  The ProcessUtility hook that stops a relay before DROP DATABASE.
  *
- * src/utility.h
+ * src/dropdb_guard.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef OUTBOX_UTILITY_H
-#define OUTBOX_UTILITY_H
+#ifndef OUTBOX_DROPDB_GUARD_H
+#define OUTBOX_DROPDB_GUARD_H
 
 extern void OutboxInstallUtilityHook(void);
 
-#endif							/* OUTBOX_UTILITY_H */
+#endif							/* OUTBOX_DROPDB_GUARD_H */

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * utility.c
+ * dropdb_guard.c
  *	  Keeps the relay from blocking commands that need a database to
  *	  themselves.
  *
@@ -24,7 +24,7 @@
  *
  * The hook runs in every backend that loaded the library.
  *
- * src/utility.c
+ * src/dropdb_guard.c
  *
  *-------------------------------------------------------------------------
  */
@@ -43,7 +43,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "shmem.h"
-#include "utility.h"
+#include "dropdb_guard.h"
 
 /* the longest a pause lasts, should its transaction not end before */
 #define DATABASE_COMMAND_PAUSE_MS 10000
@@ -123,7 +123,7 @@ pause_relay_of(const char *dbname)
 
 /* Returns the option called name in a list of DefElem, or NULL. */
 static DefElem *
-has_option(List *options, const char *name)
+find_option(List *options, const char *name)
 {
 	ListCell   *lc;
 
@@ -155,7 +155,7 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 			paused = pause_relay_of(((DropdbStmt *) node)->dbname);
 			break;
 		case T_AlterDatabaseStmt:
-			if (has_option(((AlterDatabaseStmt *) node)->options, "tablespace"))
+			if (find_option(((AlterDatabaseStmt *) node)->options, "tablespace"))
 			{
 				PreventInTransactionBlock(top_level, "ALTER DATABASE SET TABLESPACE");
 				paused = pause_relay_of(((AlterDatabaseStmt *) node)->dbname);
@@ -167,7 +167,7 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 			break;
 		case T_CreatedbStmt:
 			{
-				DefElem    *template = has_option(((CreatedbStmt *) node)->options, "template");
+				DefElem    *template = find_option(((CreatedbStmt *) node)->options, "template");
 
 				if (template != NULL && template->arg != NULL)
 				{

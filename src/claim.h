@@ -1,0 +1,49 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.h
+ *	  The claim transaction that the relay worker and outbox_relay() share.
+ *
+ * src/claim.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_CLAIM_H
+#define OUTBOX_CLAIM_H
+
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+
+#include "event.h"
+
+/* What to claim (OutboxDispatch). */
+typedef struct OutboxClaimRequest
+{
+	int			batch_size;		/* at most this many events */
+	List	   *skip;			/* names of destinations to leave out */
+	int64		only_id;		/* not 0: that one event only (isolation) */
+	int64		run;			/* the relay's run; 0 in a backend */
+	int			relay;			/* the relay's number in its database */
+	MemoryContext cxt;			/* where the events go; outlives the claim */
+} OutboxClaimRequest;
+
+/* What a claim did (OutboxDispatch). */
+typedef struct OutboxDispatchResult
+{
+	bool		opened;			/* the extension was there to work on */
+	int			claimed;		/* rows locked */
+	int			delivered;		/* sent at COMMIT */
+	int			failed;
+	int			unroutable;
+	bool		room_limited;	/* fewer than asked: the in-flight set is full */
+	OutboxEvent **in_flight;	/* to be sent after COMMIT */
+	int			nin_flight;
+	int64	   *published;		/* their ids, in the in-flight set */
+	int			npublished;
+	int64		claim;			/* their journal row's claim number, or 0 */
+	Oid			extoid;			/* the extension they were claimed from */
+} OutboxDispatchResult;
+
+extern void OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d);
+extern Datum outbox_relay(PG_FUNCTION_ARGS);
+
+#endif							/* OUTBOX_CLAIM_H */

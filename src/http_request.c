@@ -1,0 +1,519 @@
+/*-------------------------------------------------------------------------
+ *
+ * http_request.c
+ *	  One webhook request: its headers and signature, its libcurl handle
+ *	  and callbacks, and what its answer means.
+ *
+ * Headers follow the Standard Webhooks specification: webhook-id (the
+ * event_id, stable across retries), webhook-timestamp (Unix seconds of this
+ * attempt) and, when the destination has a secret, webhook-signature
+ * (signature.c). Then come the destination's headers and the event's own,
+ * merged here: where both name a header, the destination's wins, and an
+ * event never sends a name that events may not carry (headers.c).
+ *
+ * Only http and https are allowed and redirects are not followed. The
+ * outcome is decided by the status line (OutboxHttpOutcome); at most
+ * RESPONSE_SNIPPET_LEN bytes of a body are kept for last_error, masked
+ * (redact.c), and a transfer whose body passes RESPONSE_MAX_BYTES is cut.
+ *
+ * Where requests may go: outbox.http_allowed_targets (targets.c), checked
+ * on the URL's host before a request starts and on the address of every
+ * connection libcurl opens (open_socket).
+ *
+ * No PostgreSQL function that can throw is called from a libcurl callback:
+ * they only copy into fixed buffers inside the request, and errors are
+ * turned into text after libcurl returns.
+ *
+ * src/http_request.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/socket.h>
+#include <time.h>
+
+#include "miscadmin.h"
+#include "utils/formatting.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "headers.h"
+#include "http_request.h"
+#include "redact.h"
+#include "signature.h"
+
+static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
+
+/*
+ * Easy handles of finished requests, reset, for the next ones: a handle
+ * costs a large zeroed allocation and its setup, once per request
+ * otherwise. Connections stay in the multi handle's pool either way.
+ */
+static CURL *idle_easy[OUTBOX_HTTP_MAX_IDLE_EASY];
+static int	nidle_easy = 0;
+
+/* An easy handle with default options, or NULL if out of memory. */
+CURL *
+OutboxHttpTakeEasy(void)
+{
+	if (nidle_easy > 0)
+		return idle_easy[--nidle_easy];
+	return curl_easy_init();
+}
+
+/*
+ * Keeps a handle detached from the multi handle for reuse, up to keep of
+ * them (the connection limit), or frees it.
+ */
+void
+OutboxHttpParkEasy(CURL *easy, int keep)
+{
+	if (nidle_easy < Min(keep, OUTBOX_HTTP_MAX_IDLE_EASY))
+	{
+		curl_easy_reset(easy);
+		idle_easy[nidle_easy++] = easy;
+	}
+	else
+		curl_easy_cleanup(easy);
+}
+
+/* Frees the kept handles. */
+void
+OutboxHttpDropIdleEasy(void)
+{
+	while (nidle_easy > 0)
+		curl_easy_cleanup(idle_easy[--nidle_easy]);
+}
+
+/*
+ * libcurl header callback: notes the status of the final response (a 1xx
+ * is followed by another status line) and when its headers end. Must not
+ * throw or allocate.
+ */
+static size_t
+collect_header(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		len = size * nitems;
+
+	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
+	{
+		req->headers_done = false;
+		req->status = 0;
+	}
+	else if (len <= 2 && (buffer[0] == '\r' || buffer[0] == '\n'))
+	{
+		long		status = 0;
+
+		curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (status >= 200)
+		{
+			req->status = status;
+			req->headers_done = true;
+		}
+	}
+	return len;
+}
+
+/*
+ * libcurl write callback: keeps the start of the response body for the
+ * error text, discards the rest, and stops a body that passes
+ * RESPONSE_MAX_BYTES (returning less than given aborts the transfer). Must
+ * not throw or allocate.
+ */
+static size_t
+collect_response(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		len = size * nmemb;
+	size_t		room = RESPONSE_SNIPPET_LEN - req->response_len;
+
+	if (room > 0)
+	{
+		memcpy(req->response + req->response_len, ptr, Min(len, room));
+		req->response_len += Min(len, room);
+	}
+	req->body_bytes += len;
+	return req->body_bytes > RESPONSE_MAX_BYTES ? 0 : len;
+}
+
+/*
+ * libcurl open-socket callback: with an address-checked target, refuses a
+ * connection whose address and port outbox.http_allowed_targets does not
+ * allow (the request then fails, and http_outcome says why). Must not
+ * throw or allocate.
+ */
+static curl_socket_t
+open_socket(void *clientp, curlsocktype purpose pg_attribute_unused(),
+			struct curl_sockaddr *address)
+{
+	HttpRequest *req = (HttpRequest *) clientp;
+
+	if (req->check_address && !OutboxTargetAddressAllowed(&address->addr))
+	{
+		req->blocked = true;
+		return CURL_SOCKET_BAD;
+	}
+	return socket(address->family, address->socktype, address->protocol);
+}
+
+/* One header offered for a request, in merge_headers. */
+typedef struct MergeItem
+{
+	OutboxHeader *header;
+	char	   *lower;			/* name in lower case: HTTP names are not case-sensitive */
+	int			pos;			/* offer order: the destination's come first */
+	bool		keep;
+} MergeItem;
+
+static int
+merge_item_cmp(const void *a, const void *b)
+{
+	const MergeItem *x = *(MergeItem *const *) a;
+	const MergeItem *y = *(MergeItem *const *) b;
+	int			c = strcmp(x->lower, y->lower);
+
+	return c != 0 ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/*
+ * The headers to send with ev, in *out: the destination's, then the event's
+ * own whose name the destination does not use (compared without case);
+ * headers whose value is JSON null are left out. Returns how many. Sorting
+ * keeps this O(n log n) in the number of headers, which a writer controls.
+ */
+static int
+merge_headers(OutboxEvent *ev, OutboxHeader **out)
+{
+	OutboxHeader *lists[2] = {NULL, NULL};
+	int			counts[2] = {0, 0};
+	Jsonb	   *sources[2] = {ev->dest.headers, ev->headers};
+	MergeItem  *items;
+	MergeItem **sorted;
+	OutboxHeader *merged;
+	int			n = 0;
+	int			nmerged = 0;
+
+	for (int s = 0; s < 2; s++)
+		if (sources[s] != NULL && JB_ROOT_IS_OBJECT(sources[s]))
+			counts[s] = OutboxHeaderList(sources[s], &lists[s]);
+	items = palloc(sizeof(MergeItem) * Max(counts[0] + counts[1], 1));
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < counts[s]; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (lists[s][i].value == NULL)
+				continue;
+			/* an event never sends what events may not carry (checked at claim) */
+			if (s == 1 && !OutboxEventHeaderAllowed(lists[s][i].name))
+				continue;
+			items[n].header = &lists[s][i];
+			items[n].lower = asc_tolower(lists[s][i].name, strlen(lists[s][i].name));
+			items[n].pos = n;
+			items[n].keep = false;
+			n++;
+		}
+	sorted = palloc(sizeof(MergeItem *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		sorted[i] = &items[i];
+	qsort(sorted, n, sizeof(MergeItem *), merge_item_cmp);
+	for (int i = 0; i < n; i++)
+		sorted[i]->keep = i == 0 || strcmp(sorted[i]->lower, sorted[i - 1]->lower) != 0;
+
+	merged = palloc(sizeof(OutboxHeader) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (items[i].keep)
+			merged[nmerged++] = *items[i].header;
+	}
+	*out = merged;
+	return nmerged;
+}
+
+/* Adds a header line to the request; false when libcurl is out of memory. */
+static bool
+append_header(HttpRequest *req, const char *line)
+{
+	struct curl_slist *l = curl_slist_append(req->headers, line);
+
+	if (l == NULL)
+		return false;
+	req->headers = l;
+	return true;
+}
+
+/*
+ * What outbox.http_allowed_targets says about url, before any connection:
+ * sets req->check_address when each connection's address must be checked.
+ * Returns false (with the event's error set) when nothing could allow the
+ * target.
+ */
+static bool
+target_allowed(HttpRequest *req, const char *url)
+{
+	HttpDest   *d = req->dest;
+
+	/* a destination's URL rarely changes: parse it once per URL and list */
+	if (d->target_url == NULL || strcmp(d->target_url, url) != 0 ||
+		d->target_generation != OutboxTargetsGeneration())
+	{
+		CURLU	   *u = curl_url();
+		char	   *host = NULL;
+		char	   *port = NULL;
+
+		d->target_parsed = u != NULL &&
+			curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+			curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+			curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+		d->target_verdict = d->target_parsed ?
+			OutboxTargetByName(host, atoi(port)) : OUTBOX_TARGET_REFUSED;
+		curl_free(host);
+		curl_free(port);
+		curl_url_cleanup(u);
+		if (d->target_url != NULL)
+			pfree(d->target_url);
+		d->target_url = MemoryContextStrdup(GetMemoryChunkContext(d), url);
+		d->target_generation = OutboxTargetsGeneration();
+	}
+	if (!d->target_parsed)
+	{
+		req->event->error = pstrdup("the destination's url cannot be parsed");
+		return false;
+	}
+	if (d->target_verdict == OUTBOX_TARGET_REFUSED)
+	{
+		req->event->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
+		return false;
+	}
+	req->check_address = d->target_verdict == OUTBOX_TARGET_CHECK_ADDRESS;
+	return true;
+}
+
+/*
+ * The header lines of req: the Standard Webhooks headers (signed when the
+ * destination has a secret, timestamp: this attempt's), then the merged
+ * headers of the destination and the event. On a problem that retrying
+ * cannot solve (an invalid header, a secret that cannot sign) the event
+ * fails permanently and false is returned; false without an error: out of
+ * memory in libcurl.
+ */
+static bool
+build_header_list(HttpRequest *req, const char *timestamp)
+{
+	OutboxEvent *ev = req->event;
+	OutboxHeader *headers;
+	int			nheaders = merge_headers(ev, &headers);
+	bool		ok;
+
+	for (int i = 0; i < nheaders; i++)
+	{
+		if (!OutboxHeaderNameValid(headers[i].name, strlen(headers[i].name)) ||
+			!OutboxHeaderValueValid(headers[i].value, strlen(headers[i].value)))
+		{
+			/* the name only: the value may be a credential */
+			ev->permanent = true;
+			ev->error = psprintf("invalid HTTP header \"%s\"",
+								 OutboxPrintable(headers[i].name, strlen(headers[i].name)));
+			return false;
+		}
+	}
+
+	ok = append_header(req, "content-type: application/json") &&
+		append_header(req, "Expect:") &&
+		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
+		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
+	if (ok && ev->dest.secret != NULL)
+	{
+		char	   *sig = OutboxSignature(ev->dest.secret, ev->event_id, timestamp,
+										  ev->body, strlen(ev->body));
+
+		if (sig == NULL)
+		{
+			ev->permanent = true;
+			ev->error = pstrdup("the destination's secret cannot be used to sign (see the rules for secrets)");
+			return false;
+		}
+		ok = append_header(req, psprintf("webhook-signature: %s", sig));
+	}
+	for (int i = 0; ok && i < nheaders; i++)
+	{
+		const char *value = headers[i].value;
+
+		if (OutboxHeaderReserved(headers[i].name))
+			continue;
+		/* libcurl drops "name:" with no value; "name;" sends it empty */
+		if (value[strspn(value, " \t")] == '\0')
+			ok = append_header(req, psprintf("%s;", headers[i].name));
+		else
+			ok = append_header(req, psprintf("%s: %s", headers[i].name, value));
+	}
+	return ok;
+}
+
+/*
+ * Sets the options of req's easy handle: URL, http and https only, no
+ * redirects, the time limit (timeout ms, for every phase), the body
+ * (copied: the transfer may outlive the event), the header list, the
+ * callbacks. Returns false if libcurl is out of memory.
+ */
+static bool
+setup_easy(HttpRequest *req, long timeout, bool fresh_connect)
+{
+	OutboxEvent *ev = req->event;
+
+	return req->easy != NULL &&
+		curl_easy_setopt(req->easy, CURLOPT_URL, ev->dest.url) == CURLE_OK &&
+#if LIBCURL_VERSION_NUM >= 0x075500
+		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
+#else
+		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS)) == CURLE_OK &&
+#endif
+		curl_easy_setopt(req->easy, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+#if LIBCURL_VERSION_NUM >= 0x075700
+		/* do not wait for a stuck name lookup when the handle goes away */
+		curl_easy_setopt(req->easy, CURLOPT_QUICK_EXIT, 1L) == CURLE_OK &&
+#endif
+		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout) == CURLE_OK &&
+		/* libcurl keeps its own copy: the transfer may outlive the event */
+		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(ev->body)) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_COPYPOSTFIELDS, ev->body) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_HEADERFUNCTION, collect_header) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_HEADERDATA, req) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, collect_response) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETDATA, req) == CURLE_OK &&
+		/* a connection kept from before the list changed is not reused */
+		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT, (long) fresh_connect) == CURLE_OK;
+}
+
+/*
+ * Builds the easy handle of one request. On a problem that retrying cannot
+ * solve (an invalid header, a bad secret) the event fails permanently and
+ * false is returned; the caller does not send it.
+ */
+static bool
+prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
+{
+	OutboxEvent *ev = req->event;
+	char		timestamp[32];
+	long		timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : default_timeout_ms;
+
+	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
+	if (!build_header_list(req, timestamp))
+	{
+		if (ev->error == NULL)
+			ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
+		return false;
+	}
+	if (!target_allowed(req, ev->dest.url))
+		return false;
+	req->easy = OutboxHttpTakeEasy();
+	if (!setup_easy(req, timeout, fresh_connect))
+	{
+		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Builds the easy handle of req (its event's headers, signature, body and
+ * libcurl options; default_timeout_ms unless the destination has its own
+ * timeout; fresh_connect: reuse no kept connection) with a resource owner
+ * in place: the worker builds requests between transactions, where there
+ * is none, and PostgreSQL's HMAC (with OpenSSL) registers its context with
+ * the current one. Returns false, with the event's error set (permanent
+ * when retrying cannot help), when the request cannot be sent. Allocates
+ * in the current memory context; no transaction needed.
+ */
+bool
+OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
+{
+	ResourceOwner saved = CurrentResourceOwner;
+	bool		prepared;
+
+	if (saved == NULL)
+	{
+		if (http_owner == NULL)
+			http_owner = ResourceOwnerCreate(NULL, "outbox http");
+		CurrentResourceOwner = http_owner;
+	}
+	PG_TRY();
+	{
+		prepared = prepare_request(req, default_timeout_ms, fresh_connect);
+	}
+	PG_FINALLY();
+	{
+		CurrentResourceOwner = saved;
+	}
+	PG_END_TRY();
+	return prepared;
+}
+
+/*
+ * Whether an HTTP status is worth retrying. 5xx and the 4xx that say "not
+ * now" (408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
+ * Requests) are; any other 4xx says the request itself is wrong, and the
+ * same request will fail again, unless the destination asks otherwise.
+ * 3xx: redirects are not followed, and the endpoint may be moved back.
+ */
+static bool
+status_retryable(long status, const OutboxDestination *dest)
+{
+	if (status >= 400 && status < 500)
+		return status == 408 || status == 409 || status == 425 || status == 429 ||
+			dest->retry_client_errors;
+	return true;
+}
+
+/*
+ * Records the outcome of a request in its event: delivered for a 2xx
+ * status line, whatever happened to the body after it; otherwise the status
+ * (with the start of the body) or the transfer error, whether it is worth
+ * retrying, and the endpoint's Retry-After for 429 and 503.
+ */
+void
+OutboxHttpOutcome(HttpRequest *req, CURLcode result)
+{
+	OutboxEvent *ev = req->event;
+	long		status = req->status;
+
+	if (req->headers_done && status >= 200 && status < 300)
+	{
+		ev->ok = true;
+		return;
+	}
+	if (!req->headers_done)
+	{
+		if (req->blocked)
+			ev->error = pstrdup("HTTP request failed: the address connected to is not allowed by outbox.http_allowed_targets");
+		else
+			ev->error = psprintf("HTTP request failed: %s",
+								 req->errbuf[0] ? OutboxRedact(req->errbuf, strlen(req->errbuf))
+								 : curl_easy_strerror(result));
+		return;
+	}
+	ev->error = psprintf("HTTP status %ld%s", status,
+						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "");
+	if (req->response_len > 0)
+		ev->response = OutboxRedact(req->response, req->response_len);
+	ev->permanent = !status_retryable(status, &ev->dest);
+	if (status == 429 || status == 503)
+	{
+		curl_off_t	retry_after = 0;
+
+		/* libcurl reads both forms, seconds and an HTTP date (RFC 9110 10.2.3) */
+		if (curl_easy_getinfo(req->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+			retry_after > 0)
+			ev->retry_after_ms = (int64) retry_after * 1000;
+	}
+}

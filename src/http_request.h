@@ -1,0 +1,74 @@
+/*-------------------------------------------------------------------------
+ *
+ * http_request.h
+ *	  One webhook request, as the webhook kind (deliver_http.c) runs it.
+ *
+ * src/http_request.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_HTTP_REQUEST_H
+#define OUTBOX_HTTP_REQUEST_H
+
+#include <curl/curl.h>
+
+#include "lib/ilist.h"
+
+#include "event.h"
+#include "targets.h"
+
+/* bytes of a response body kept for last_error */
+#define RESPONSE_SNIPPET_LEN 256
+/* a response body longer than this is not read to its end */
+#define RESPONSE_MAX_BYTES (64 * 1024)
+/* easy handles kept for reuse at most: the largest connection limit */
+#define OUTBOX_HTTP_MAX_IDLE_EASY 1000
+
+typedef struct HttpDest HttpDest;
+
+/* One request, from its event's enqueue to its release. */
+typedef struct HttpRequest
+{
+	dlist_node	node;			/* in its destination's queue, then in running_list */
+	OutboxEvent *event;			/* NULL once its outcome was reported */
+	HttpDest   *dest;
+	CURL	   *easy;
+	struct curl_slist *headers;
+	long		status;			/* from the status line, once headers are in */
+	bool		check_address;	/* outbox.http_allowed_targets decides by address */
+	bool		blocked;		/* a connection was refused by it */
+	bool		headers_done;
+	TimestampTz reported_at;	/* outcome handed back while the body came */
+	TimestampTz started_at;		/* when the request was handed to libcurl */
+	size_t		body_bytes;
+	size_t		response_len;
+	char		response[RESPONSE_SNIPPET_LEN];
+	char		errbuf[CURL_ERROR_SIZE];
+} HttpRequest;
+
+/* The requests of one destination, by name. */
+struct HttpDest
+{
+	char	   *name;
+	dlist_head	queue;			/* HttpRequest waiting to start */
+	int			queued;
+	int			running;		/* handles attached to the multi handle */
+	int			unreported;		/* enqueued, outcome not reported yet */
+	TimestampTz last_active;	/* when an event was last handed over, or
+								 * its outcome reported */
+	double		avg_ms;			/* moving average of its requests' time to an outcome */
+
+	/* what target_allowed last found for this destination's URL */
+	char	   *target_url;		/* NULL: nothing yet */
+	uint64		target_generation;	/* of outbox.http_allowed_targets */
+	bool		target_parsed;
+	OutboxTargetVerdict target_verdict;
+};
+
+extern bool OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect);
+extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
+extern CURL *OutboxHttpTakeEasy(void);
+extern void OutboxHttpParkEasy(CURL *easy, int keep);
+extern void OutboxHttpDropIdleEasy(void);
+
+#endif							/* OUTBOX_HTTP_REQUEST_H */

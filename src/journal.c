@@ -1,0 +1,180 @@
+/*-------------------------------------------------------------------------
+ *
+ * journal.c
+ *	  The journal of events in flight (outbox_in_flight): written with each
+ *	  claim that puts events in flight, deleted once their outcomes are
+ *	  recorded, and released for relays that are gone.
+ *
+ * The in-flight set in shared memory keeps other relays away from an event
+ * in flight; a crash restart empties it. What must survive the crash is
+ * the count of the attempt it cut off, and that is this journal: one row
+ * per claim, with the ids and the attempt counts as claimed. A release
+ * counts the attempt of each event still at that count, and the event is
+ * due again at once.
+ *
+ * Every function runs with a transaction open, SPI connected and
+ * OutboxQueueOpen() done, in the relay worker.
+ *
+ * src/journal.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "event.h"
+#include "journal.h"
+#include "queue.h"
+#include "statements.h"
+#include "shmem.h"
+
+/*
+ * The journal row of a claim's events in flight, in the claim's transaction:
+ * their ids and attempt counts, under the relay's run and the claim's
+ * number in it. One row per claim, whatever its size, and never updated:
+ * deleted by journal_done_stmt once every outcome is recorded, or by
+ * release_stmt if the relay is gone. Rows are found by (run, claim), not
+ * by TID, which VACUUM FULL or CLUSTER would change; the table holds a row
+ * per claim in flight (and dead ones until vacuumed), so a sequential scan
+ * is its access path.
+ */
+static const Oid journal_argtypes[] = {INT8OID, INT8OID, INT4OID, INT8ARRAYOID, INT4ARRAYOID};
+static OutboxStatement journal_stmt = {
+	.sql =
+		"INSERT INTO %1$s.outbox_in_flight (run, claim, relay, ids, attempts)"
+		" VALUES ($1, $2, $3, $4, $5)",
+	.nargs = 5,
+	.argtypes = journal_argtypes
+};
+
+/* Deletes the journal rows of claims $1 of run $2: their outcomes are in. */
+static const Oid journal_done_argtypes[] = {INT8ARRAYOID, INT8OID};
+static OutboxStatement journal_done_stmt = {
+	.sql =
+		"DELETE FROM %1$s.outbox_in_flight j"
+		" WHERE j.run = $2 AND j.claim = ANY ($1)",
+	.nargs = 2,
+	.argtypes = journal_done_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * Releases the journal rows of relays that are gone: those of every run
+ * not in $1 (the running relays'), and those of claims $2 of this relay's
+ * run $3 (claims whose outcomes did not all change their rows). Each event
+ * still at the attempt count its row gives has its cut-off attempt
+ * counted, once however many rows name it. Returns how many attempts it
+ * counted.
+ */
+static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID};
+static OutboxStatement release_stmt = {
+	.sql =
+		"WITH gone AS ("
+		"  DELETE FROM %1$s.outbox_in_flight j"
+		"   WHERE j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2))"
+		"  RETURNING j.ids, j.attempts),"
+		" counted AS ("
+		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1"
+		"    FROM (SELECT DISTINCT f.id, f.attempts"
+		"            FROM gone, unnest(gone.ids, gone.attempts) AS f(id, attempts)) u"
+		"   WHERE o.id = u.id AND o.attempts = u.attempts"
+		"  RETURNING o.id)"
+		" SELECT count(*) FROM counted",
+	.nargs = 3,
+	.argtypes = release_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * Writes the journal row of n claimed (locked) events about to be
+ * sent by the relay of run run, number relay, as its claim number claim
+ * (see journal_stmt), in the claim's transaction. Same context and errors
+ * as OutboxMarkDelivered.
+ */
+void
+OutboxJournal(OutboxEvent **events, int n, int64 run, int64 claim, int relay)
+{
+	int64	   *ids = palloc(sizeof(int64) * Max(n, 1));
+	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
+	Datum		values[5];
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = events[i]->id;
+		attempts[i] = Int32GetDatum(events[i]->attempts);
+	}
+	values[0] = Int64GetDatum(run);
+	values[1] = Int64GetDatum(claim);
+	values[2] = Int32GetDatum(relay);
+	values[3] = OutboxInt8Array(ids, n);
+	values[4] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
+	rc = SPI_execute_plan(OutboxStatementPlan(&journal_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "could not write the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
+}
+
+/*
+ * Deletes the journal rows of the n claims in claims of the relay of run
+ * run: every outcome of those claims is recorded. Caller has a transaction
+ * open and SPI connected; ERROR if SPI fails.
+ */
+void
+OutboxJournalDone(const int64 *claims, int n, int64 run)
+{
+	Datum		values[2];
+	int			rc;
+
+	if (n == 0)
+		return;
+	values[0] = OutboxInt8Array(claims, n);
+	values[1] = Int64GetDatum(run);
+	rc = SPI_execute_plan(OutboxStatementPlan(&journal_done_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete from the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
+}
+
+/*
+ * Releases journal rows (see release_stmt): those of every run not among
+ * the nlive in live, and those of the nown claims in own of this relay's
+ * run. Called by a relay with OutboxLockJournal held. Returns how many
+ * cut-off attempts it counted.
+ */
+uint64
+OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown)
+{
+	Datum		values[3];
+	bool		isnull;
+	int			rc;
+
+	values[0] = OutboxInt8Array(live, nlive);
+	values[1] = OutboxInt8Array(own, nown);
+	values[2] = Int64GetDatum(OutboxRelayRun());
+	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not release the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
+	return (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Takes the lock that makes releases of the journal one at a time, until
+ * the end of the transaction: a lock on the extension (objsubid 1, which
+ * nothing else uses), so that a relay that starts meanwhile, whose own
+ * release waits for it, claims only after this release committed. Caller
+ * has done OutboxQueueOpen().
+ */
+void
+OutboxLockJournal(void)
+{
+	LockDatabaseObject(ExtensionRelationId, OutboxQueueExtension(), 1, ExclusiveLock);
+}

@@ -1,0 +1,20 @@
+/*-------------------------------------------------------------------------
+ *
+ * journal.h
+ *	  The journal of events in flight (outbox_in_flight).
+ *
+ * src/journal.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_JOURNAL_H
+#define OUTBOX_JOURNAL_H
+
+#include "event.h"
+
+extern void OutboxJournal(OutboxEvent **events, int n, int64 run, int64 claim, int relay);
+extern void OutboxJournalDone(const int64 *claims, int n, int64 run);
+extern uint64 OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown);
+extern void OutboxLockJournal(void);
+
+#endif							/* OUTBOX_JOURNAL_H */

@@ -1,0 +1,297 @@
+/*-------------------------------------------------------------------------
+ *
+ * outcome.c
+ *	  Recording what an attempt came to: a delivery, or a failed attempt
+ *	  with its retry (exponential backoff with jitter, or the endpoint's
+ *	  Retry-After) or its dead-letter mark.
+ *
+ * Each attempt is counted with its outcome, and only on the row version
+ * its claim read (by TID) or, for a failure, while the row still has the
+ * attempt count it was claimed with: an outcome that finds the row moved
+ * on (redelivered, cancelled, released) changes nothing. Each recorded
+ * outcome is noted in the destination statistics (health.c).
+ *
+ * Every function runs with a transaction open and SPI connected (after
+ * OutboxQueueOpen()), in the relay worker or an outbox_relay() backend.
+ *
+ * src/outcome.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "event.h"
+#include "guc.h"
+#include "health.h"
+#include "outcome.h"
+#include "queue.h"
+#include "statements.h"
+
+/*
+ * Outcomes of events in flight, each in a short transaction of its own
+ * after the request: by the TID the claim read (a third cheaper than
+ * primary key lookups), and only while the row still has the claim's
+ * attempt count; the outcome counts the attempt. A row changed since (an
+ * admin redelivered or cancelled the event, a release counted a cut-off
+ * attempt) is a newer version: its old TID finds nothing, and the outcome
+ * changes nothing. The id is checked too: once that old version is
+ * pruned, its line pointer can be reused by another row.
+ */
+static const Oid recorded_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+static OutboxStatement recorded_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET delivered_at = now(), attempts = o.attempts + 1, last_error = NULL,"
+		"       destination = u.dest"
+		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
+		"       AS u(tid, id, attempts, dest)"
+		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
+		"   AND o.id = u.id AND o.attempts = u.attempts"
+		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL"
+		" RETURNING o.id",
+	.nargs = 4,
+	.argtypes = recorded_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
+};
+
+/*
+ * A failed attempt, by id: expected is the attempt count the row must still
+ * have (the one it was claimed with), attempts the count to record.
+ */
+static const Oid failure_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
+TEXTARRAYOID, FLOAT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
+static OutboxStatement failure_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET attempts = u.attempts, last_error = u.err,"
+		"       destination = coalesce(u.dest, o.destination),"
+		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
+		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"
+		"       dead_at = CASE WHEN u.dead THEN now() END"
+		"  FROM unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[],"
+		"              $6::bool[], $7::text[])"
+		"       AS u(id, expected, attempts, err, delay_ms, dead, dest)"
+		" WHERE o.id = ANY ($1) AND o.id = u.id AND o.attempts = u.expected"
+		"   AND coalesce(o.delivered_at, o.dead_at) IS NULL"
+		" RETURNING o.id",
+	.nargs = 7,
+	.argtypes = failure_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
+
+/*
+ * Delay before the next attempt after `attempts` failed ones, in ms:
+ * exponential from outbox.backoff_base, capped at outbox.backoff_max, with
+ * "equal jitter" (half fixed, half random; the variant of that name in the
+ * AWS Architecture Blog's "Exponential Backoff And Jitter") so that events
+ * failing together do not all come back at the same instant.
+ */
+static double
+backoff_ms(int attempts)
+{
+	double		delay = (double) outbox_backoff_base * pow(2.0, Min(attempts - 1, 60));
+
+	delay = Min(delay, (double) outbox_backoff_max);
+	return delay / 2.0 + pg_prng_double(&pg_global_prng_state) * delay / 2.0;
+}
+
+/*
+ * Decides what a failed attempt of ev means and logs it (LOG, or WARNING
+ * for a dead letter): returns true if the event is dead-lettered now, else
+ * sets *delay_ms, the wait before the next attempt. attempts counts this
+ * attempt. A Retry-After from the endpoint replaces the backoff, capped at
+ * outbox.backoff_max.
+ */
+static bool
+failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
+{
+	bool		dead = ev->permanent || attempts >= outbox_max_attempts;
+	const char *error = ev->error ? ev->error : "unknown error";
+
+	*delay_ms = 0.0;
+	if (!dead)
+		*delay_ms = ev->retry_after_ms >= 0
+			? (double) Min(ev->retry_after_ms, (int64) outbox_backoff_max)
+			: backoff_ms(attempts);
+
+	ereport(dead ? WARNING : LOG,
+			(ev->dest.name != NULL ?
+			 errmsg("could not deliver event %s to destination \"%s\": %s",
+					ev->event_id, ev->dest.name, error) :
+			 errmsg("could not deliver event %s: %s", ev->event_id, error),
+			 dead ?
+			 (ev->permanent ?
+			  errdetail("The event was dead-lettered: retrying cannot help.") :
+			  errdetail_plural("The event was dead-lettered after %d attempt.",
+							   "The event was dead-lettered after %d attempts.",
+							   attempts, attempts)) :
+			 errdetail("Attempt %d of %d; the event will be retried in %.0f ms.",
+					   attempts, outbox_max_attempts, *delay_ms)));
+	return dead;
+}
+
+/*
+ * Notes in the statistics the outcome of each event whose row the last
+ * statement changed (its RETURNING gives the ids): an outcome that changed
+ * nothing (the row had moved on) is not counted. errors[i] is the
+ * last_error of events[i], NULL for a delivery.
+ */
+static void
+note_changed(OutboxEvent **events, char **errors, int n)
+{
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+
+		for (int i = 0; i < n; i++)
+		{
+			if (events[i]->id == id)
+			{
+				events[i]->recorded = true;
+				OutboxHealthNote(events[i], errors ? errors[i] : NULL);
+				break;
+			}
+		}
+	}
+}
+
+/*
+ * Records failed attempts by id: each row must still have the attempt
+ * count its event was claimed with, and gets one more. Returns how many
+ * rows changed; an event whose row moved on is left alone.
+ */
+static uint64
+record_failures(OutboxEvent **events, int n)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *expected = palloc(sizeof(Datum) * n);
+	Datum	   *attempts = palloc(sizeof(Datum) * n);
+	Datum	   *errs = palloc(sizeof(Datum) * n);
+	char	  **errors = palloc(sizeof(char *) * n);
+	Datum	   *delays = palloc(sizeof(Datum) * n);
+	Datum	   *dead = palloc(sizeof(Datum) * n);
+	Datum	   *dests = palloc(sizeof(Datum) * n);
+	bool	   *dest_nulls = palloc(sizeof(bool) * n);
+	Datum		values[7];
+	int			rc;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < n; i++)
+	{
+		OutboxEvent *ev = events[i];
+		double		delay;
+
+		ids[i] = Int64GetDatum(ev->id);
+		expected[i] = Int32GetDatum(ev->attempts);
+		attempts[i] = Int32GetDatum(ev->attempts + 1);
+		errors[i] = psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
+							 ev->response ? ": " : "",
+							 ev->response ? ev->response : "");
+		errs[i] = CStringGetTextDatum(errors[i]);
+		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
+		delays[i] = Float8GetDatum(delay);
+		dest_nulls[i] = ev->dest.name == NULL;
+		dests[i] = dest_nulls[i] ? (Datum) 0 : CStringGetTextDatum(ev->dest.name);
+	}
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(expected, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(errs, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[4] = PointerGetDatum(construct_array(delays, n, FLOAT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[5] = PointerGetDatum(construct_array(dead, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	values[6] = PointerGetDatum(construct_md_array(dests, dest_nulls, 1, dims, lbs,
+												   TEXTOID, -1, false, TYPALIGN_INT));
+
+	rc = SPI_execute_plan(OutboxStatementPlan(&failure_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
+	note_changed(events, errors, n);
+	return SPI_processed;
+}
+
+/*
+ * Records a failed attempt of each claimed (locked) event, in the claim's
+ * transaction: attempts + 1, the error text, and either the time of the next
+ * attempt or the dead-letter mark (see failed_attempt). Same context and
+ * errors as OutboxMarkDelivered.
+ */
+void
+OutboxMarkFailed(OutboxEvent **events, int n)
+{
+	if (n == 0)
+		return;
+	if (record_failures(events, n) != (uint64) n)
+		OutboxCheckMarked(n, false);
+}
+
+/*
+ * Records the outcomes of n events that were in flight, on the row
+ * versions their claim read (see recorded_stmt): delivered, or a failed
+ * attempt (see failed_attempt); either counts the attempt.
+ * Caller has a transaction open and SPI connected; ERROR if SPI fails.
+ */
+void
+OutboxRecordOutcomes(OutboxEvent **events, int n)
+{
+	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	OutboxEvent **ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
+	int			nok = 0;
+	int			nfailed = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!events[i]->ok)
+		{
+			failed[nfailed++] = events[i];
+			continue;
+		}
+		ok[nok] = events[i];
+		ids[nok] = Int64GetDatum(events[i]->id);
+		attempts[nok] = Int32GetDatum(events[i]->attempts);
+		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
+		nok++;
+	}
+	if (nok > 0)
+	{
+		Datum		values[4];
+		int			rc;
+
+		values[0] = OutboxTidArray(ok, nok);
+		values[1] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[2] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
+		values[3] = PointerGetDatum(construct_array(dests, nok, TEXTOID, -1, false, TYPALIGN_INT));
+		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));
+		note_changed(ok, NULL, nok);
+	}
+	if (nfailed > 0)
+		(void) record_failures(failed, nfailed);
+}
+
+/*
+ * Records a failed attempt of one event by id, outside the normal path:
+ * after an ERROR that the event caused. Returns false if the row had
+ * moved on.
+ */
+bool
+OutboxRecordFailure(OutboxEvent *ev)
+{
+	return record_failures(&ev, 1) == 1;
+}

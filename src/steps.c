@@ -1,0 +1,310 @@
+/*-------------------------------------------------------------------------
+ *
+ * steps.c
+ *	  The relay worker's steps: each runs in a transaction of its own, under
+ *	  PG_TRY, so that an ERROR in one rolls back that transaction only and
+ *	  the worker goes on.
+ *
+ * OutboxRunStep does what worker_spi does around each transaction
+ * (statement start, snapshot, SPI, pgstat activity) and catches errors,
+ * logging them at most once per ERROR_LOG_INTERVAL_MS. The steps take
+ * their inputs and give their results in a struct (steps.h), as a step
+ * is a function pointer with one argument.
+ *
+ * src/steps.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "claim.h"
+#include "health.h"
+#include "journal.h"
+#include "outcome.h"
+#include "queue.h"
+#include "shmem.h"
+#include "steps.h"
+
+/* Caught errors are logged at most this often. */
+#define ERROR_LOG_INTERVAL_MS 10000
+
+static TimestampTz last_error_log = 0;
+static int	errors_not_logged = 0;
+
+/* Sets a setting for the rest of the current transaction (SET LOCAL). */
+static void
+set_local(const char *name, const char *value)
+{
+	(void) set_config_option(name, value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Logs an error caught by OutboxRunStep, at most once per ERROR_LOG_INTERVAL_MS
+ * (counting the ones left out), so that a fault met on every step cannot
+ * flood the log.
+ */
+static void
+log_caught(const char *what, ErrorData *edata)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (last_error_log != 0 &&
+		!TimestampDifferenceExceeds(last_error_log, now, ERROR_LOG_INTERVAL_MS))
+	{
+		errors_not_logged++;
+		return;
+	}
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("outbox relay could not %s: %s", what, edata->message),
+			 errors_not_logged > 0 ?
+			 errdetail("%d more such errors were not logged in the last %d seconds.",
+					   errors_not_logged, ERROR_LOG_INTERVAL_MS / 1000) : 0,
+			 errhint("The relay goes on; the event that causes the error is retried and dead-lettered on its own.")));
+	last_error_log = now;
+	errors_not_logged = 0;
+}
+
+/*
+ * Runs fn in a transaction of its own and commits it. On ERROR (in fn or
+ * at COMMIT) the transaction is rolled back, the error logged (log_caught),
+ * its message copied into *error (current memory context) if error is not
+ * NULL, and false returned; the worker goes on. FATAL still ends the
+ * process (SIGTERM, for one). Called by the worker outside any transaction;
+ * what is the step's name, for the log and pg_stat_activity.
+ */
+bool
+OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	SetCurrentStatementStartTimestamp();
+	debug_query_string = what;
+	pgstat_report_activity(STATE_RUNNING, what);
+	PG_TRY();
+	{
+		StartTransactionCommand();
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		fn(arg);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		RESUME_INTERRUPTS();
+		log_caught(what, edata);
+		OutboxHealthRelayError(what, edata->message);
+		if (error != NULL)
+			*error = pstrdup(edata->message);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	debug_query_string = NULL;
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return ok;
+}
+
+/* Finds the event that a claim of one would take (isolation). */
+void
+OutboxNextPendingStep(void *arg)
+{
+	OutboxClaimStepArgs *c = arg;
+
+	c->only_id = 0;
+	if (OutboxQueueOpen())
+	{
+		int			nexclude;
+		int			room;
+		int64	   *exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
+
+		if (!OutboxNextPending(c->skip, exclude, nexclude, &c->only_id, &c->only_attempts))
+			c->only_id = 0;
+	}
+}
+
+/* The claim (OutboxDispatch), committed without waiting for the WAL flush. */
+void
+OutboxClaimStep(void *arg)
+{
+	OutboxClaimStepArgs *c = arg;
+	OutboxClaimRequest req = {
+		.batch_size = c->batch_size,
+		.skip = c->skip,
+		.only_id = c->only_id,
+		.run = OutboxRelayRun(),
+		.relay = c->relay,
+		.cxt = c->cxt
+	};
+
+	/* flushed by the worker once the requests are under way */
+	set_local("synchronous_commit", "off");
+	OutboxDispatch(&req, &c->d);
+}
+
+/*
+ * Releases the journal rows of the relays that do not run, and this
+ * relay's rows in r->own (see OutboxReleaseJournal), under the journal's
+ * lock. The runs gone are read with the lock held: a relay that starts
+ * later releases after this one commits, and claims only then.
+ */
+void
+OutboxReleaseStep(void *arg)
+{
+	OutboxReleaseStepArgs *r = arg;
+	int64	   *live;
+	int			nlive;
+	MemoryContext old;
+
+	r->opened = false;
+	if (!OutboxQueueOpen())
+		return;
+	r->opened = true;
+	/* the extension was dropped and created again: those rows are gone */
+	if (OutboxQueueExtension() != r->own_extoid)
+		r->nown = 0;
+	if (r->replica)
+		set_local("session_replication_role", "replica");
+	OutboxLockJournal();
+	old = MemoryContextSwitchTo(r->cxt);
+	live = OutboxRelayRuns(MyDatabaseId, &nlive, &r->dead, &r->ndead);
+	MemoryContextSwitchTo(old);
+	r->counted = OutboxReleaseJournal(live, nlive, r->own, r->nown);
+}
+
+/* Writes the journal's end for claims whose outcomes are all recorded. */
+void
+OutboxJournalDoneStep(void *arg)
+{
+	OutboxJournalDoneStepArgs *j = arg;
+
+	set_local("synchronous_commit", "off");
+	if (OutboxQueueOpen() && OutboxQueueExtension() == j->extoid)
+		OutboxJournalDone(j->claims, j->n, OutboxRelayRun());
+}
+
+/* Reads the next due time (see OutboxNextDueMs) into *arg, a double. */
+void
+OutboxNextDueStep(void *arg)
+{
+	double	   *due_ms = arg;
+
+	*due_ms = OutboxQueueOpen() ? OutboxNextDueMs() : -1;
+}
+
+/*
+ * Records outcomes (OutboxRecordOutcomes), or the failure of events[0]
+ * alone, for the events claimed from the extension that is there now.
+ */
+void
+OutboxRecordStep(void *arg)
+{
+	OutboxRecordStepArgs *r = arg;
+	OutboxEvent **events;
+	int			n = 0;
+
+	r->next_due_ms = -1;
+	for (int i = 0; i < r->n; i++)
+		r->events[i]->recorded = false;
+	if (!OutboxQueueOpen())
+		return;					/* dropped meanwhile: nothing to record */
+
+	/*
+	 * Events claimed from an extension dropped since (and maybe created
+	 * again, its ids starting over) have nothing to record here. (A local
+	 * list: r outlives this step's memory, and may be run again.)
+	 */
+	events = palloc(sizeof(OutboxEvent *) * Max(r->n, 1));
+	for (int i = 0; i < r->n; i++)
+		if (r->events[i]->extoid == InvalidOid ||
+			r->events[i]->extoid == OutboxQueueExtension())
+			events[n++] = r->events[i];
+	if (n == 0)
+		return;
+
+	/*
+	 * An outcome's commit need not wait for the WAL flush: one lost in a
+	 * crash only sends its event again, which at-least-once allows, while a
+	 * flush per outcome batch would bound the relay to the disk's flush
+	 * rate. A claim is flushed as soon as its requests are under way (see
+	 * the worker's loop): its journal row must survive a crash, so that
+	 * the attempt it cut off is counted.
+	 */
+	set_local("synchronous_commit", "off");
+	if (r->single_failure)
+	{
+		if (r->replica)
+			set_local("session_replication_role", "replica");
+		r->recorded = OutboxRecordFailure(events[0]);
+	}
+	else
+		OutboxRecordOutcomes(events, n);
+
+	/*
+	 * Only a failure schedules an attempt (its retry); a delivery can only
+	 * make the next due time later, so it need not be read again.
+	 */
+	for (int i = 0; i < n; i++)
+	{
+		if (!events[i]->ok)
+		{
+			r->next_due_ms = OutboxNextDueMs();
+			break;
+		}
+	}
+}
+
+/*
+ * Records a failed attempt of ev after an ERROR that it caused (its text in
+ * error): first plainly, then, if that fails too and the relay may, with
+ * user triggers off. Returns false if nothing could be recorded. Called by
+ * the worker outside any transaction.
+ */
+bool
+OutboxRecordIsolatedFailure(OutboxEvent *ev, const char *what, const char *error)
+{
+	OutboxRecordStepArgs r;
+
+	ev->ok = false;
+	ev->permanent = false;
+	ev->retry_after_ms = -1;
+	ev->error = psprintf("could not %s: %s", what, error);
+	memset(&r, 0, sizeof(r));
+	r.events = &ev;
+	r.n = 1;
+	r.single_failure = true;
+	if (OutboxRunStep("record the failure of an event", OutboxRecordStep, &r, NULL))
+		return true;
+	if (!superuser())
+		return false;
+	r.replica = true;
+	if (OutboxRunStep("record the failure of an event", OutboxRecordStep, &r, NULL))
+		return true;
+	ev->recorded = false;		/* rolled back */
+	return false;
+}
+

@@ -1,0 +1,83 @@
+/*-------------------------------------------------------------------------
+ *
+ * steps.h
+ *	  The relay worker's steps, each in a transaction of its own.
+ *
+ * src/steps.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_STEPS_H
+#define OUTBOX_STEPS_H
+
+#include "nodes/pg_list.h"
+
+#include "claim.h"
+#include "event.h"
+
+/* A step: runs inside a transaction with SPI connected. */
+typedef void (*OutboxStepFn) (void *arg);
+
+extern bool OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error);
+
+/* OutboxNextPendingStep and OutboxClaimStep */
+typedef struct OutboxClaimStepArgs
+{
+	/* in */
+	int			batch_size;
+	List	   *skip;			/* destinations to leave out */
+	int			relay;			/* this relay's number */
+	MemoryContext cxt;			/* where the claimed events go */
+	/* in for OutboxClaimStep, out of OutboxNextPendingStep */
+	int64		only_id;		/* one event at a time: its id, or 0 */
+	int32		only_attempts;	/* and its attempts, when it was found */
+	/* out of OutboxClaimStep */
+	OutboxDispatchResult d;
+} OutboxClaimStepArgs;
+
+/* OutboxReleaseStep */
+typedef struct OutboxReleaseStepArgs
+{
+	/* in */
+	int64	   *own;			/* this relay's claims whose rows to release */
+	int			nown;
+	Oid			own_extoid;		/* the extension they were claimed from */
+	bool		replica;		/* user triggers off */
+	MemoryContext cxt;			/* where dead goes: it outlives the step */
+	/* out */
+	bool		opened;			/* the extension was there */
+	int64	   *dead;			/* runs gone, their entries to forget */
+	int			ndead;
+	uint64		counted;		/* cut-off attempts counted */
+} OutboxReleaseStepArgs;
+
+/* OutboxJournalDoneStep (in only) */
+typedef struct OutboxJournalDoneStepArgs
+{
+	int64	   *claims;			/* claims whose outcomes are all recorded */
+	int			n;
+	Oid			extoid;			/* the extension they were claimed from */
+} OutboxJournalDoneStepArgs;
+
+/* OutboxRecordStep */
+typedef struct OutboxRecordStepArgs
+{
+	/* in */
+	OutboxEvent **events;
+	int			n;
+	bool		single_failure; /* record events[0] as failed */
+	bool		replica;		/* with single_failure: user triggers off */
+	/* out */
+	bool		recorded;		/* single_failure: the row was changed */
+	double		next_due_ms;	/* after a failure: the next due time, else -1 */
+} OutboxRecordStepArgs;
+
+extern void OutboxNextPendingStep(void *arg);
+extern void OutboxClaimStep(void *arg);
+extern void OutboxReleaseStep(void *arg);
+extern void OutboxJournalDoneStep(void *arg);
+extern void OutboxNextDueStep(void *arg);
+extern void OutboxRecordStep(void *arg);
+extern bool OutboxRecordIsolatedFailure(OutboxEvent *ev, const char *what, const char *error);
+
+#endif							/* OUTBOX_STEPS_H */
