@@ -15,11 +15,12 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(outbox_node start_sink wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
-  count_by_id check_repeats relay_warnings gaps start_listener readme_sql);
+  count_by_id check_repeats relay_warnings gaps start_listener readme_sql
+  poison_scenario);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 
@@ -147,8 +148,8 @@ sub count_by_id
 # repeat). An event whose repeated attempt was counted (attempts = 2) had
 # its journal row released by the new relay: at most $released of them. One
 # with attempts = 1 lost its journal row with its claim's commit, flushed up
-# to a millisecond after the claim's requests went out (README, "No
-# transaction over the network"): at most $conns of them
+# to a millisecond after the claim's requests went out (docs/delivery.md,
+# "No transaction over the network"): at most $conns of them
 # (outbox.http_max_connections), each first sent by the old relay, before
 # $restarted_at (when the new relay ran). No event is sent more than twice.
 # Four tests, named after $part; returns the number of repeats.
@@ -193,17 +194,142 @@ sub gaps
 	return map { $t[$_] - $t[ $_ - 1 ] } 1 .. $#t;
 }
 
-# The ```sql block of the README that contains $text, so that a test runs
-# the very code the README gives; dies if there is none.
+# The ```sql block of the documentation that contains $text, so that a test
+# runs the very code the documentation gives: the first such block of
+# README.md, else of the docs/*.md files in name order; dies if there is none.
 sub readme_sql
 {
 	my ($text) = @_;
-	my $readme = slurp_file("$test_dir/../README.md");
-	for my $block ($readme =~ /^```sql\n(.*?)^```$/msg)
+	my $docs = "$test_dir/../docs";
+	my @files = ("$test_dir/../README.md");
+	if (opendir(my $dh, $docs))
 	{
-		return $block if index($block, $text) >= 0;
+		push @files, map { "$docs/$_" } sort grep { /\.md\z/ } readdir $dh;
+		closedir $dh;
 	}
-	die "README.md has no sql block with \"$text\"";
+	for my $file (@files)
+	{
+		my $doc = slurp_file($file);
+		for my $block ($doc =~ /^```sql\n(.*?)^```$/msg)
+		{
+			return $block if index($block, $text) >= 0;
+		}
+	}
+	die "neither README.md nor docs/*.md has an sql block with \"$text\"";
+}
+
+# The scenario of a user trigger on outbox that raises for three poison
+# events among 60 good ones (012 and 013 tell what each poison stands for):
+# on a node called $name, $create_trigger creates trigger "poison" running
+# function poison(), which returns $returns and raises "... $refused".
+# Every check is a test of the calling file.
+sub poison_scenario
+{
+	my ($name, $create_trigger, $returns, $refused) = @_;
+	my $max_attempts = 3;
+	my $node = outbox_node($name, 'outbox.max_attempts' => $max_attempts);
+	my $sink = start_sink();
+	my $url = $sink->url('/hook');
+
+	my $pid = wait_relay($node, 'postgres');
+	ok($pid, 'relay runs');
+
+	$node->safe_psql('postgres', qq{
+		INSERT INTO outbox_destinations (name, event_types, url) VALUES ('hook', 'task.*', '$url');
+		INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('note', 'note.*', 'poison_notes');
+		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \$\$
+		BEGIN
+			IF NEW.payload ? 'poison' THEN
+				RAISE EXCEPTION 'poison event % $refused', NEW.payload->>'poison';
+			END IF;
+			IF NEW.payload ? 'poison_mark' AND NEW.delivered_at IS NOT NULL THEN
+				RAISE EXCEPTION 'delivery mark of % $refused', NEW.payload->>'poison_mark';
+			END IF;
+			RETURN $returns;
+		END \$\$;
+		$create_trigger
+	});
+
+	# 60 good events with the three poisons among them, in one transaction
+	my $listener = start_listener($node, 'postgres', 'poison_notes');
+	my $log_offset = -s $node->logfile;
+	my $t0 = time;
+	my ($any_poison, $mark_poison, $claim_poison);
+	my @good;
+	my @lines = split /\n/, $node->safe_psql('postgres', q{
+		SELECT outbox_emit(CASE g WHEN 63 THEN 'note.created' ELSE 'task.created' END,
+		       CASE g WHEN 20 THEN '{"poison": "A"}' WHEN 41 THEN '{"poison_mark": "B"}'
+		              WHEN 63 THEN '{"poison": "C"}' ELSE jsonb_build_object('n', g) END)
+		  FROM generate_series(1, 63) g ORDER BY g});
+	($any_poison, $mark_poison, $claim_poison) = @lines[ 19, 40, 62 ];
+	@good = @lines[ 0 .. 18, 20 .. 39, 41 .. 61 ];
+	is(scalar @good, 60, '60 good events and 3 poisons emitted');
+
+	my $good_list = join(', ', map { "'$_'" } @good);
+	ok( $node->poll_query_until('postgres',
+			"SELECT count(*) = 60 FROM outbox WHERE event_id IN ($good_list) AND delivered_at IS NOT NULL"),
+		'the 60 good events are marked delivered');
+	ok( $node->poll_query_until('postgres',
+			"SELECT count(*) = 3 FROM outbox WHERE event_id IN ('$claim_poison', '$any_poison', '$mark_poison') AND dead_at IS NOT NULL"),
+		'the three poisons are dead-lettered');
+	my $elapsed = time - $t0;
+
+	my $sent = count_by_id($sink->requests('/hook'));
+	is_deeply([ grep { ($sent->{$_} // 0) != 1 } @good ], [], 'each good event was sent exactly once');
+	is( $node->safe_psql('postgres', qq{
+			SELECT count(*) FROM outbox
+			 WHERE event_id IN ($good_list) AND attempts = 1 AND last_error IS NULL
+			   AND dead_at IS NULL AND NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts))}),
+		'60', 'each good event: 1 attempt, no error, not in flight');
+
+	# the claim poison: no claim including it committed, so it was never notified
+	ok($listener->sync, 'the listener has every notification committed so far');
+	is(scalar(grep { $_->{payload} =~ /\Q$claim_poison\E/ } @{ $listener->notes }), 0,
+		'claim poison: never notified');
+	my ($attempts, $error, $dest) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT attempts, last_error, coalesce(destination, '') FROM outbox WHERE event_id = '$claim_poison'});
+	is($attempts, $max_attempts, "claim poison: dead after $max_attempts attempts");
+	like($error, qr/^could not claim the event: poison event C \Q$refused\E/,
+		"claim poison: the trigger's message in last_error");
+	$listener->quit;
+
+	# the HTTP event refusing every update: sent, as its claim does not write
+	# its row; each failure recorded with user triggers off
+	is($sent->{$any_poison} // 0, $max_attempts, "any-update poison: sent $max_attempts times, once per attempt");
+	($attempts, $error) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT attempts, last_error FROM outbox WHERE event_id = '$any_poison'});
+	is($attempts, $max_attempts, "any-update poison: dead after $max_attempts attempts");
+	like($error, qr/^could not record the outcome: poison event A \Q$refused\E/,
+		"any-update poison: the trigger's message in last_error");
+
+	# the mark poison: sent, its mark refused, a failed attempt recorded instead
+	is($sent->{$mark_poison} // 0, $max_attempts, "mark poison: sent $max_attempts times, once per attempt");
+	($attempts, $error) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT attempts, last_error FROM outbox WHERE event_id = '$mark_poison'});
+	is($attempts, $max_attempts, "mark poison: dead after $max_attempts attempts");
+	like($error, qr/^could not record the outcome: delivery mark of B \Q$refused\E/, "mark poison: the trigger's message in last_error");
+	is( $node->safe_psql('postgres', qq{
+			SELECT delivered_at IS NULL AND NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)) FROM outbox WHERE event_id = '$mark_poison'}),
+		't', 'mark poison: not marked delivered, not in flight');
+
+	# the same worker did all of it
+	is(relay_pid($node, 'postgres'), $pid, 'the relay is the same process');
+	my $log = log_since($node, $log_offset);
+	unlike($log, qr/outbox relay started|exited with exit code/, 'no relay exit or restart in the log');
+	my @warnings = relay_warnings($node, $log_offset);
+	my $bound = 1 + int($elapsed / 10);
+	note(sprintf('%d "outbox relay could not" lines in %.1f s', scalar @warnings, $elapsed));
+	cmp_ok(scalar @warnings, '>=', 1, 'the caught error was logged');
+	cmp_ok(scalar @warnings, '<=', $bound, "at most one such line per 10 s ($bound)");
+
+	# the relay still delivers new events afterwards
+	my ($later) = @{ emit($node, 'postgres', 'task.later', 1) };
+	ok( $node->poll_query_until('postgres',
+			"SELECT delivered_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_id = '$later'"),
+		'a later event is delivered');
+	is(relay_pid($node, 'postgres'), $pid, 'still the same relay');
+	$sink->stop;
+	$node->stop;
 }
 
 # A psql session of role $user (undef: the test's superuser) in database $db

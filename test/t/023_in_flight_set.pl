@@ -17,9 +17,12 @@ use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# The endpoint holds every request until the end: no request may time out
+# meanwhile, however long the relays take to share the events out.
 my $node = outbox_node('inflight',
 	'outbox.relays_per_database' => 2,
-	'outbox.batch_size' => 1);
+	'outbox.batch_size' => 1,
+	'outbox.http_timeout' => "'180s'");
 my $sink = start_sink();
 my $relays = "FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'postgres'";
 ok($node->poll_query_until('postgres', "SELECT count(*) = 2 $relays"), 'two relays run');

@@ -1,5 +1,5 @@
 # A NOTIFY consumer that was away catches up with outbox_catch_up() and
-# processes every event exactly once, with the loop the README gives
+# processes every event exactly once, with the loop docs/notify.md gives
 # (LISTEN, catch up at connect and after each notification, inbox_accept in
 # the business transaction): 500 events emitted while it is away, some of
 # them committed out of id order by concurrent transactions while it had
@@ -31,7 +31,7 @@ $node->safe_psql($db, q{
 	CREATE TABLE billing_events (event_id uuid, payload jsonb);
 	GRANT INSERT, SELECT ON billing_events TO billing;
 });
-# the consumer's function, as the README gives it
+# the consumer's function, as docs/notify.md gives it
 $node->safe_psql($db, readme_sql('CREATE FUNCTION billing_catch_up()'));
 $node->safe_psql($db, 'ALTER FUNCTION billing_catch_up() OWNER TO billing');
 

@@ -2,7 +2,7 @@
 # what it can forge. In reference mode its LISTEN receives no payload (the
 # consumer reads it with outbox_catch_up, which that role may not call);
 # events too large for a notification are delivered in a shorter form in
-# either mode; with a secret, notifications are signed, and the README's
+# either mode; with a secret, notifications are signed, and docs/notify.md's
 # verification function accepts the relay's and rejects forged ones.
 use strict;
 use warnings FATAL => 'all';
@@ -112,7 +112,7 @@ is( $node->safe_psql($db, "SELECT string_agg(octet_length(payload->>'text')::tex
 
 ############################################################################
 # Signed: with a secret, each notification carries a Standard Webhooks
-# signature; the README's function accepts it and rejects forgeries that
+# signature; docs/notify.md's function accepts it and rejects forgeries that
 # the role without privileges sends on the same channel.
 
 $node->safe_psql($db, "UPDATE outbox.outbox_destinations SET notify_mode = 'reference', secret = '$secret'");
@@ -127,7 +127,7 @@ like($outer->{'webhook-signature'}, qr{^v1,[A-Za-z0-9+/]{43}=$}, 'v1 and a base6
 is(keys_of($outer->{body}), 'aggregate_id,aggregate_type,attempt,created_at,id,type',
 	'the body is the reference, as a JSON string');
 
-# verified_notification() of the README, given a notification as received
+# verified_notification() of docs/notify.md, given a notification as received
 sub verified
 {
 	my ($text, $key, $tolerance) = @_;
