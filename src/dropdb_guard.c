@@ -123,7 +123,7 @@ pause_relay_of(const char *dbname)
 
 /* Returns the option called name in a list of DefElem, or NULL. */
 static DefElem *
-find_option(List *options, const char *name)
+option_named(List *options, const char *name)
 {
 	ListCell   *lc;
 
@@ -155,7 +155,7 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 			paused = pause_relay_of(((DropdbStmt *) node)->dbname);
 			break;
 		case T_AlterDatabaseStmt:
-			if (find_option(((AlterDatabaseStmt *) node)->options, "tablespace"))
+			if (option_named(((AlterDatabaseStmt *) node)->options, "tablespace"))
 			{
 				PreventInTransactionBlock(top_level, "ALTER DATABASE SET TABLESPACE");
 				paused = pause_relay_of(((AlterDatabaseStmt *) node)->dbname);
@@ -167,7 +167,7 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 			break;
 		case T_CreatedbStmt:
 			{
-				DefElem    *template = find_option(((CreatedbStmt *) node)->options, "template");
+				DefElem    *template = option_named(((CreatedbStmt *) node)->options, "template");
 
 				if (template != NULL && template->arg != NULL)
 				{
