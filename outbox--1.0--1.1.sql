@@ -45,7 +45,10 @@ CREATE TABLE @extschema@.outbox_in_flight (
     relay      integer NOT NULL,
     claimed_at timestamptz NOT NULL DEFAULT now(),
     ids        bigint[] NOT NULL,
-    attempts   integer[] NOT NULL
+    attempts   integer[] NOT NULL,
+    -- also its replica identity: under a publication FOR ALL TABLES,
+    -- PostgreSQL refuses to delete rows of a table without one
+    PRIMARY KEY (run, claim)
 );
 
 COMMENT ON TABLE @extschema@.outbox_in_flight IS
@@ -368,6 +371,7 @@ CREATE FUNCTION @extschema@.outbox_relay_stats(
     OUT failed bigint,
     OUT last_error text,
     OUT last_error_at timestamptz,
+    OUT failing_since timestamptz,
     OUT stats_since timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'outbox_relay_stats'

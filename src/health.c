@@ -123,6 +123,8 @@ typedef struct RelayHealth
 	int64		failed;
 	char		last_error[OUTBOX_HEALTH_ERROR_BYTES];
 	TimestampTz last_error_at;
+	TimestampTz failing_since;	/* the first of the steps failing since the
+								 * last one that succeeded; 0: none */
 	TimestampTz stats_since;	/* the counters began then */
 } RelayHealth;
 
@@ -165,6 +167,8 @@ static HTAB *dest_hash = NULL;
 
 /* This process's relay row, when it is a relay. */
 static RelayHealth *my_relay = NULL;
+/* Whether its failing_since is set (read without the lock). */
+static bool my_relay_failing = false;
 
 /* Outcomes noted in the current transaction, per destination. */
 typedef struct PendingDest
@@ -467,7 +471,26 @@ OutboxHealthRelayError(const char *what, const char *message)
 	SpinLockAcquire(&my_relay->mutex);
 	memcpy(my_relay->last_error, text, sizeof(text));
 	my_relay->last_error_at = now;
+	if (my_relay->failing_since == 0)
+		my_relay->failing_since = now;
 	SpinLockRelease(&my_relay->mutex);
+	my_relay_failing = true;
+}
+
+/*
+ * Notes that a step of the calling relay succeeded: the failing steps, if
+ * any, are over (failing_since cleared). Called by the relay after every
+ * step that committed; touches shared memory only after a failure.
+ */
+void
+OutboxHealthRelayStepOk(void)
+{
+	if (my_relay == NULL || !my_relay_failing)
+		return;
+	SpinLockAcquire(&my_relay->mutex);
+	my_relay->failing_since = 0;
+	SpinLockRelease(&my_relay->mutex);
+	my_relay_failing = false;
 }
 
 /* The bucket of a latency in ms. */
@@ -740,12 +763,13 @@ database_name(Oid dboid, const char *kept, bool *isnull)
  * with all_databases, which also lists names in outbox.databases that have
  * no relay): database, relay, pid, state, reason, next_start, started_at,
  * restarts, passes, last_pass_at, delivered, failed, last_error,
- * last_error_at, stats_since. For outbox_admin; errors in check_access.
+ * last_error_at, failing_since (set while its steps keep failing: a stall
+ * to alert on), stats_since. For outbox_admin; errors in check_access.
  */
 Datum
 outbox_relay_stats(PG_FUNCTION_ARGS)
 {
-#define RELAY_COLS 15
+#define RELAY_COLS 16
 	bool		all = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	RelayHealth *rows;
@@ -797,7 +821,8 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 		values[11] = Int64GetDatum(r->failed);
 		values[12] = text_datum_or_null(r->last_error, &nulls[12]);
 		values[13] = ts_or_null(r->last_error_at, &nulls[13]);
-		values[14] = ts_or_null(r->stats_since, &nulls[14]);
+		values[14] = ts_or_null(r->failing_since, &nulls[14]);
+		values[15] = ts_or_null(r->stats_since, &nulls[15]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	for (int i = 0; i < nmissing; i++)

@@ -45,6 +45,7 @@ extern void OutboxHealthRelayStarted(Oid dboid, int relay_no);
 extern void OutboxHealthRelayIdle(bool idle);
 extern void OutboxHealthRelayPass(void);
 extern void OutboxHealthRelayError(const char *what, const char *message);
+extern void OutboxHealthRelayStepOk(void);
 
 /* any process that records outcomes (queue.c) */
 extern void OutboxHealthNote(const OutboxEvent *ev, const char *error);

@@ -40,9 +40,11 @@
  * number in it. One row per claim, whatever its size, and never updated:
  * deleted by journal_done_stmt once every outcome is recorded, or by
  * release_stmt if the relay is gone. Rows are found by (run, claim), not
- * by TID, which VACUUM FULL or CLUSTER would change; the table holds a row
- * per claim in flight (and dead ones until vacuumed), so a sequential scan
- * is its access path.
+ * by TID, which VACUUM FULL or CLUSTER would change: the table's primary
+ * key, which is also its replica identity for publications. The end of a
+ * claim's rows walks that key whatever the statistics say: the table holds
+ * a row per claim in flight, and the dead ones until vacuumed, which a
+ * busy relay makes faster than autovacuum removes them.
  */
 static const Oid journal_argtypes[] = {INT8OID, INT8OID, INT4OID, INT8ARRAYOID, INT4ARRAYOID};
 static OutboxStatement journal_stmt = {
@@ -61,7 +63,8 @@ static OutboxStatement journal_done_stmt = {
 		" WHERE j.run = $2 AND j.claim = ANY ($1)",
 	.nargs = 2,
 	.argtypes = journal_done_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 /*

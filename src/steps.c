@@ -103,6 +103,7 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		OutboxHealthRelayStepOk();
 	}
 	PG_CATCH();
 	{

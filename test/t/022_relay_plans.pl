@@ -8,8 +8,8 @@
 # the claim and the next-due lookup walk outbox_pending_idx in its order
 # (the claim leaving out the events in flight with a hashed subplan),
 # outcomes and NOTIFY marks fetch rows by TID (one scan of a batch's TIDs,
-# hash joined to its values), failures by primary key, the small journal
-# of events in flight is scanned, and no
+# hash joined to its values), failures by primary key, the journal of
+# events in flight by its primary key, and no
 # relay statement scans the outbox table sequentially. The server's
 # plan_cache_mode = force_custom_plan, which would plan each execution
 # afresh, does not apply to the relay.
@@ -50,7 +50,7 @@ my @statements = (
 	  qr/Index Scan using outbox_pending_idx on outbox o\b[^\n]*\n(?:\s+(?:Index Cond|Filter):[^\n]*\n)*\s+Filter: [^\n]*\bhashed SubPlan/ ],
 	[ 'outcome', qr/FROM unnest\(\$1::tid\[\], \$2::bigint\[\]/, $tid_list ],
 	[ 'NOTIFY mark', qr/FROM unnest\(\$1::tid\[\], \$2::text\[\]\)/, $tid_list ],
-	[ 'journal end', qr/DELETE FROM \S+\.outbox_in_flight j/, qr/Seq Scan on outbox_in_flight j\b/ ],
+	[ 'journal end', qr/DELETE FROM \S+\.outbox_in_flight j/, qr/Index Scan using outbox_in_flight_pkey on outbox_in_flight j\b/ ],
 	[ 'failure', qr/SET attempts = u\.attempts, last_error = u\.err/, qr/Index Scan using outbox_pkey on outbox o\b/ ],
 	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
 	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ]);
