@@ -388,12 +388,16 @@ start_requests(List **done)
 	}
 }
 
-/* Hands every transfer that ended to its event, then frees its request. */
-static void
+/*
+ * Hands every transfer that ended to its event, then frees its request;
+ * returns how many ended.
+ */
+static int
 read_done(List **done)
 {
 	CURLMsg    *msg;
 	int			left;
+	int			ended = 0;
 
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
@@ -408,7 +412,24 @@ read_done(List **done)
 			report(req, done);
 		}
 		release_request(req);
+		ended++;
 	}
+	return ended;
+}
+
+/* Runs libcurl's timers if they are due: new requests connect and send. */
+static void
+run_timers(void)
+{
+	int			still;
+	CURLMcode	mc;
+
+	if (curl_due == 0 || GetCurrentTimestamp() < curl_due)
+		return;
+	curl_due = 0;
+	mc = curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
+	if (mc != CURLM_OK)
+		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
 }
 
 /*
@@ -422,7 +443,6 @@ static List *
 http_collect(void)
 {
 	List	   *done = NIL;
-	int			still;
 	dlist_mutable_iter iter;
 	TimestampTz now;
 
@@ -439,18 +459,19 @@ http_collect(void)
 	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) http_max_connections);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) http_max_connections);
 
-	start_requests(&done);
-	/* a request just started has its timer due at once: it connects and sends now */
-	if (curl_due != 0 && GetCurrentTimestamp() >= curl_due)
+	/*
+	 * Transfers that the last socket activity ended free their connections
+	 * first; then waiting requests take them and start at once (their
+	 * timer is due then), and as long as requests end meanwhile (a fast
+	 * endpoint answers before the next is started), more start: no
+	 * connection stays unused until the next wait.
+	 */
+	(void) read_done(&done);
+	do
 	{
-		CURLMcode	mc;
-
-		curl_due = 0;
-		mc = curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
-		if (mc != CURLM_OK)
-			elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
-	}
-	read_done(&done);
+		start_requests(&done);
+		run_timers();
+	} while (read_done(&done) > 0);
 
 	now = GetCurrentTimestamp();
 	dlist_foreach_modify(iter, &running_list)
