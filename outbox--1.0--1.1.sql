@@ -689,7 +689,10 @@ TO outbox_admin;
  * events; names and kinds of destinations cannot be changed in place).
  * Any NOTIFY destination may be named: members of outbox_consumer read
  * every NOTIFY destination's events of the window, payloads included.
- * The window is at most 7 days (outbox_purge's default retention); cost:
+ * The window is at most 7 days (outbox_purge's default retention), in
+ * seconds, as the window is computed: comparing intervals counts a month
+ * as 30 days and extract(epoch) a year as 365.25, so '1000 years' -
+ * '359993 days' is 7 days to the one and 14 years to the other; cost:
  * a range scan of outbox_delivered_idx over the destination's window and
  * one inbox lookup per event in it, until max_events are found.
  */
@@ -711,7 +714,7 @@ BEGIN
         RAISE EXCEPTION 'destination, consumer, within and max_events must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF within <= interval '0' OR within > interval '7 days' THEN
+    IF extract(epoch FROM within) <= 0 OR extract(epoch FROM within) > 7 * 86400 THEN
         RAISE EXCEPTION 'within must be more than 0 and at most 7 days'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -61,6 +61,9 @@ SELECT regress.try($$SELECT * FROM outbox_catch_up('nope', 'billing')$$);
 -- arguments
 SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', 'billing', within => '7 days 1 second')$$);
 SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', 'billing', within => '0')$$);
+-- 7 days as an interval comparison counts months, 14 years in seconds
+SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', 'billing', within => interval '1000 years' - interval '359993 days')$$);
+SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', 'billing', within => interval '1 month' - interval '23 days 1 second')$$);
 SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', 'billing', max_events => 0)$$);
 SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', 'billing', max_events => 10001)$$);
 SELECT regress.try($$SELECT * FROM outbox_catch_up('n_orders', NULL)$$);
