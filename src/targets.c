@@ -98,7 +98,21 @@ parse_ports(const char *s, AllowEntry *e)
 	return true;
 }
 
-/* Parses "address[/prefix]" of family af into the entry. */
+/* Whether an IPv6 address is IPv4-mapped (::ffff:a.b.c.d, RFC 4291 2.5.5.2). */
+static bool
+v4_mapped(const unsigned char *a)
+{
+	static const unsigned char prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+	return memcmp(a, prefix, sizeof(prefix)) == 0;
+}
+
+/*
+ * Parses "address[/prefix]" of family af into the entry. An IPv4-mapped
+ * range (::ffff:a.b.c.d/96 and longer) is the IPv4 range it maps: a
+ * connection to such an address reaches that IPv4 address, and is judged
+ * as one (OutboxTargetAddressAllowed).
+ */
 static bool
 parse_address(char *s, int af, AllowEntry *e)
 {
@@ -118,7 +132,16 @@ parse_address(char *s, int af, AllowEntry *e)
 		e->prefix = (int) p;
 	}
 	e->kind = af == AF_INET ? TARGET_IPV4 : TARGET_IPV6;
-	return inet_pton(af, s, e->addr) == 1;
+	if (inet_pton(af, s, e->addr) != 1)
+		return false;
+	if (af == AF_INET6 && e->prefix >= 96 && v4_mapped(e->addr))
+	{
+		memmove(e->addr, e->addr + 12, 4);
+		memset(e->addr + 4, 0, 12);
+		e->prefix -= 96;
+		e->kind = TARGET_IPV4;
+	}
+	return true;
 }
 
 /* A host name (or "*."-suffix) of letters, digits, '-', '.' and '_'. */
@@ -343,6 +366,12 @@ OutboxTargetAddressAllowed(const struct sockaddr *addr)
 		bytes = (const unsigned char *) &in6->sin6_addr;
 		port = ntohs(in6->sin6_port);
 		kind = TARGET_IPV6;
+		/* ::ffff:a.b.c.d reaches a.b.c.d: IPv6 ranges such as ::/0 do not allow it */
+		if (v4_mapped(bytes))
+		{
+			bytes += 12;
+			kind = TARGET_IPV4;
+		}
 	}
 	else
 		return false;

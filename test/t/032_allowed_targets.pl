@@ -73,6 +73,26 @@ is(failure_of($late),
 	'the first endpoint is refused, its old connection not reused');
 is($one->stats->{requests}, 1, 'it got nothing more');
 
+# an IPv4-mapped IPv6 address (::ffff:127.0.0.1) reaches the IPv4 address
+# it maps: IPv6 ranges such as ::/0 do not allow it, IPv4 entries decide
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, url) VALUES
+	    ('mapped', 'mapped.*', 'http://[::ffff:127.0.0.1]:$port2/hook');
+	ALTER SYSTEM SET outbox.http_allowed_targets = '::/0'});
+$node->reload;
+$node->poll_query_until('postgres',
+	"SELECT setting = '::/0' FROM pg_settings WHERE name = 'outbox.http_allowed_targets'");
+my ($mapped) = @{ emit($node, 'postgres', 'mapped.a', 1) };
+is(failure_of($mapped),
+	'HTTP request failed: the address connected to is not allowed by outbox.http_allowed_targets',
+	'::/0 does not allow 127.0.0.1 reached as ::ffff:127.0.0.1');
+$node->safe_psql('postgres', "ALTER SYSTEM SET outbox.http_allowed_targets = '[::ffff:127.0.0.1/128]:$port2'");
+$node->reload;
+$node->poll_query_until('postgres',
+	"SELECT setting LIKE '[::ffff:127.0.0.1/128]%' FROM pg_settings WHERE name = 'outbox.http_allowed_targets'");
+$node->safe_psql('postgres', "UPDATE outbox SET next_attempt_at = now() WHERE event_id = '$mapped'");
+ok($two->wait_delivered(3), 'a mapped entry allows it, as the IPv4 address it maps');
+
 # the default is permissive
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET outbox.http_allowed_targets');
 $node->reload;
