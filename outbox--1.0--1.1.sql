@@ -290,7 +290,7 @@ AS 'MODULE_PATHNAME', '_outbox_check_destination'
 LANGUAGE C;
 
 COMMENT ON FUNCTION @extschema@._outbox_check_destination() IS
-    'Internal: trigger that refuses an invalid destination (url, channel, headers, secret, timeout) without printing the row';
+    'Internal: trigger that refuses an invalid destination (kind and target, headers, secret, timeout, format, the kind''s own options) without printing the row';
 
 ALTER TABLE @extschema@.outbox
     DROP CONSTRAINT outbox_event_type_check,

@@ -433,6 +433,35 @@ run_timers(void)
 }
 
 /*
+ * Reports each running request whose 2xx status line and headers are in:
+ * its transfer goes on for BODY_GRACE_MS, holding its connection but not
+ * the event, so that a normal answer keeps the connection alive; then it
+ * is cut.
+ */
+static void
+report_early(List **done)
+{
+	dlist_mutable_iter iter;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach_modify(iter, &running_list)
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+		if (req->event != NULL && req->headers_done &&
+			req->status >= 200 && req->status < 300)
+		{
+			OutboxHttpOutcome(req, CURLE_OK);
+			report(req, done);
+			req->reported_at = now;
+		}
+		else if (req->event == NULL &&
+				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
+			release_request(req);
+	}
+}
+
+/*
  * collect: starts waiting requests, runs libcurl's timers when due, and
  * returns the events whose outcome is now known. A 2xx is reported once
  * its headers are in; its transfer goes on for BODY_GRACE_MS, holding its
@@ -443,8 +472,6 @@ static List *
 http_collect(void)
 {
 	List	   *done = NIL;
-	dlist_mutable_iter iter;
-	TimestampTz now;
 
 	if (multi == NULL)
 		return NIL;
@@ -460,35 +487,21 @@ http_collect(void)
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) http_max_connections);
 
 	/*
-	 * Transfers that the last socket activity ended free their connections
-	 * first; then waiting requests take them and start at once (their
-	 * timer is due then), and as long as requests end meanwhile (a fast
-	 * endpoint answers before the next is started), more start: no
-	 * connection stays unused until the next wait.
+	 * Transfers that the last socket activity ended, and those whose 2xx
+	 * body outlived its grace, free their connections first; then waiting
+	 * requests take them and start at once (their timer is due then), and
+	 * as long as requests end meanwhile (a fast endpoint answers before the
+	 * next is started), more start: no connection stays unused until the
+	 * next wait.
 	 */
 	(void) read_done(&done);
+	report_early(&done);
 	do
 	{
 		start_requests(&done);
 		run_timers();
 	} while (read_done(&done) > 0);
-
-	now = GetCurrentTimestamp();
-	dlist_foreach_modify(iter, &running_list)
-	{
-		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
-
-		if (req->event != NULL && req->headers_done &&
-			req->status >= 200 && req->status < 300)
-		{
-			OutboxHttpOutcome(req, CURLE_OK);
-			report(req, &done);
-			req->reported_at = now;
-		}
-		else if (req->event == NULL &&
-				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
-			release_request(req);
-	}
+	report_early(&done);
 	CHECK_FOR_INTERRUPTS();
 	return done;
 }
@@ -717,6 +730,35 @@ http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 	return true;
 }
 
+/*
+ * abandon: frees every request, waiting or running (their transfers are
+ * cut and their connections closed), and forgets their events. Must not
+ * throw: called while an error is being handled.
+ */
+static void
+http_abandon(void)
+{
+	dlist_mutable_iter iter;
+	ListCell   *lc;
+
+	dlist_foreach_modify(iter, &running_list)
+		release_request(dlist_container(HttpRequest, node, iter.cur));
+	foreach(lc, dests)
+	{
+		HttpDest   *d = lfirst(lc);
+
+		dlist_foreach_modify(iter, &d->queue)
+		{
+			HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+			dlist_delete(&req->node);
+			release_request(req);
+		}
+		d->queued = 0;
+		d->unreported = 0;
+	}
+}
+
 /* init: the outbox.http_* settings. */
 static void
 http_define_settings(void)
@@ -766,4 +808,5 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.sockets = http_sockets,
 	.timeout_ms = http_timeout_ms,
 	.socket_ready = http_socket_ready,
+	.abandon = http_abandon,
 };

@@ -120,26 +120,39 @@ OutboxKindsFull(void)
  * Sends n events of OUTBOX_SEND_AFTER_COMMIT kinds and returns once every
  * outcome is in its event: the synchronous form, for outbox_relay(), which
  * runs in the caller's transaction. Waits as the worker does (OutboxWait),
- * on the latch and the kinds' sockets. Interruptible.
+ * on the latch and the kinds' sockets. Interruptible: on ERROR (a cancel,
+ * a statement_timeout) the kinds abandon the events, which die with the
+ * transaction, before the error goes on.
  */
 void
 OutboxSendAndWait(OutboxEvent **events, int n)
 {
-	int			pending = n;
-
-	for (int i = 0; i < n; i++)
-		events[i]->dest.kind->enqueue(events[i]);
-	for (;;)
+	PG_TRY();
 	{
-		List	   *done = OutboxKindsCollect();
+		int			pending = n;
 
-		pending -= list_length(done);
-		list_free(done);
-		/* and the rest of the answers, which keeps connections alive */
-		if (pending <= 0 && !OutboxKindsBusy())
-			break;
-		if (OutboxWait(1000, PG_WAIT_EXTENSION))
-			ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		for (int i = 0; i < n; i++)
+			events[i]->dest.kind->enqueue(events[i]);
+		for (;;)
+		{
+			List	   *done = OutboxKindsCollect();
+
+			pending -= list_length(done);
+			list_free(done);
+			/* and the rest of the answers, which keeps connections alive */
+			if (pending <= 0 && !OutboxKindsBusy())
+				break;
+			if (OutboxWait(1000, PG_WAIT_EXTENSION))
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
 	}
+	PG_CATCH();
+	{
+		for (int i = 0; i < NKINDS; i++)
+			if (after_commit(i))
+				kinds[i]->abandon();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 }

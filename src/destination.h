@@ -117,6 +117,9 @@ typedef struct OutboxDestinationKind
 	 * timeout_ms: how soon collect must run even if no socket is ready;
 	 *	 -1: no limit.
 	 * socket_ready: a socket of the list is ready for events.
+	 * abandon: forgets every event taken and ends their transfers: the
+	 *	 transaction that owned them (an outbox_relay() call) was aborted,
+	 *	 and their memory is gone with it.
 	 */
 	void		(*enqueue) (OutboxEvent *ev);
 	List	   *(*collect) (void);
@@ -126,6 +129,7 @@ typedef struct OutboxDestinationKind
 	uint64		(*sockets) (const OutboxWaitSocket **socks, int *n);
 	long		(*timeout_ms) (void);
 	void		(*socket_ready) (pgsocket fd, uint32 events);
+	void		(*abandon) (void);
 } OutboxDestinationKind;
 
 extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name,

@@ -15,7 +15,7 @@
  * tests, so it raises its own errors first; they name the field and the
  * rule, never a value. NOT NULL is tested here for the same reason.
  *
- * The relay applies the same checks to what it claims (queue.c, relay.c),
+ * The relay applies the same checks to what it claims (queue.c, claim.c),
  * on the stored sizes first, so that an event that got past the trigger is
  * dead-lettered with the reason before anything large is built from it.
  *
@@ -399,26 +399,6 @@ fill_kind(Relation rel, HeapTuple tuple)
 }
 
 /*
- * _outbox_check_destination() RETURNS trigger
- *
- * BEFORE INSERT OR UPDATE, FOR EACH ROW, on outbox_destinations: the rules
- * of 1.0's check constraints, tightened, with errors that never show the
- * row (its secret and headers are credentials). A row written without a
- * kind gets the kind of the one target it has (fill_kind). Then: 23502
- * for NULL in a NOT NULL column; 23514 for an empty name or pattern, a
- * kind this library does not have, a target other than the kind's one,
- * invalid headers (OutboxHeadersCheck) or secret (OutboxSecretCheck), a
- * timeout_ms outside 1..OUTBOX_MAX_TIMEOUT_MS, an unknown format, what the
- * kind's own rules refuse (its check_destination: the url of a webhook,
- * a channel's name, notify_mode), and, on UPDATE, a change of name or of
- * kind; 54000 for a size over a limit.
- *
- * Name and kind are fixed because outbox_catch_up() gives consumers the
- * events delivered under a NOTIFY destination's name since its created_at:
- * a webhook turned into a channel, or a channel renamed to the name a
- * webhook had, would show them the webhook's events.
- */
-/*
  * The kind of a destination row whose kind is set (fill_kind): one this
  * library has, its target alone set, and on UPDATE (old: the row before)
  * the same name and kind as before. Raises 23514 otherwise.
@@ -502,6 +482,26 @@ check_shared_columns(Relation rel, HeapTuple tuple)
 		refuse("destination format is not valid", "It is " OUTBOX_FORMAT_ENVELOPE ".");
 }
 
+/*
+ * _outbox_check_destination() RETURNS trigger
+ *
+ * BEFORE INSERT OR UPDATE, FOR EACH ROW, on outbox_destinations: the rules
+ * of 1.0's check constraints, tightened, with errors that never show the
+ * row (its secret and headers are credentials). A row written without a
+ * kind gets the kind of the one target it has (fill_kind). Then: 23502
+ * for NULL in a NOT NULL column; 23514 for an empty name or pattern, a
+ * kind this library does not have, a target other than the kind's one,
+ * invalid headers (OutboxHeadersCheck) or secret (OutboxSecretCheck), a
+ * timeout_ms outside 1..OUTBOX_MAX_TIMEOUT_MS, an unknown format, what the
+ * kind's own rules refuse (its check_destination: the url of a webhook,
+ * a channel's name, notify_mode), and, on UPDATE, a change of name or of
+ * kind; 54000 for a size over a limit.
+ *
+ * Name and kind are fixed because outbox_catch_up() gives consumers the
+ * events delivered under a NOTIFY destination's name since its created_at:
+ * a webhook turned into a channel, or a channel renamed to the name a
+ * webhook had, would show them the webhook's events.
+ */
 Datum
 _outbox_check_destination(PG_FUNCTION_ARGS)
 {
