@@ -12,6 +12,9 @@ of times, or answer slowly:
                                                     answer with those request
                                                     headers as "name: value" lines
                   {"paths": {"/p": RULE, ...}}      rules for one path each
+                  {"release": "/p"}                 answer the requests to /p
+                                                    held so far; later ones are
+                                                    held while the rule holds
                   (each key given replaces that key's value; "paths" as a whole)
   GET  /_requests  every request answered: webhook-id, headers, header_names
                    (every header name as sent, repeats included), body, status,
@@ -62,6 +65,8 @@ requests = []  # answered, in answer order
 arrivals = []  # received, in arrival order (the same dicts)
 DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}, "echo": []}
 rules = json.loads(json.dumps(DEFAULT_RULES))
+arrived = {}  # path -> how many requests to it have arrived
+released = {}  # path -> how many of its first arrivals a "release" let go
 
 
 def rule_for(path, consume):
@@ -135,7 +140,11 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         if self.path == "/_control":
             with lock:
-                rules.update(json.loads(body))
+                new = json.loads(body)
+                path = new.pop("release", None)
+                if path is not None:
+                    released[path] = arrived.get(path, 0)
+                rules.update(new)
                 changed.notify_all()
             return self.reply(200, rules)
         if self.path == "/_reset":
@@ -144,6 +153,8 @@ class Handler(BaseHTTPRequestHandler):
                 arrivals.clear()
                 rules.clear()
                 rules.update(json.loads(json.dumps(DEFAULT_RULES)))
+                arrived.clear()
+                released.clear()
                 changed.notify_all()
             return self.reply(200)
 
@@ -163,6 +174,8 @@ class Handler(BaseHTTPRequestHandler):
             "peer_port": self.client_address[1],  # one per connection
         }
         with lock:
+            seq = arrived.get(self.path, 0)
+            arrived[self.path] = seq + 1
             arrivals.append(record)
             rule = rule_for(self.path, consume=True)
             status = rule["status"]
@@ -171,12 +184,12 @@ class Handler(BaseHTTPRequestHandler):
                 status = 500
             echo = list(rules["echo"])
             # held: wait until a later /_control lifts the hold
-            while rule.get("hold"):
+            while rule.get("hold") and seq >= released.get(self.path, 0):
                 changed.wait(0.05)
                 if self.client_gone():
                     break
                 rule = rule_for(self.path, consume=False)
-        if rule.get("hold"):
+        if rule.get("hold") and seq >= released.get(self.path, 0):
             return self.answered(record, 0, "aborted", close=True)
         if rule["delay_ms"]:
             time.sleep(rule["delay_ms"] / 1000.0)
