@@ -243,18 +243,16 @@ TO outbox_admin;
  * DEFAULT 0), which would stop the relay; a relation name cannot, and the
  * view's own references were bound here, by OID. security_invoker: those
  * who run outbox_relay() need the privileges on the tables themselves, as
- * before. A later version that adds a column the relay needs must create
- * it again.
+ * before. The destination is one column, dest, of the table's row type:
+ * the claim reads the columns every kind has from it and each kind its own
+ * (src/destination.h), so a new kind or option adds no column here (but
+ * _outbox_route must be created again, see above).
  */
 CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       d.name AS dest_name, d.kind AS dest_kind, d.format AS dest_format,
-       d.url AS dest_url, d.channel AS dest_channel,
-       d.secret AS dest_secret, d.timeout_ms AS dest_timeout_ms,
-       d.headers AS dest_headers, d.retry_client_errors AS dest_retry_client_errors,
-       d.notify_mode AS dest_notify_mode
+       d.name AS dest_name, d AS dest
   FROM @extschema@.outbox o
   LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;

@@ -64,7 +64,7 @@ INSERT INTO outbox_destinations (name, event_types, kind, url) VALUES ('k_explic
 SELECT name, kind, format FROM outbox_destinations ORDER BY name;
 -- the relay's claim reads the kind and format with each event's destination
 SELECT outbox_emit(t, '{}') IS NOT NULL AS emitted FROM unnest(ARRAY['k.hook', 'k.chan']) t;
-SELECT event_type, dest_name, dest_kind, dest_format FROM _outbox_pending
+SELECT event_type, dest_name, (dest).kind AS dest_kind, (dest).format AS dest_format FROM _outbox_pending
  WHERE event_type LIKE 'k.%' ORDER BY 1;
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, url) VALUES ('x', 'notify', 'http://127.0.0.1:1/')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, channel) VALUES ('x', 'nats', 'c')$$);
@@ -79,4 +79,22 @@ SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify' WHERE name =
 SELECT regress.try($$UPDATE outbox_destinations SET kind = NULL WHERE name = 'k_hook'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify', enabled = false WHERE name = 'k_chan'$$);
 SELECT name, kind, enabled FROM outbox_destinations ORDER BY name;
+-- a kind's own columns: another kind's destination leaves them unset (or
+-- at their default); the target columns are the kinds' too
+SELECT regress.try($$INSERT INTO outbox_destinations (name, channel, retry_client_errors) VALUES ('x', 'c', true)$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, event_types, channel, retry_client_errors) VALUES ('x', 'none.x', 'c', false)$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, event_types, url, notify_mode) VALUES ('y', 'none.y', 'http://127.0.0.1:1/', 'full')$$);
+SELECT regress.try($$UPDATE outbox_destinations SET retry_client_errors = true WHERE name = 'k_chan'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET notify_mode = 'reference' WHERE name = 'k_hook'$$);
+-- a row that got past the trigger with a kind or format this library does
+-- not have (a newer version's) fails its events with the reason, and they
+-- are retried
+ALTER TABLE outbox_destinations DISABLE TRIGGER outbox_destinations_check;
+UPDATE outbox_destinations SET kind = 'nats' WHERE name = 'k_hook';
+UPDATE outbox_destinations SET format = 'cloudevents', enabled = true WHERE name = 'k_chan';
+ALTER TABLE outbox_destinations ENABLE TRIGGER outbox_destinations_check;
+SET LOCAL client_min_messages = error;
+SELECT * FROM outbox_relay();
+SELECT event_type, attempts, dead_at IS NULL AS alive, next_attempt_at > now() AS backoff, last_error
+  FROM outbox WHERE event_type LIKE 'k.%' ORDER BY 1;
 ROLLBACK;

@@ -706,28 +706,40 @@ url_check(const char *url, OutboxProblem *p)
 	return true;
 }
 
-/*
- * check_destination: a webhook has a valid url (url_check), and sends the
- * full envelope (notify_mode is for channels).
- */
+/* check_destination: a webhook has a valid url (url_check). */
 static bool
 http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 {
-	bool		isnull;
-	char	   *mode;
+	return url_check(OutboxDestinationText(row, "url"), p);
+}
 
-	if (!url_check(TextDatumGetCString(OutboxDestinationColumn(row, "url", &isnull)), p))
-		return false;
-	mode = TextDatumGetCString(OutboxDestinationColumn(row, "notify_mode", &isnull));
-	if (strcmp(mode, OUTBOX_NOTIFY_REFERENCE) == 0)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination notify_mode reference needs a channel"),
-								pstrdup("Webhooks are sent the full envelope."));
-	if (strcmp(mode, OUTBOX_NOTIFY_FULL) != 0)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination notify_mode is not valid"),
-								pstrdup("It is full or reference."));
-	return true;
+/*
+ * decode: url, timeout_ms, headers and retry_client_errors into an
+ * HttpDestOptions (timeout_ms and headers are read by webhooks only,
+ * though every kind may have them: see check_shared_columns).
+ */
+static Size
+http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
+{
+	HttpDestOptions *o = palloc0(sizeof(HttpDestOptions));
+	bool		isnull;
+	Datum		d;
+	Size		bytes = sizeof(HttpDestOptions);
+
+	o->url = OutboxDestinationText(row, "url");
+	bytes += o->url ? strlen(o->url) + 1 : 0;
+	d = OutboxDestinationColumn(row, "timeout_ms", &isnull);
+	o->timeout_ms = isnull ? -1 : DatumGetInt32(d);
+	d = OutboxDestinationColumn(row, "headers", &isnull);
+	if (!isnull)
+	{
+		o->headers = DatumGetJsonbPCopy(d);
+		bytes += VARSIZE(o->headers);
+	}
+	d = OutboxDestinationColumn(row, "retry_client_errors", &isnull);
+	o->retry_client_errors = !isnull && DatumGetBool(d);
+	dest->options = o;
+	return bytes;
 }
 
 /*
@@ -796,8 +808,13 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.name = "http",
 	.description = "a webhook",
 	.target_column = "url",
+	.own_columns = (const OutboxKindColumn[]) {
+		{"retry_client_errors", "f"},
+		{NULL}
+	},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.check_destination = http_check_destination,
+	.decode = http_decode,
 	.init = http_define_settings,
 	.prepare = http_prepare,
 	.enqueue = http_enqueue,

@@ -48,6 +48,19 @@
  */
 #define OUTBOX_NOTIFY_PAYLOAD_LIMIT (BLCKSZ - NAMEDATALEN - 128)
 
+/* notify_mode: the envelope, or the reference form (no payload) */
+#define NOTIFY_MODE_FULL "full"
+#define NOTIFY_MODE_REFERENCE "reference"
+
+/* A channel's own columns (OutboxDestination.options), from notify_decode. */
+typedef struct NotifyDestOptions
+{
+	char	   *channel;
+	bool		reference;		/* notify_mode 'reference' */
+} NotifyDestOptions;
+
+#define NOTIFY_OPTIONS(ev) ((const NotifyDestOptions *) (ev)->dest.options)
+
 /*
  * The signed notification of body (see the file's header), palloc'd; NULL
  * if the destination's secret cannot sign.
@@ -83,7 +96,7 @@ signed_notification(const OutboxEvent *ev, const char *body, const char *timesta
 static void
 notify_send(OutboxEvent *event)
 {
-	OutboxEnvelopeForm first = event->dest.notify_reference ?
+	OutboxEnvelopeForm first = NOTIFY_OPTIONS(event)->reference ?
 		OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL;
 	char		timestamp[32];
 	size_t		len = 0;
@@ -113,7 +126,7 @@ notify_send(OutboxEvent *event)
 			if (len >= OUTBOX_NOTIFY_PAYLOAD_LIMIT)
 				continue;
 		}
-		Async_Notify(event->dest.channel, text);
+		Async_Notify(NOTIFY_OPTIONS(event)->channel, text);
 		event->ok = true;
 		return;
 	}
@@ -129,19 +142,31 @@ notify_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 {
 	bool		isnull;
 	Datum		d = OutboxDestinationColumn(row, "channel", &isnull);
-	char	   *mode;
+	char	   *mode = OutboxDestinationText(row, "notify_mode");
 
 	if (VARSIZE_ANY_EXHDR(DatumGetPointer(d)) < 1 ||
 		toast_raw_datum_size(d) - VARHDRSZ > NAMEDATALEN - 1)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination channel is not valid"),
 								psprintf("A channel name has 1 to %d bytes.", NAMEDATALEN - 1));
-	mode = TextDatumGetCString(OutboxDestinationColumn(row, "notify_mode", &isnull));
-	if (strcmp(mode, OUTBOX_NOTIFY_FULL) != 0 && strcmp(mode, OUTBOX_NOTIFY_REFERENCE) != 0)
+	if (strcmp(mode, NOTIFY_MODE_FULL) != 0 && strcmp(mode, NOTIFY_MODE_REFERENCE) != 0)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination notify_mode is not valid"),
 								pstrdup("It is full or reference."));
 	return true;
+}
+
+/* decode: channel and notify_mode into a NotifyDestOptions. */
+static Size
+notify_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
+{
+	NotifyDestOptions *o = palloc0(sizeof(NotifyDestOptions));
+	char	   *mode = OutboxDestinationText(row, "notify_mode");
+
+	o->channel = OutboxDestinationText(row, "channel");
+	o->reference = mode != NULL && strcmp(mode, NOTIFY_MODE_REFERENCE) == 0;
+	dest->options = o;
+	return sizeof(NotifyDestOptions) + (o->channel ? strlen(o->channel) + 1 : 0);
 }
 
 /*
@@ -151,7 +176,7 @@ notify_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 static Size
 notify_prepare(OutboxEvent *ev)
 {
-	return OutboxPrepareEnvelope(ev, ev->dest.notify_reference ?
+	return OutboxPrepareEnvelope(ev, NOTIFY_OPTIONS(ev)->reference ?
 								 OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL);
 }
 
@@ -160,8 +185,13 @@ const OutboxDestinationKind OutboxNotifyKind = {
 	.name = "notify",
 	.description = "a NOTIFY channel",
 	.target_column = "channel",
+	.own_columns = (const OutboxKindColumn[]) {
+		{"notify_mode", NOTIFY_MODE_FULL},
+		{NULL}
+	},
 	.send_point = OUTBOX_SEND_AT_COMMIT,
 	.check_destination = notify_check_destination,
+	.decode = notify_decode,
 	.prepare = notify_prepare,
 	.send = notify_send,
 };

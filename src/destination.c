@@ -13,7 +13,10 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "storage/latch.h"
 #include "utils/wait_event.h"
 
@@ -58,6 +61,35 @@ OutboxKindAt(int i)
 {
 	Assert(i >= 0 && i < NKINDS);
 	return kinds[i];
+}
+
+/*
+ * The value of column name of a destination row (for a kind's
+ * check_destination and decode), or *isnull set. Runs in any process, in a
+ * transaction. ERROR if the row type has no such column: a kind named a
+ * column its version of the schema does not have.
+ */
+Datum
+OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool *isnull)
+{
+	int			attnum = SPI_fnumber(row->desc, name);
+
+	if (attnum <= 0)
+		elog(ERROR, "outbox_destinations has no column \"%s\"", name);
+	return heap_getattr(row->tuple, attnum, row->desc, isnull);
+}
+
+/*
+ * The value of text column name of a destination row, as a string in the
+ * current memory context, or NULL. As OutboxDestinationColumn.
+ */
+char *
+OutboxDestinationText(const OutboxDestinationRow *row, const char *name)
+{
+	bool		isnull;
+	Datum		d = OutboxDestinationColumn(row, name, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
 }
 
 /* The i-th kind if it sends after COMMIT, else NULL. */

@@ -53,12 +53,28 @@ typedef struct OutboxWaitSocket
 	uint32		events;
 } OutboxWaitSocket;
 
-/* A row of outbox_destinations as its validation trigger has it. */
+/*
+ * A row of outbox_destinations: as its validation trigger has it (the
+ * table's descriptor), or as the claim reads it (the composite column
+ * dest of _outbox_pending, the table's row type).
+ */
 typedef struct OutboxDestinationRow
 {
-	Relation	rel;
+	TupleDesc	desc;
 	HeapTuple	tuple;
 } OutboxDestinationRow;
+
+/*
+ * A column of outbox_destinations that only one kind reads, and its value
+ * in a destination of any other kind: unset is NULL for a column that
+ * must be NULL there, or the text of the column's default (which a row
+ * gets by leaving the column out), as its type's output function writes it.
+ */
+typedef struct OutboxKindColumn
+{
+	const char *name;
+	const char *unset;
+} OutboxKindColumn;
 
 typedef struct OutboxDestinationKind
 {
@@ -68,6 +84,12 @@ typedef struct OutboxDestinationKind
 	const char *description;
 	/* the column of outbox_destinations that holds its target: "url" */
 	const char *target_column;
+	/*
+	 * The columns only this kind reads, other than its target: the
+	 * validation trigger refuses a value other than their unset one in a
+	 * destination of another kind. Ends with a { NULL } entry.
+	 */
+	const OutboxKindColumn *own_columns;
 	OutboxSendPoint send_point;
 
 	/*
@@ -79,6 +101,15 @@ typedef struct OutboxDestinationKind
 	 */
 	bool		(*check_destination) (const OutboxDestinationRow *row, OutboxProblem *p);
 
+	/*
+	 * Reads the kind's own columns of a destination row (its target and
+	 * options) into dest->options, allocated in the current memory
+	 * context, and returns the bytes they take there. Called by the claim,
+	 * in its transaction, for every event routed to a destination of the
+	 * kind; the row passed the trigger's checks when it was written. The
+	 * only code that reads the kind's columns in the relay. Required.
+	 */
+	Size		(*decode) (const OutboxDestinationRow *row, OutboxDestination *dest);
 	/*
 	 * Defines the kind's outbox.* settings. Called from _PG_init in every
 	 * process that loads the library. Optional.
@@ -134,6 +165,7 @@ typedef struct OutboxDestinationKind
 
 extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name,
 									 bool *isnull);
+extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
 
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);

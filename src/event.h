@@ -66,29 +66,21 @@
 /* outbox_destinations.format: what is sent for an event, the envelope */
 #define OUTBOX_FORMAT_ENVELOPE "envelope"
 
-/* outbox_destinations.notify_mode: the envelope, or the reference form */
-#define OUTBOX_NOTIFY_FULL "full"
-#define OUTBOX_NOTIFY_REFERENCE "reference"
-
 struct OutboxDestinationKind;
 
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
- * (_outbox_route() in SQL), and its kind (destination.h), which alone
- * reads the kind's own fields.
+ * (_outbox_route() in SQL). The claim decodes the columns every kind
+ * reads; the kind's own (its target and options) are decoded by the kind
+ * (destination.h, decode) into options, which only the kind reads.
  */
 typedef struct OutboxDestination
 {
 	char	   *name;			/* NULL: no destination takes the event */
 	const struct OutboxDestinationKind *kind;	/* set when name is */
-	char	   *url;			/* http: the URL */
-	char	   *channel;		/* notify: the channel */
+	char	   *format;			/* what is sent; OUTBOX_FORMAT_ENVELOPE */
 	char	   *secret;			/* signing secret, or NULL */
-	int			timeout_ms;		/* -1: the transport's default */
-	Jsonb	   *headers;		/* the destination's headers, or NULL */
-	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
-	bool		notify_reference;	/* NOTIFY: send the reference form, no
-									 * payload (notify_mode 'reference') */
+	void	   *options;		/* the kind's own, from its decode */
 } OutboxDestination;
 
 /*

@@ -188,7 +188,7 @@ merge_headers(OutboxEvent *ev, OutboxHeader **out)
 {
 	OutboxHeader *lists[2] = {NULL, NULL};
 	int			counts[2] = {0, 0};
-	Jsonb	   *sources[2] = {ev->dest.headers, ev->headers};
+	Jsonb	   *sources[2] = {HTTP_OPTIONS(ev)->headers, ev->headers};
 	MergeItem  *items;
 	MergeItem **sorted;
 	OutboxHeader *merged;
@@ -364,7 +364,7 @@ setup_easy(HttpRequest *req, long timeout, bool fresh_connect)
 	OutboxEvent *ev = req->event;
 
 	return req->easy != NULL &&
-		curl_easy_setopt(req->easy, CURLOPT_URL, ev->dest.url) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_URL, HTTP_OPTIONS(ev)->url) == CURLE_OK &&
 #if LIBCURL_VERSION_NUM >= 0x075500
 		curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
 #else
@@ -405,7 +405,8 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 {
 	OutboxEvent *ev = req->event;
 	char		timestamp[32];
-	long		timeout = ev->dest.timeout_ms >= 0 ? ev->dest.timeout_ms : default_timeout_ms;
+	long		timeout = HTTP_OPTIONS(ev)->timeout_ms >= 0 ?
+		HTTP_OPTIONS(ev)->timeout_ms : default_timeout_ms;
 
 	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
 	if (!build_header_list(req, timestamp))
@@ -414,7 +415,7 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 			ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
 		return false;
 	}
-	if (!target_allowed(req, ev->dest.url))
+	if (!target_allowed(req, HTTP_OPTIONS(ev)->url))
 		return false;
 	req->easy = OutboxHttpTakeEasy();
 	if (!setup_easy(req, timeout, fresh_connect))
@@ -467,7 +468,7 @@ OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
  * 3xx: redirects are not followed, and the endpoint may be moved back.
  */
 static bool
-status_retryable(long status, const OutboxDestination *dest)
+status_retryable(long status, const HttpDestOptions *dest)
 {
 	if (status >= 400 && status < 500)
 		return status == 408 || status == 409 || status == 425 || status == 429 ||
@@ -506,7 +507,7 @@ OutboxHttpOutcome(HttpRequest *req, CURLcode result)
 						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "");
 	if (req->response_len > 0)
 		ev->response = OutboxRedact(req->response, req->response_len);
-	ev->permanent = !status_retryable(status, &ev->dest);
+	ev->permanent = !status_retryable(status, HTTP_OPTIONS(ev));
 	if (status == 429 || status == 503)
 	{
 		curl_off_t	retry_after = 0;

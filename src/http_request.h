@@ -24,6 +24,21 @@
 /* easy handles kept for reuse at most: the largest connection limit */
 #define OUTBOX_HTTP_MAX_IDLE_EASY 1000
 
+/*
+ * A webhook destination's own columns, decoded by the kind
+ * (OutboxDestination.options of an event routed to a webhook).
+ */
+typedef struct HttpDestOptions
+{
+	char	   *url;
+	int			timeout_ms;		/* -1: outbox.http_timeout */
+	Jsonb	   *headers;		/* or NULL */
+	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
+} HttpDestOptions;
+
+/* The options of ev's destination, a webhook. */
+#define HTTP_OPTIONS(ev) ((const HttpDestOptions *) (ev)->dest.options)
+
 typedef struct HttpDest HttpDest;
 
 /* One request, from its event's enqueue to its release. */

@@ -60,6 +60,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "destination.h"
 #include "guc.h"
@@ -98,9 +99,7 @@ static Oid	ext_nspoid = InvalidOid;
 #define CLAIM_SELECT \
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest_kind, p.dest_url, p.dest_channel, p.dest_secret," \
-	"       p.dest_timeout_ms, p.dest_headers, p.dest_retry_client_errors," \
-	"       p.dest_notify_mode" \
+	"       p.dest_name, p.dest" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
@@ -139,15 +138,8 @@ enum
 	Anum_claim_payload,
 	Anum_claim_headers,
 	Anum_claim_dest_name,
-	Anum_claim_dest_kind,
-	Anum_claim_dest_url,
-	Anum_claim_dest_channel,
-	Anum_claim_dest_secret,
-	Anum_claim_dest_timeout_ms,
-	Anum_claim_dest_headers,
-	Anum_claim_dest_retry_client_errors,
-	Anum_claim_dest_notify_mode,
-	Natts_claim = Anum_claim_dest_notify_mode
+	Anum_claim_dest,
+	Natts_claim = Anum_claim_dest
 };
 
 static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID};
@@ -371,6 +363,53 @@ OutboxInt8Array(const int64 *values, int n)
 }
 
 /*
+ * Decodes the destination of a claimed row (the composite column dest, a
+ * row of outbox_destinations) into ev->dest: the columns every kind reads
+ * here, the kind's own through its decode. Returns the bytes that takes.
+ * A kind or format this library does not have (a newer version's, whose
+ * library the server has not loaded) sets ev->error instead: the event is
+ * retried, and goes once the library is there.
+ */
+static Size
+decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tuple, desc, Anum_claim_dest, &isnull);
+	HeapTupleHeader h;
+	HeapTupleData row_tuple;
+	OutboxDestinationRow row;
+	char	   *kind;
+	Size		bytes;
+
+	Assert(!isnull);
+	h = DatumGetHeapTupleHeader(d);
+	bytes = HeapTupleHeaderGetDatumLength(h);
+	row_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
+	ItemPointerSetInvalid(&row_tuple.t_self);
+	row_tuple.t_tableOid = InvalidOid;
+	row_tuple.t_data = h;
+	row.tuple = &row_tuple;
+	row.desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
+									  HeapTupleHeaderGetTypMod(h));
+
+	kind = OutboxDestinationText(&row, "kind");
+	ev->dest.format = OutboxDestinationText(&row, "format");
+	ev->dest.secret = OutboxDestinationText(&row, "secret");
+	ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
+	if (ev->dest.kind == NULL)
+		ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
+							 ev->dest.name, kind ? kind : "null");
+	else if (ev->dest.format == NULL ||
+			 strcmp(ev->dest.format, OUTBOX_FORMAT_ENVELOPE) != 0)
+		ev->error = psprintf("destination \"%s\" has a format this library does not have (%s)",
+							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
+	else
+		bytes += ev->dest.kind->decode(&row, &ev->dest);
+	ReleaseTupleDesc(row.desc);
+	return bytes;
+}
+
+/*
  * Decodes one row of the claim into ev (zeroed by the caller) and returns
  * the bytes its columns take in memory. The sizes of the event's own
  * columns are checked first, as stored (OutboxEventSizesCheck): an event
@@ -381,7 +420,6 @@ static Size
 decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 {
 	bool		isnull;
-	Datum		d;
 	OutboxEventSizes sizes;
 	OutboxProblem p;
 	Size		bytes = sizeof(OutboxEvent);
@@ -394,30 +432,8 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	ev->retry_after_ms = -1;
 
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
-	ev->dest.url = text_or_null(tuple, desc, Anum_claim_dest_url);
-	ev->dest.channel = text_or_null(tuple, desc, Anum_claim_dest_channel);
 	if (ev->dest.name != NULL)
-	{
-		char	   *kind = text_or_null(tuple, desc, Anum_claim_dest_kind);
-
-		/* a kind of a newer version, whose library the server has not loaded */
-		ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
-		if (ev->dest.kind == NULL)
-			ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
-								 ev->dest.name, kind ? kind : "null");
-	}
-	ev->dest.secret = text_or_null(tuple, desc, Anum_claim_dest_secret);
-	d = SPI_getbinval(tuple, desc, Anum_claim_dest_timeout_ms, &isnull);
-	ev->dest.timeout_ms = isnull ? -1 : DatumGetInt32(d);
-	ev->dest.headers = jsonb_or_null(tuple, desc, Anum_claim_dest_headers);
-	d = SPI_getbinval(tuple, desc, Anum_claim_dest_retry_client_errors, &isnull);
-	ev->dest.retry_client_errors = !isnull && DatumGetBool(d);
-	d = SPI_getbinval(tuple, desc, Anum_claim_dest_notify_mode, &isnull);
-	ev->dest.notify_reference = !isnull &&
-		strcmp(TextDatumGetCString(d), OUTBOX_NOTIFY_REFERENCE) == 0;
-	bytes += value_size(tuple, desc, Anum_claim_dest_url) +
-		value_size(tuple, desc, Anum_claim_dest_headers) +
-		value_size(tuple, desc, Anum_claim_dest_secret);
+		bytes += decode_destination(tuple, desc, ev);
 
 	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
 	sizes.aggregate_type = value_size(tuple, desc, Anum_claim_aggregate_type);

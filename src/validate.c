@@ -35,6 +35,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
 
@@ -312,16 +313,6 @@ refuse(const char *message, const char *detail)
 }
 
 /*
- * The value of column name of a destination row (for a kind's
- * check_destination), or isnull set. ERROR if there is no such column.
- */
-Datum
-OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool *isnull)
-{
-	return column(row->rel, row->tuple, name, isnull);
-}
-
-/*
  * The kind whose target column is the only one set in tuple, or NULL if
  * none or several are.
  */
@@ -439,8 +430,48 @@ check_kind(Relation rel, HeapTuple tuple, HeapTuple old)
 }
 
 /*
- * The rules of the columns every kind shares: headers, secret, timeout_ms,
- * format. Raises 23514, or 54000 for a size over a limit.
+ * A destination of kind uses no other kind's own columns (own_columns in
+ * destination.h): each holds its unset value. Raises 23514 naming the
+ * column and the kind it is for, never its value.
+ */
+static void
+check_own_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *kind)
+{
+	for (int i = 0; i < OutboxKindCount(); i++)
+	{
+		const OutboxDestinationKind *other = OutboxKindAt(i);
+
+		if (other == kind)
+			continue;
+		for (const OutboxKindColumn *c = other->own_columns; c->name != NULL; c++)
+		{
+			int			attnum = SPI_fnumber(RelationGetDescr(rel), c->name);
+			bool		isnull;
+			Datum		d = column(rel, tuple, c->name, &isnull);
+			Oid			out;
+			bool		varlena;
+
+			if (isnull)
+				continue;
+			if (c->unset != NULL)
+			{
+				getTypeOutputInfo(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid,
+								  &out, &varlena);
+				if (strcmp(OidOutputFunctionCall(out, d), c->unset) == 0)
+					continue;
+			}
+			refuse(psprintf("destination %s is for %s", c->name, other->description),
+				   psprintf("This destination is %s: leave %s out.", kind->description, c->name));
+		}
+	}
+}
+
+/*
+ * The rules of the columns every kind may have: headers, secret,
+ * timeout_ms, format. Only webhooks send headers and have a time limit,
+ * but 1.0 accepted both on channels (which ignore them), so a channel may
+ * keep them: a restore or an upgrade keeps its rows. Raises 23514, or
+ * 54000 for a size over a limit.
  */
 static void
 check_shared_columns(Relation rel, HeapTuple tuple)
@@ -494,8 +525,9 @@ check_shared_columns(Relation rel, HeapTuple tuple)
  * invalid headers (OutboxHeadersCheck) or secret (OutboxSecretCheck), a
  * timeout_ms outside 1..OUTBOX_MAX_TIMEOUT_MS, an unknown format, what the
  * kind's own rules refuse (its check_destination: the url of a webhook,
- * a channel's name, notify_mode), and, on UPDATE, a change of name or of
- * kind; 54000 for a size over a limit.
+ * a channel's name, notify_mode), a value in another kind's own column
+ * (check_own_columns), and, on UPDATE, a change of name or of kind; 54000
+ * for a size over a limit.
  *
  * Name and kind are fixed because outbox_catch_up() gives consumers the
  * events delivered under a NOTIFY destination's name since its created_at:
@@ -531,8 +563,9 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 
 	kind = check_kind(rel, tuple,
 					  TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL);
+	check_own_columns(rel, tuple, kind);
 	check_shared_columns(rel, tuple);
-	row.rel = rel;
+	row.desc = RelationGetDescr(rel);
 	row.tuple = tuple;
 	if (!kind->check_destination(&row, &p))
 		OutboxRaiseProblem(&p);
