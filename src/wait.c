@@ -9,10 +9,10 @@
  * at once, whatever else is in flight, so no wait needs to be cut into
  * slices. Ready sockets are handed to their kind (socket_ready); the caller
  * then collects the outcomes. The set lives as long as the process and is
- * built again only when a kind's list of sockets changed (new or closed
- * connections, or a socket waited on for other events, which libcurl does
- * for every request); under load most outcomes are collected without a
- * wait in between, and the rebuilds cost about 1.5 % of the relay's CPU.
+ * built again only when a kind's list of sockets changed: PostgreSQL's
+ * WaitEventSet cannot remove a socket. A kind whose sockets come and go
+ * with each request gives one socket that stands for all of them instead
+ * (the webhook kind: an epoll instance of its own, on Linux).
  *
  * src/wait.c
  *
