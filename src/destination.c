@@ -72,10 +72,24 @@ OutboxKindAt(int i)
 Datum
 OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool *isnull)
 {
-	int			attnum = SPI_fnumber(row->desc, name);
+	OutboxColumnCache *cache = row->cache;
+	int			attnum = 0;
 
-	if (attnum <= 0)
-		elog(ERROR, "outbox_destinations has no column \"%s\"", name);
+	if (cache != NULL)
+		for (int i = 0; i < cache->n; i++)
+			if (cache->names[i] == name)
+				attnum = cache->attnums[i];
+	if (attnum == 0)
+	{
+		attnum = SPI_fnumber(row->desc, name);
+		if (attnum <= 0)
+			elog(ERROR, "outbox_destinations has no column \"%s\"", name);
+		if (cache != NULL && cache->n < OUTBOX_COLUMN_CACHE_SIZE)
+		{
+			cache->names[cache->n] = name;
+			cache->attnums[cache->n++] = attnum;
+		}
+	}
 	return heap_getattr(row->tuple, attnum, row->desc, isnull);
 }
 

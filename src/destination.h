@@ -62,7 +62,21 @@ typedef struct OutboxDestinationRow
 {
 	TupleDesc	desc;
 	HeapTuple	tuple;
+	struct OutboxColumnCache *cache;	/* or NULL; see OutboxColumnCache */
 } OutboxDestinationRow;
+
+/*
+ * Column numbers found by name, kept by the claim for all the rows it
+ * decodes (same descriptor): names are the kinds' string constants, so
+ * they are matched by address.
+ */
+#define OUTBOX_COLUMN_CACHE_SIZE 16
+typedef struct OutboxColumnCache
+{
+	int			n;
+	const char *names[OUTBOX_COLUMN_CACHE_SIZE];
+	int			attnums[OUTBOX_COLUMN_CACHE_SIZE];
+} OutboxColumnCache;
 
 /*
  * A column of outbox_destinations that only one kind reads, and its value

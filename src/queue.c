@@ -363,6 +363,16 @@ OutboxInt8Array(const int64 *values, int n)
 }
 
 /*
+ * What the claim keeps while it decodes destinations: the row type's
+ * descriptor (pinned; NULL until the first) and its column numbers.
+ */
+typedef struct DestDecoding
+{
+	TupleDesc	desc;
+	OutboxColumnCache cache;
+} DestDecoding;
+
+/*
  * Decodes the destination of a claimed row (the composite column dest, a
  * row of outbox_destinations) into ev->dest: the columns every kind reads
  * here, the kind's own through its decode. Returns the bytes that takes.
@@ -371,7 +381,7 @@ OutboxInt8Array(const int64 *values, int n)
  * retried, and goes once the library is there.
  */
 static Size
-decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
+decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 {
 	bool		isnull;
 	Datum		d = SPI_getbinval(tuple, desc, Anum_claim_dest, &isnull);
@@ -388,9 +398,19 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 	ItemPointerSetInvalid(&row_tuple.t_self);
 	row_tuple.t_tableOid = InvalidOid;
 	row_tuple.t_data = h;
+	if (dd->desc == NULL || dd->desc->tdtypeid != HeapTupleHeaderGetTypeId(h) ||
+		dd->desc->tdtypmod != HeapTupleHeaderGetTypMod(h))
+	{
+		if (dd->desc != NULL)
+			ReleaseTupleDesc(dd->desc);
+		dd->desc = NULL;
+		dd->cache.n = 0;
+		dd->desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
+										  HeapTupleHeaderGetTypMod(h));
+	}
 	row.tuple = &row_tuple;
-	row.desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
-									  HeapTupleHeaderGetTypMod(h));
+	row.desc = dd->desc;
+	row.cache = &dd->cache;
 
 	kind = OutboxDestinationText(&row, "kind");
 	ev->dest.format = OutboxDestinationText(&row, "format");
@@ -405,7 +425,6 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
 	else
 		bytes += ev->dest.kind->decode(&row, &ev->dest);
-	ReleaseTupleDesc(row.desc);
 	return bytes;
 }
 
@@ -417,7 +436,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
  * reason in ev->error, so nothing large is ever copied or built from it.
  */
 static Size
-decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
+decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 {
 	bool		isnull;
 	OutboxEventSizes sizes;
@@ -433,7 +452,7 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev)
 
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
 	if (ev->dest.name != NULL)
-		bytes += decode_destination(tuple, desc, ev);
+		bytes += decode_destination(tuple, desc, ev, dd);
 
 	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
 	sizes.aggregate_type = value_size(tuple, desc, Anum_claim_aggregate_type);
@@ -485,6 +504,7 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 	int			n;
 	OutboxEvent *ev;
 	TupleDesc	desc;
+	DestDecoding dd;
 	MemoryContext old;
 
 	foreach(lc, skip)
@@ -521,10 +541,12 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 	*claimed = n;
 	old = MemoryContextSwitchTo(cxt);
 	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
+	dd.desc = NULL;
+	dd.cache.n = 0;
 	for (int i = 0; i < n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		bytes += decode_event(SPI_tuptable->vals[i], desc, &ev[i]);
+		bytes += decode_event(SPI_tuptable->vals[i], desc, &ev[i], &dd);
 		bytes += prepare(&ev[i]);
 		if (bytes >= OUTBOX_PASS_BYTES)
 		{
@@ -532,6 +554,8 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 			break;
 		}
 	}
+	if (dd.desc != NULL)
+		ReleaseTupleDesc(dd.desc);
 	MemoryContextSwitchTo(old);
 	*events = ev;
 	return n;

@@ -567,6 +567,7 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	check_shared_columns(rel, tuple);
 	row.desc = RelationGetDescr(rel);
 	row.tuple = tuple;
+	row.cache = NULL;
 	if (!kind->check_destination(&row, &p))
 		OutboxRaiseProblem(&p);
 	return PointerGetDatum(tuple);
