@@ -282,6 +282,20 @@ LANGUAGE C;
 COMMENT ON FUNCTION @extschema@._outbox_check_event() IS
     'Internal: trigger that refuses an event over a size limit or with headers an event may not carry, without printing the row';
 
+/*
+ * The measure behind the limit on an event's envelope, for tests and for
+ * an operator who wants to know how large an event's text will be.
+ */
+CREATE FUNCTION @extschema@._outbox_payload_text_bytes(payload jsonb)
+RETURNS bigint
+AS 'MODULE_PATHNAME', '_outbox_payload_text_bytes'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_payload_text_bytes(jsonb) IS
+    'Internal: the bytes of the JSON text of a payload as the envelope carries it (strings escaped, numbers printed), which the event size limit counts';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_payload_text_bytes(jsonb) FROM PUBLIC;
+
 CREATE FUNCTION @extschema@._outbox_check_destination()
 RETURNS trigger
 AS 'MODULE_PATHNAME', '_outbox_check_destination'

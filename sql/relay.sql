@@ -30,6 +30,17 @@ SELECT _outbox_envelope('01932c07-8f4e-7a3b-9c1d-2e5f6a7b8c9d', 'task "created"'
                         '2026-11-29 10:15:00.123456+00', 1, '{"b": 1, "a": "ж\n"}');
 SELECT _outbox_envelope('01932c07-8f4e-7a3b-9c1d-2e5f6a7b8c9d', NULL, NULL, NULL, now(), 1, '{}') IS NULL AS null_type;
 SELECT _outbox_envelope(gen_random_uuid(), 'x', 'y', 'z', now(), 3, '[1, {"k": null}]')::jsonb ? 'payload' AS valid_json;
+-- the size limit measures a payload's text exactly as the envelope carries
+-- it (payload::text is the same text): separators, raw scalars, escapes,
+-- multibyte text, numbers that print far longer than they are stored
+SELECT p, _outbox_payload_text_bytes(p) AS measured, octet_length(p::text) AS actual
+  FROM unnest(ARRAY['{}', '[]', 'null', 'true', 'false', '"a"', '0', '-0.000100', '1.50',
+                    '[[], {}, [[]], {"a": {}}]', '{"a": {"b": [1, {"c": null}]}, "d": [true, false]}',
+                    '{"k\"ey": "\u0001\b\f\n\r\t\\\"/", "é": "日本語🎉"}',
+                    '[1e20, 1e-20, 123456789.123456789]']::jsonb[]) p;
+SELECT _outbox_payload_text_bytes(p) AS measured, octet_length(p::text) AS actual
+  FROM (VALUES ('1e131071'::jsonb), (jsonb_build_array(repeat(chr(31), 1000), repeat('ü', 1000))),
+               ((SELECT jsonb_object_agg(i::text, i) FROM generate_series(1, 1000) i))) v(p);
 
 -- destination patterns: '*' is the only wildcard
 SELECT t, p, t LIKE _outbox_like_pattern(p) AS matches

@@ -30,6 +30,13 @@ SELECT outbox_emit('agg', '{}', 'task', repeat('6', 60 * 1024 * 1024));
 -- than they are stored, control characters escape to six bytes
 SELECT outbox_emit('env', (SELECT jsonb_agg('1e1000'::numeric) FROM generate_series(1, 140000)));
 SELECT outbox_emit('env', jsonb_build_array(repeat(chr(1), 23 * 1024 * 1024)));
+-- 112 kB stored, 917 MB as text: the measure is exact, not a multiple of
+-- the stored size; 1,000 such numbers (131 MB of text) fit, 1,025 do not
+SELECT outbox_emit('env', (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 7000)));
+SELECT outbox_emit('env', (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 1025)));
+BEGIN;
+SELECT outbox_emit('env', (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 1000))) IS NOT NULL AS fits;
+ROLLBACK;
 -- a plain INSERT meets the same trigger
 INSERT INTO outbox (event_type, payload, aggregate_id) VALUES ('plain', '{}', repeat('6', 2000));
 INSERT INTO outbox (event_type, payload) VALUES ('', '{}');

@@ -52,13 +52,6 @@ PG_FUNCTION_INFO_V1(_outbox_check_destination);
 #define ENVELOPE_FIXED_BYTES 256
 
 /*
- * How much larger than its stored form a payload's JSON text can be: a
- * string byte escapes to at most 6 bytes, and a number of about 9 stored
- * bytes (1e1000) prints as up to about 1000 digits.
- */
-#define PAYLOAD_TEXT_FACTOR 128
-
-/*
  * Checks the stored sizes of an event's columns against the limits of
  * event.h, without reading them. Returns true, or false with *p (54000).
  * O(1): the relay calls it before it detoasts anything.
@@ -113,63 +106,132 @@ escaped_length(const char *s, int len)
 	return n;
 }
 
+/* The length of a scalar as JsonbToCString prints it. */
+static Size
+scalar_length(const JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvString:
+			return escaped_length(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			{
+				char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out,
+																	   NumericGetDatum(v->val.numeric)));
+				Size		n = strlen(text);
+
+				pfree(text);
+				return n;
+			}
+		case jbvBool:
+			return v->val.boolean ? 4 : 5;
+		default:
+			return 4;			/* null */
+	}
+}
+
+/*
+ * The exact length of the JSON text of payload as JsonbToCString writes it
+ * (which is also the length of payload::text): the walk follows that
+ * function's rules for separators (", " and ": "), brackets and raw scalars,
+ * and measures each string as escaped and each number as printed, so no
+ * shortcut from the stored size can be fooled (a number of a few stored
+ * bytes, 1e131071, prints as 131,072 digits). The walk stops as soon as the
+ * length passes stop_after, and returns what it had then. Linear in the
+ * payload, and interruptible every 1024 tokens. Any process, in a
+ * transaction (numeric_out allocates).
+ */
+Size
+OutboxPayloadTextLength(Jsonb *payload, Size stop_after)
+{
+	JsonbIterator *it = JsonbIteratorInit(&payload->root);
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	Size		total = 0;
+	bool		first = true;
+	bool		raw_scalar = false;
+	uint32		tokens = 0;
+
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if ((++tokens & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		switch (tok)
+		{
+			case WJB_BEGIN_ARRAY:
+				total += first ? 0 : 2;
+				if (v.val.array.rawScalar)
+					raw_scalar = true;
+				else
+					total += 1;
+				first = true;
+				break;
+			case WJB_BEGIN_OBJECT:
+				total += (first ? 0 : 2) + 1;
+				first = true;
+				break;
+			case WJB_KEY:
+				/* the key, ": ", and its value (a VALUE or a BEGIN) with no ", " */
+				total += (first ? 0 : 2) + scalar_length(&v) + 2;
+				first = true;
+				break;
+			case WJB_VALUE:
+				total += scalar_length(&v);
+				first = false;
+				break;
+			case WJB_ELEM:
+				total += (first ? 0 : 2) + scalar_length(&v);
+				first = false;
+				break;
+			case WJB_END_ARRAY:
+				total += raw_scalar ? 0 : 1;
+				first = false;
+				break;
+			case WJB_END_OBJECT:
+				total += 1;
+				first = false;
+				break;
+			default:
+				elog(ERROR, "unexpected jsonb iterator token %d", (int) tok);
+		}
+		if (total > stop_after)
+			break;
+	}
+	return total;
+}
+
 /*
  * An upper bound of the length of the envelope (envelope.c) of an event
- * with these column sizes and this payload (jsonb, detoasted only if it
- * must be read). Strings count 6 bytes per byte (escaping). A payload
- * small enough that even PAYLOAD_TEXT_FACTOR times its size fits the limit
- * is not read; a larger one is walked once, counting what each token
- * prints as (strings as escaped, numbers as printed), and the walk stops
- * as soon as the bound passes OUTBOX_MAX_ENVELOPE_BYTES. Linear in the
- * payload, and interruptible every 1024 tokens.
+ * with these column sizes and this payload (jsonb): the envelope's own
+ * keys, id, time and attempt (ENVELOPE_FIXED_BYTES), its strings at 6
+ * bytes per byte (the most escaping makes of one), and the payload's text
+ * exactly (OutboxPayloadTextLength, which stops once past the limit).
  */
 static Size
 envelope_bound(const OutboxEventSizes *s, Datum payload)
 {
 	Size		total = ENVELOPE_FIXED_BYTES +
 		6 * (s->event_type + s->aggregate_type + s->aggregate_id) + 6;
-	Size		cheap = s->payload * PAYLOAD_TEXT_FACTOR;
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-	uint32		tokens = 0;
 
-	if (total + cheap <= OUTBOX_MAX_ENVELOPE_BYTES)
-		return total + cheap;
+	if (total > OUTBOX_MAX_ENVELOPE_BYTES)
+		return total;
+	return total + OutboxPayloadTextLength(DatumGetJsonbP(payload),
+										   OUTBOX_MAX_ENVELOPE_BYTES - total);
+}
 
-	it = JsonbIteratorInit(&DatumGetJsonbP(payload)->root);
-	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
-	{
-		if ((++tokens & 1023) == 0)
-			CHECK_FOR_INTERRUPTS();
-		total += 2;				/* a bracket, or ", " / ": " */
-		if (tok != WJB_KEY && tok != WJB_VALUE && tok != WJB_ELEM)
-			continue;
-		switch (v.type)
-		{
-			case jbvString:
-				total += escaped_length(v.val.string.val, v.val.string.len);
-				break;
-			case jbvNumeric:
-				{
-					char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out,
-																		   NumericGetDatum(v.val.numeric)));
+/*
+ * _outbox_payload_text_bytes(payload jsonb) RETURNS bigint
+ *
+ * SQL-callable, internal: the length OutboxPayloadTextLength measures for
+ * payload, the part of an event's envelope the write-time limit reads, for
+ * tests to compare with octet_length(payload::text). Strict.
+ */
+PG_FUNCTION_INFO_V1(_outbox_payload_text_bytes);
 
-					total += strlen(text);
-					pfree(text);
-				}
-				break;
-			case jbvBool:
-				total += 5;
-				break;
-			default:
-				total += 4;
-				break;
-		}
-		if (total > OUTBOX_MAX_ENVELOPE_BYTES)
-			break;
-	}
-	return total;
+Datum
+_outbox_payload_text_bytes(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64((int64) OutboxPayloadTextLength(PG_GETARG_JSONB_P(0), SIZE_MAX));
 }
 
 /*

@@ -27,10 +27,12 @@ typedef struct OutboxEventSizes
 } OutboxEventSizes;
 
 extern bool OutboxEventSizesCheck(const OutboxEventSizes *sizes, OutboxProblem *problem);
+extern Size OutboxPayloadTextLength(Jsonb *payload, Size stop_after);
 extern bool OutboxEnvelopeCheck(const OutboxEventSizes *sizes, Datum payload,
 								OutboxProblem *problem);
 
 extern Datum _outbox_check_event(PG_FUNCTION_ARGS);
 extern Datum _outbox_check_destination(PG_FUNCTION_ARGS);
+extern Datum _outbox_payload_text_bytes(PG_FUNCTION_ARGS);
 
 #endif							/* OUTBOX_VALIDATE_H */
