@@ -17,6 +17,9 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
   6. a slow destination next to a fast one: the fast one's drain rate
      alone and with a backlog of events to an endpoint that answers after
      2 s
+  7. the relay's peak memory (VmHWM) under two hostile loads: events whose
+     numbers print far larger than they are stored, and large events in
+     flight to a slow endpoint
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections; --pg-bin DIR uses the PostgreSQL (and the outbox
@@ -535,11 +538,66 @@ def bench_slow(c, n, n_slow, nginx_port, sink_port, conns):
     c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
+# 7 ------------------------------------------------------------------------
+def relay_hwm_mb(pids):
+    """The largest peak resident set (VmHWM) of the relays, in MB; shared
+    buffers the relay touched count in it too."""
+    peak = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+    return peak / 1024
+
+
+def bench_memory(c, sink_port, q):
+    section("7. the relay's peak memory under hostile events")
+    n_bomb, rows = (2, 500) if q else (6, 7000)
+    n_big, big_mb = (4, 1) if q else (16, 16)
+    print(f"parameters: {n_bomb} events of jsonb_agg('1e131071'::numeric) over {rows} rows (written with "
+          f"the event trigger off, as 1.1 refuses them), then {n_big} events of {big_mb} MB of control "
+          f"characters ({6 * big_mb} MB of JSON text each) to an endpoint that answers after 2 s; one relay")
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 2000}).encode(),
+        headers={"content-type": "application/json"})).read()
+    for label, fill_sql in (
+            ("numbers", f"""ALTER TABLE outbox DISABLE TRIGGER outbox_check;
+                INSERT INTO outbox (event_type, payload)
+                SELECT 'mem.x', (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, {rows}))
+                  FROM generate_series(1, {n_bomb});
+                ALTER TABLE outbox ENABLE TRIGGER outbox_check"""),
+            ("large events", f"""SELECT outbox_emit('mem.x', jsonb_build_array(repeat(chr(1), {big_mb} * 1024 * 1024)))
+                  FROM generate_series(1, {n_big})""")):
+        c.set(databases="")
+        c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+        c.sql(fill_sql)
+        c.sql(f"INSERT INTO outbox_destinations (name, event_types, url) "
+              f"VALUES ('mem', 'mem.*', 'http://127.0.0.1:{sink_port}/mem')")
+        t0 = time.time()
+        c.set(settle=False, databases="postgres")
+        pids = []
+        while not pids and time.time() - t0 < 10:
+            pids = relay_pids(c)
+        idle = relay_hwm_mb(pids)
+        t = wait_drained(c)
+        delivered, dead = c.sql("SELECT count(*) FILTER (WHERE delivered_at IS NOT NULL), "
+                                "count(*) FILTER (WHERE dead_at IS NOT NULL) FROM outbox")[0]
+        print(f"  {label:13s} relay peak RSS {relay_hwm_mb(pids):7.0f} MB (at its start {idle:.0f} MB);"
+              f" {delivered} delivered, {dead} dead-lettered, in {t:.1f} s")
+    c.set(databases="")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 0}).encode(),
+        headers={"content-type": "application/json"})).read()
+    c.set(databases="postgres")
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="123456", help="which sections to run, e.g. 23")
+    ap.add_argument("--only", default="1234567", help="which sections to run, e.g. 23")
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
@@ -569,6 +627,8 @@ def main():
             bench_steady(c, tmp, 2000, 10 if q else 60, nginx_port)
         if "6" in args.only:
             bench_slow(c, 2000 if q else 20000, 20 if q else 200, nginx_port, sink_port, 32)
+        if "7" in args.only:
+            bench_memory(c, sink_port, q)
     finally:
         for p in (sink, nginx):
             if p:

@@ -65,14 +65,6 @@ prepare_event(OutboxEvent *ev)
 /* Claims this relay has journaled: the last one's number. */
 static int64 claim_seq = 0;
 
-/* Whether a claimed event is to be sent after COMMIT (put in flight). */
-static bool
-goes_in_flight(const OutboxEvent *ev)
-{
-	return ev->error == NULL && ev->dest.name != NULL && ev->body != NULL &&
-		ev->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT;
-}
-
 /*
  * The rows of a claim are locked now: leaves out (keep[i] false, in the
  * returned array) what another relay put in flight meanwhile, and, for a
@@ -91,7 +83,7 @@ publish_claimed(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 	for (int i = 0; i < n; i++)
 	{
 		ids[i] = events[i].id;
-		publish[i] = goes_in_flight(&events[i]);
+		publish[i] = OutboxEventGoesInFlight(&events[i]);
 	}
 	OutboxInFlightClaim(MyDatabaseId, ids, req->run != 0 ? publish : NULL, n, keep);
 	for (int i = 0; req->run != 0 && i < n; i++)
@@ -193,8 +185,8 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		if (room > 0)
 			batch_size = room;
 	}
-	n = OutboxClaim(batch_size, req->skip, exclude, nexclude, req->only_id, req->cxt,
-					prepare_event, &events, &d->claimed);
+	n = OutboxClaim(batch_size, req->skip, exclude, nexclude, req->only_id, req->held,
+					req->cxt, prepare_event, &events, &d->claimed, &d->budget_limited);
 	d->in_flight = MemoryContextAlloc(req->cxt, sizeof(OutboxEvent *) * Max(n, 1));
 	d->published = MemoryContextAlloc(req->cxt, sizeof(int64) * Max(n, 1));
 	keep = publish_claimed(req, events, n, d);

@@ -22,6 +22,7 @@ typedef struct OutboxClaimRequest
 	List	   *skip;			/* names of destinations to leave out */
 	int64		only_id;		/* not 0: that one event only (isolation) */
 	int64		run;			/* the relay's run; 0 in a backend */
+	Size		held;			/* bytes of events the caller holds in flight */
 	int			relay;			/* the relay's number in its database */
 	MemoryContext cxt;			/* where the events go; outlives the claim */
 } OutboxClaimRequest;
@@ -35,6 +36,7 @@ typedef struct OutboxDispatchResult
 	int			failed;
 	int			unroutable;
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
+	bool		budget_limited; /* events left for the memory budget */
 	OutboxEvent **in_flight;	/* to be sent after COMMIT */
 	int			nin_flight;
 	int64	   *published;		/* their ids, in the in-flight set */

@@ -177,6 +177,14 @@ typedef struct OutboxDestinationKind
 	void		(*abandon) (void);
 } OutboxDestinationKind;
 
+/* Whether a claimed event is to be sent after COMMIT (put in flight). */
+static inline bool
+OutboxEventGoesInFlight(const OutboxEvent *ev)
+{
+	return ev->error == NULL && ev->dest.name != NULL && ev->body != NULL &&
+		ev->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT;
+}
+
 extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name,
 									 bool *isnull);
 extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);

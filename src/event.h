@@ -56,12 +56,17 @@
 #define OUTBOX_MAX_SECRET_BYTES 1024
 
 /*
- * A claim stops taking events once what they cost in the relay's memory
- * adds up to this much: their decoded columns, and their envelope twice
- * (the relay's copy, and the transport's: libcurl's or the NOTIFY
- * queue's). The first event of a claim is always taken.
+ * The relay's memory budget for events: what the events it holds cost,
+ * their decoded columns and their envelope twice (the relay's copy, and
+ * the transport's: libcurl's or the NOTIFY queue's). A claim takes no
+ * event that would bring the events in flight (sent after COMMIT, held
+ * until their outcome) past it, and no more than it in all (those sent at
+ * COMMIT are let go with the claim). An event larger than the budget alone
+ * is taken when nothing else is held, so that every event within the
+ * limits above is sent: at most about 320 MB then (an envelope of 128 MB
+ * twice, and a 64 MB payload).
  */
-#define OUTBOX_PASS_BYTES (256 * 1024 * 1024)
+#define OUTBOX_RELAY_BYTES (256 * 1024 * 1024)
 
 /* outbox_destinations.format: what is sent for an event, the envelope */
 #define OUTBOX_FORMAT_ENVELOPE "envelope"
@@ -106,6 +111,8 @@ typedef struct OutboxEvent
 
 	/* what is sent: the JSON envelope; NULL when it cannot be built */
 	char	   *body;
+	Size		cost;			/* bytes it holds in the relay (decoded, body
+								 * twice): see OUTBOX_RELAY_BYTES */
 
 	Oid			extoid;			/* the extension it was claimed from, once
 								 * in flight; InvalidOid: the current one */

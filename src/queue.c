@@ -475,6 +475,34 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 }
 
 /*
+ * Whether decoded event ev, which would go in flight, may fit the relay's
+ * memory budget with used bytes already taken, before its body is built:
+ * false only if the largest its envelope can be (OutboxEnvelopeBound),
+ * twice, does not fit. An event that will not go in flight (no
+ * destination, an error, a kind that sends at COMMIT, an envelope over
+ * its limit) always may.
+ */
+static bool
+fits_before_prepare(const OutboxEvent *ev, Size used)
+{
+	OutboxEventSizes sizes;
+	Size		bound;
+
+	if (ev->error != NULL || ev->dest.name == NULL || ev->payload == NULL ||
+		ev->dest.kind->send_point != OUTBOX_SEND_AFTER_COMMIT)
+		return true;
+	sizes.event_type = strlen(ev->event_type);
+	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
+	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
+	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
+	sizes.headers = 0;
+	bound = OutboxEnvelopeBound(&sizes, PointerGetDatum(ev->payload));
+	/* over the limit: prepare dead-letters it, without building anything */
+	return bound > OUTBOX_MAX_ENVELOPE_BYTES ||
+		used + 2 * bound <= OUTBOX_RELAY_BYTES;
+}
+
+/*
  * Claims up to batch_size due events and returns them in *events, decoded
  * into memory context cxt (the rows' values are copied: the events outlive
  * the claim's transaction) and each handed to prepare (in cxt too), which
@@ -484,16 +512,25 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
  * 0, claims that one event. An event without a destination
  * has dest.name NULL; one over a size limit has a permanent error (see
  * decode_event). Sets *claimed to the number of rows the claim locked, and
- * returns the number of events to process: fewer once what they cost, in
- * columns and in prepare, passes OUTBOX_PASS_BYTES (the rest are unlocked
- * unchanged when the transaction ends; the first event is always taken).
- * Interruptible between events. Caller has a transaction open, SPI
- * connected and OutboxQueueOpen() done.
+ * returns the number of events to process, each with its cost (what it
+ * takes in the relay's memory: columns, and the body prepare built). The
+ * relay's memory budget (OUTBOX_RELAY_BYTES) leaves events out: those
+ * that would go in flight once the events in flight cost more than it,
+ * held (bytes the caller holds already) included, unless nothing is held
+ * then; and any event after the first once the claim's own cost would
+ * pass it. Smaller events after one left out are still taken if they
+ * fit: a large event must not hold back another destination's events (it
+ * waits for the events in flight before it, which the connection limits
+ * keep few, not for all those that come later). Events left out are freed, and
+ * their rows unlocked unchanged when the transaction ends; *budget_limited
+ * says whether any was. Interruptible between events. Caller has a
+ * transaction open, SPI connected and OutboxQueueOpen() done.
  */
 int
 OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
-			int64 only_id, MemoryContext cxt,
-			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed)
+			int64 only_id, Size held, MemoryContext cxt,
+			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed,
+			bool *budget_limited)
 {
 	Size		bytes = 0;
 	Datum		values[4];
@@ -537,22 +574,55 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 	if (desc->natts != Natts_claim)
 		elog(ERROR, "claim returned %d columns, expected %d", desc->natts, Natts_claim);
 
-	n = (int) SPI_processed;
-	*claimed = n;
+	*claimed = (int) SPI_processed;
+	*budget_limited = false;
 	old = MemoryContextSwitchTo(cxt);
-	ev = palloc0(sizeof(OutboxEvent) * Max(n, 1));
+	ev = palloc0(sizeof(OutboxEvent) * Max(*claimed, 1));
 	dd.desc = NULL;
 	dd.cache.n = 0;
-	for (int i = 0; i < n; i++)
+	n = 0;
+	for (int i = 0; i < *claimed; i++)
 	{
+		OutboxEvent *e = &ev[n];
+		Size		cost;
+		bool		fits;
+
 		CHECK_FOR_INTERRUPTS();
-		bytes += decode_event(SPI_tuptable->vals[i], desc, &ev[i], &dd);
-		bytes += prepare(&ev[i]);
-		if (bytes >= OUTBOX_PASS_BYTES)
+		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
+		if (held > 0 && !fits_before_prepare(e, held + cost))
 		{
-			n = i + 1;
-			break;
+			/* not built only to be thrown away: it is left until room is made */
+			*budget_limited = true;
+			if (e->payload != NULL)
+				pfree(e->payload);
+			memset(e, 0, sizeof(OutboxEvent));
+			continue;
 		}
+		cost += prepare(e);
+		if (OutboxEventGoesInFlight(e))
+			fits = held + cost <= OUTBOX_RELAY_BYTES || held == 0;
+		else
+			fits = true;
+		if (fits && n > 0 && bytes + cost > OUTBOX_RELAY_BYTES)
+			fits = false;
+		if (!fits)
+		{
+			/* its body alone can be 256 MB: gone now, not with the claim */
+			*budget_limited = true;
+			if (e->body != NULL)
+				pfree(e->body);
+			if (e->payload != NULL)
+				pfree(e->payload);
+			memset(e, 0, sizeof(OutboxEvent));
+			if (bytes >= OUTBOX_RELAY_BYTES)
+				break;
+			continue;
+		}
+		e->cost = cost;
+		bytes += cost;
+		if (OutboxEventGoesInFlight(e))
+			held += cost;
+		n++;
 	}
 	if (dd.desc != NULL)
 		ReleaseTupleDesc(dd.desc);

@@ -190,6 +190,8 @@ typedef struct WorkerState
 	List	   *dry_skip;		/* left out by the last dry claim, or NIL */
 	TimestampTz dry_until;		/* do not repeat that claim before then */
 	bool		room_limited;	/* the last claim was cut to the set's room */
+	Size		held_bytes;		/* what the events in flight cost (their cost) */
+	bool		budget_limited; /* the last claim left events for that budget */
 	bool		released;		/* the first release has committed */
 	bool		release_wanted; /* relays gone: release before the next claim */
 	TimestampTz next_release_check; /* look for relays gone then */
@@ -222,6 +224,9 @@ batch_done(WorkerState *st, OutboxEvent *ev)
 	ClaimBatch *b = ev->owner;
 	/* the extension was dropped, and maybe created again: its journal is gone */
 	bool		gone = b->extoid != OutboxQueueExtension();
+
+	Assert(st->held_bytes >= ev->cost);
+	st->held_bytes -= ev->cost;
 
 	if (!ev->recorded)
 	{
@@ -473,7 +478,7 @@ claim_failed(WorkerState *st, OutboxClaimStepArgs *c, const char *error)
 
 /* Hands the claim's events in flight to their kinds, in batch's memory. */
 static void
-hand_over(OutboxDispatchResult *d, ClaimBatch *batch)
+hand_over(WorkerState *st, OutboxDispatchResult *d, ClaimBatch *batch)
 {
 	batch->claim = d->claim;
 	batch->extoid = d->extoid;
@@ -481,6 +486,7 @@ hand_over(OutboxDispatchResult *d, ClaimBatch *batch)
 	{
 		d->in_flight[i]->owner = batch;
 		batch->open++;
+		st->held_bytes += d->in_flight[i]->cost;
 		d->in_flight[i]->dest.kind->enqueue(d->in_flight[i]);
 	}
 	if (batch->open == 0)
@@ -523,6 +529,7 @@ worker_claim(WorkerState *st)
 	batch = new_batch();
 	c.relay = relay_no;
 	c.cxt = batch->cxt;
+	c.held = st->held_bytes;
 	if (!OutboxRunStep("claim events", OutboxClaimStep, &c, &error))
 	{
 		OutboxInFlightRemove(MyDatabaseId, c.d.published, c.d.npublished);
@@ -536,14 +543,17 @@ worker_claim(WorkerState *st)
 	OutboxHealthRelayPass();
 	if (st->isolate > 0)
 		st->isolate--;
-	hand_over(&c.d, batch);
+	hand_over(st, &c.d, batch);
 	st->room_limited = c.d.room_limited;
+	st->budget_limited = c.d.budget_limited;
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
 	st->nfull = list_length(c.skip);
 	if (st->isolate == 0)
 		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
-	st->look = st->isolate > 0 || (c.d.claimed >= c.batch_size && !c.d.room_limited);
+	/* cut by the set's room or the memory budget: outcomes make room */
+	st->look = st->isolate > 0 ||
+		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
 }
@@ -614,8 +624,9 @@ worker_record(WorkerState *st, List *done)
 		if (OutboxRunStep("delete from the journal of events in flight", OutboxJournalDoneStep, &j, NULL))
 			st->journal_done.n = 0;
 	}
-	/* a full destination, or the in-flight set, has room again */
-	if ((st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull) || st->room_limited)
+	/* a full destination, the in-flight set or the memory budget has room again */
+	if ((st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull) || st->room_limited ||
+		st->budget_limited)
 		st->look = true;
 }
 

@@ -159,6 +159,7 @@ OutboxClaimStep(void *arg)
 		.only_id = c->only_id,
 		.run = OutboxRelayRun(),
 		.relay = c->relay,
+		.held = c->held,
 		.cxt = c->cxt
 	};
 

@@ -28,6 +28,7 @@ typedef struct OutboxClaimStepArgs
 	List	   *skip;			/* destinations to leave out */
 	int			relay;			/* this relay's number */
 	MemoryContext cxt;			/* where the claimed events go */
+	Size		held;			/* bytes of the events in flight (OUTBOX_RELAY_BYTES) */
 	/* in for OutboxClaimStep, out of OutboxNextPendingStep */
 	int64		only_id;		/* one event at a time: its id, or 0 */
 	int32		only_attempts;	/* and its attempts, when it was found */

@@ -206,9 +206,10 @@ OutboxPayloadTextLength(Jsonb *payload, Size stop_after)
  * keys, id, time and attempt (ENVELOPE_FIXED_BYTES), its strings at 6
  * bytes per byte (the most escaping makes of one), and the payload's text
  * exactly (OutboxPayloadTextLength, which stops once past the limit).
+ * Any process, in a transaction.
  */
-static Size
-envelope_bound(const OutboxEventSizes *s, Datum payload)
+Size
+OutboxEnvelopeBound(const OutboxEventSizes *s, Datum payload)
 {
 	Size		total = ENVELOPE_FIXED_BYTES +
 		6 * (s->event_type + s->aggregate_type + s->aggregate_id) + 6;
@@ -236,13 +237,13 @@ _outbox_payload_text_bytes(PG_FUNCTION_ARGS)
 
 /*
  * Checks that the envelope of an event stays within
- * OUTBOX_MAX_ENVELOPE_BYTES (envelope_bound). Returns true, or false
+ * OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeBound). Returns true, or false
  * with *p (54000).
  */
 bool
 OutboxEnvelopeCheck(const OutboxEventSizes *s, Datum payload, OutboxProblem *p)
 {
-	if (envelope_bound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
+	if (OutboxEnvelopeBound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
 		return true;
 	return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 					   psprintf("event envelope would be larger than %d bytes",
