@@ -162,23 +162,40 @@ static OutboxStatement delivered_stmt = {
  * not claimed again for as long as they have waited already (at least
  * UNROUTABLE_RECHECK, at most an hour), so that a relay woken by every
  * commit does not walk them on every pass, nor a large backlog of them
- * every few seconds. Routing is checked again here, with this statement's
- * newer snapshot, so a destination committed since the claim keeps its
- * events due. The trigger on outbox_destinations makes parked events due
- * again when a destination is added or changed (its condition matches
- * this last_error text); a pass running concurrently with that change may
- * still park a few until their next check.
+ * every few seconds. The trigger on outbox_destinations makes parked
+ * events due again when a destination is added or changed (its condition
+ * matches this last_error text). So that no change slips between the two,
+ * the claim first takes a SHARE lock on outbox_destinations, which waits
+ * for no one (OutboxMarkUnroutable): with it, no change is in progress,
+ * and this statement's snapshot, newer than the claim's, sees every one
+ * committed, and routing is checked again with it; a change that starts
+ * later waits for the claim's COMMIT, and its trigger then finds these
+ * events parked. Without the lock (a change in progress, whose trigger
+ * may not see them), they are parked for UNROUTABLE_SHORT only.
  */
+#define UNROUTABLE_SET \
+	"       last_error = '" UNROUTABLE_ERROR "'" \
+	" WHERE o.ctid = ANY($1)" \
+	"   AND NOT EXISTS (SELECT FROM %1$s._outbox_pending p" \
+	"                    WHERE p.id = o.id AND p.dest_name IS NOT NULL)"
+#define UNROUTABLE_SHORT "1 second"
 static const Oid unroutable_argtypes[] = {TIDARRAYOID};
 static OutboxStatement unroutable_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET next_attempt_at = now() + least(interval '1 hour',"
 		"           greatest(interval '" UNROUTABLE_RECHECK "', now() - o.created_at)),"
-		"       last_error = '" UNROUTABLE_ERROR "'"
-		" WHERE o.ctid = ANY($1)"
-		"   AND NOT EXISTS (SELECT FROM %1$s._outbox_pending p"
-		"                    WHERE p.id = o.id AND p.dest_name IS NOT NULL)",
+		UNROUTABLE_SET,
+	.nargs = 1,
+	.argtypes = unroutable_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
+static OutboxStatement unroutable_short_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET next_attempt_at = now() + interval '" UNROUTABLE_SHORT "',"
+		UNROUTABLE_SET,
 	.nargs = 1,
 	.argtypes = unroutable_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
@@ -703,7 +720,9 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 
 /*
  * Parks n claimed events that no enabled destination takes (see
- * unroutable_stmt): attempts unchanged. Same context and errors as
+ * unroutable_stmt): attempts unchanged. Holds a SHARE lock on
+ * outbox_destinations until the transaction ends if it can take one at
+ * once, and never waits for it. Same context and errors as
  * OutboxMarkDelivered.
  */
 void
@@ -711,12 +730,19 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 {
 	Datum		values[1];
 	int			rc;
+	Oid			destinations;
+	bool		locked;
 
 	if (n == 0)
 		return;
 	values[0] = OutboxTidArray(events, n);
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&unroutable_stmt, ext_nspoid), values, NULL, false, 0);
+	destinations = get_relname_relid("outbox_destinations", ext_nspoid);
+	locked = OidIsValid(destinations) &&
+		ConditionalLockRelationOid(destinations, ShareLock);
+	rc = SPI_execute_plan(OutboxStatementPlan(locked ? &unroutable_stmt : &unroutable_short_stmt,
+											  ext_nspoid),
+						  values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not park events without a destination: %s", SPI_result_code_string(rc));
 }
