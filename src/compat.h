@@ -51,6 +51,15 @@
 	pg_database_ownercheck((dboid), (roleid))
 #endif
 
+/* And so did privilege checks on objects. */
+#if PG_VERSION_NUM >= 160000
+#define OutboxTablespaceAclcheck(spcoid, roleid, mode) \
+	object_aclcheck(TableSpaceRelationId, (spcoid), (roleid), (mode))
+#else
+#define OutboxTablespaceAclcheck(spcoid, roleid, mode) \
+	pg_tablespace_aclcheck((spcoid), (roleid), (mode))
+#endif
+
 /*
  * The wait event a worker reports while it sleeps: its own name from 17 on
  * (custom wait events), the generic "Extension" before. Call after the

@@ -14,6 +14,13 @@
  * cause this, and only for a database that has relays: one named in
  * outbox.databases or with a relay running (both set by a superuser).
  *
+ * The command's own checks that come before its wait are made first, as
+ * the command makes them (src/backend/commands/dbcommands.c): a command
+ * that will fail for want of a privilege, for a name that is taken or a
+ * tablespace that does not exist, or on the current database, does not
+ * stop the relay (an owner repeating a doomed RENAME could otherwise keep
+ * it down).
+ *
  * A pause lasts as long as the command's transaction: it ends when the
  * command fails (PG_CATCH), and at COMMIT or ABORT of that transaction
  * (ALTER DATABASE ... RENAME can run in a transaction block, and a later
@@ -30,14 +37,19 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_tablespace.h"
+#include "commands/tablespace.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "nodes/parsenodes.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/syscache.h"
 #include "utils/varlena.h"
 
 #include "compat.h"
@@ -121,6 +133,55 @@ pause_relay_of(const char *dbname)
 	return dboid;
 }
 
+/*
+ * Whether the current user may create databases, as CREATE DATABASE and
+ * ALTER DATABASE ... RENAME require (have_createdb_privilege in
+ * dbcommands.c, which is not exported).
+ */
+static bool
+may_create_databases(void)
+{
+	HeapTuple	tup;
+	bool		result = false;
+
+	if (superuser())
+		return true;
+	tup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (HeapTupleIsValid(tup))
+	{
+		result = ((Form_pg_authid) GETSTRUCT(tup))->rolcreatedb;
+		ReleaseSysCache(tup);
+	}
+	return result;
+}
+
+/* Whether a database called name exists. */
+static bool
+database_exists(const char *name)
+{
+	return name != NULL && OidIsValid(get_database_oid(name, true));
+}
+
+/* Whether dbname is the database this session is connected to. */
+static bool
+is_current_database(const char *dbname)
+{
+	return dbname != NULL && get_database_oid(dbname, true) == MyDatabaseId;
+}
+
+/*
+ * Whether ALTER DATABASE ... SET TABLESPACE spcname would get past its
+ * checks of the tablespace: it exists, and the user may create in it.
+ */
+static bool
+tablespace_usable(const char *spcname)
+{
+	Oid			spcoid = get_tablespace_oid(spcname, true);
+
+	return OidIsValid(spcoid) &&
+		OutboxTablespaceAclcheck(spcoid, GetUserId(), ACL_CREATE) == ACLCHECK_OK;
+}
+
 /* Returns the option called name in a list of DefElem, or NULL. */
 static DefElem *
 option_named(List *options, const char *name)
@@ -151,29 +212,46 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 	switch (nodeTag(node))
 	{
 		case T_DropdbStmt:
-			PreventInTransactionBlock(top_level, "DROP DATABASE");
-			paused = pause_relay_of(((DropdbStmt *) node)->dbname);
-			break;
-		case T_AlterDatabaseStmt:
-			if (option_named(((AlterDatabaseStmt *) node)->options, "tablespace"))
 			{
-				PreventInTransactionBlock(top_level, "ALTER DATABASE SET TABLESPACE");
-				paused = pause_relay_of(((AlterDatabaseStmt *) node)->dbname);
+				DropdbStmt *stmt = (DropdbStmt *) node;
+
+				PreventInTransactionBlock(top_level, "DROP DATABASE");
+				if (!is_current_database(stmt->dbname))
+					paused = pause_relay_of(stmt->dbname);
+				break;
 			}
-			break;
+		case T_AlterDatabaseStmt:
+			{
+				AlterDatabaseStmt *stmt = (AlterDatabaseStmt *) node;
+				DefElem    *spc = option_named(stmt->options, "tablespace");
+
+				if (spc == NULL)
+					break;
+				PreventInTransactionBlock(top_level, "ALTER DATABASE SET TABLESPACE");
+				if (spc->arg != NULL && tablespace_usable(defGetString(spc)) &&
+					!is_current_database(stmt->dbname))
+					paused = pause_relay_of(stmt->dbname);
+				break;
+			}
 		case T_RenameStmt:
-			if (((RenameStmt *) node)->renameType == OBJECT_DATABASE)
-				paused = pause_relay_of(((RenameStmt *) node)->subname);
-			break;
+			{
+				RenameStmt *stmt = (RenameStmt *) node;
+
+				if (stmt->renameType == OBJECT_DATABASE && may_create_databases() &&
+					!database_exists(stmt->newname) && !is_current_database(stmt->subname))
+					paused = pause_relay_of(stmt->subname);
+				break;
+			}
 		case T_CreatedbStmt:
 			{
-				DefElem    *template = option_named(((CreatedbStmt *) node)->options, "template");
+				CreatedbStmt *stmt = (CreatedbStmt *) node;
+				DefElem    *template = option_named(stmt->options, "template");
 
-				if (template != NULL && template->arg != NULL)
-				{
-					PreventInTransactionBlock(top_level, "CREATE DATABASE");
+				if (template == NULL || template->arg == NULL)
+					break;
+				PreventInTransactionBlock(top_level, "CREATE DATABASE");
+				if (may_create_databases() && !database_exists(stmt->dbname))
 					paused = pause_relay_of(defGetString(template));
-				}
 				break;
 			}
 		default:

@@ -65,6 +65,33 @@ ok(wait_relay($node, 'postgres'), 'relay runs in database postgres');
 	like($nerr, qr/must be owner of database plain/, 'DROP DATABASE by a non-owner fails');
 	is(relay_pid($node, 'plain'), $plain_pid, 'and leaves the relay running');
 
+	# nor can its owner, by a command that fails the command's own checks
+	# before its wait for other sessions
+	$node->safe_psql('postgres', q{
+		CREATE ROLE regress_owner LOGIN NOCREATEDB;
+		ALTER DATABASE plain OWNER TO regress_owner});
+	my @doomed = (
+		[ 'ALTER DATABASE plain RENAME TO plain2', qr/permission denied to rename database/, 'RENAME without CREATEDB' ],
+		[ 'CREATE DATABASE copy TEMPLATE plain', qr/permission denied to create database/, 'CREATE DATABASE ... TEMPLATE without CREATEDB' ],
+		[ 'ALTER ROLE regress_owner CREATEDB', undef, undef ],
+		[ 'ALTER DATABASE plain RENAME TO postgres', qr/database "postgres" already exists/, 'RENAME to a name taken' ],
+		[ 'CREATE DATABASE postgres TEMPLATE plain', qr/database "postgres" already exists/, 'CREATE DATABASE ... TEMPLATE under a name taken' ],
+		[ 'ALTER DATABASE plain SET TABLESPACE nosuch', qr/tablespace "nosuch" does not exist/, 'SET TABLESPACE to no tablespace' ],
+		[ 'ALTER DATABASE plain SET TABLESPACE pg_global', qr/pg_global cannot be used as default tablespace|permission denied for tablespace pg_global/, 'SET TABLESPACE to pg_global' ]);
+	for my $d (@doomed)
+	{
+		my ($sql, $error, $what) = @$d;
+		if (!defined $error)
+		{
+			$node->safe_psql('postgres', $sql);
+			next;
+		}
+		my ($r, $o, $e) = $node->psql('postgres', $sql, extra_params => [ '-U', 'regress_owner' ]);
+		like($e, $error, "$what fails");
+		is(relay_pid($node, 'plain'), $plain_pid, "$what leaves the relay running");
+	}
+	$node->safe_psql('postgres', 'ALTER DATABASE plain OWNER TO CURRENT_USER');
+
 	my $drop_offset = -s $node->logfile;
 	my $drop_ts = $node->safe_psql('postgres', 'SELECT now()');
 	my $t = time();
