@@ -26,9 +26,10 @@
  * its row) but not a server restart or crash, which reinitialise shared
  * memory. outbox_stats_reset() zeroes a database's relay counters and
  * drops its destination rows. The destination table holds at most
- * OUTBOX_MAX_DESTINATION_STATS rows; when it is full, destinations without
- * a row are counted in their relay's totals only (logged once), until a
- * reset frees rows.
+ * OUTBOX_MAX_DESTINATION_STATS rows, and one database at most
+ * OUTBOX_MAX_DESTINATION_STATS_PER_DB of them; destinations without a row
+ * (either limit reached) are counted in their relay's totals only (logged
+ * once), until a reset frees rows.
  *
  * Latency is the time from an event's created_at (its transaction's start,
  * as now() gave it) to the moment its delivery is recorded, for delivered
@@ -519,6 +520,21 @@ add_counts(DestCounts *dst, const DestCounts *src)
 		dst->latency[i] += src->latency[i];
 }
 
+/* The destination rows database dboid holds (lock held). */
+static int
+rows_of_database(Oid dboid)
+{
+	HASH_SEQ_STATUS seq;
+	DestHealth *d;
+	int			n = 0;
+
+	hash_seq_init(&seq, dest_hash);
+	while ((d = hash_seq_search(&seq)) != NULL)
+		if (d->key.dboid == dboid)
+			n++;
+	return n;
+}
+
 /*
  * Adds what the committed transaction noted to shared memory. Runs in the
  * COMMIT callback, after the commit record: it must not fail, so it neither
@@ -556,7 +572,8 @@ flush_pending(void)
 	{
 		DestHealth *d = hash_search(dest_hash, &p->key, HASH_FIND, NULL);
 
-		if (d == NULL && exclusive && health->ndests < OUTBOX_MAX_DESTINATION_STATS)
+		if (d == NULL && exclusive && health->ndests < OUTBOX_MAX_DESTINATION_STATS &&
+			rows_of_database(p->key.dboid) < OUTBOX_MAX_DESTINATION_STATS_PER_DB)
 		{
 			bool		found;
 
@@ -594,8 +611,8 @@ relay_totals:
 	if (log_full)
 		ereport(LOG,
 				(errmsg("outbox destination statistics are full"),
-				 errdetail("At most %d destinations are tracked; outcomes of others are counted in their relay's totals only.",
-						   OUTBOX_MAX_DESTINATION_STATS),
+				 errdetail("At most %d destinations are tracked, %d per database; outcomes of others are counted in their relay's totals only.",
+						   OUTBOX_MAX_DESTINATION_STATS, OUTBOX_MAX_DESTINATION_STATS_PER_DB),
 				 errhint("Run outbox_stats_reset() to free the rows of old destinations.")));
 }
 

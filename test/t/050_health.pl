@@ -119,6 +119,31 @@ ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM outbox_relay_s
 	'relays above a lowered count and missing databases are dropped');
 
 ############################################################################
+# The destination rows are shared fairly: one database, whatever its admin
+# does (200 destinations, each with an outcome through outbox_relay()),
+# holds at most 128 of the 1,024, so others still get rows.
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', q{
+	CREATE EXTENSION outbox;
+	INSERT INTO outbox_destinations (name, event_types, channel)
+	SELECT 'fill' || i, 'fill.' || i, 'fill' FROM generate_series(1, 200) i;
+	SELECT count(outbox_emit('fill.' || i, '{}')) FROM generate_series(1, 200) i});
+is($node->safe_psql('other', q{SELECT delivered FROM outbox_relay(1000)}), '200',
+	'another database delivers to 200 destinations');
+is($node->safe_psql('other', q{SELECT count(*) FROM outbox_destination_stats()}), '128',
+	'and holds 128 destination rows, no more');
+sql(qq{INSERT INTO outbox_destinations (name, event_types, url) VALUES ('later', 'later.*', '$url')});
+emit($node, 'postgres', 'later.created', 1);
+ok( $node->poll_query_until('postgres',
+		q{SELECT delivered = 1 FROM outbox_destination_stats() WHERE destination = 'later'}),
+	'a new destination of this database still gets a row');
+$node->safe_psql('other', q{SELECT outbox_stats_reset()});
+is($node->safe_psql('other', q{SELECT count(*) FROM outbox_destination_stats()}), '0',
+	'the other database\'s reset frees its rows');
+is(sql(q{SELECT count(*) FROM outbox_destination_stats() WHERE destination = 'later'}), '1',
+	'and only its own');
+
+############################################################################
 # Reset.
 sql(q{SELECT outbox_stats_reset()});
 is(sql(q{SELECT count(*) FROM outbox_destination_stats()}), '0', 'reset drops the destinations');
