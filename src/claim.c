@@ -185,8 +185,17 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		if (room > 0)
 			batch_size = room;
 	}
+	/*
+	 * One destination puts at most half the set's room in flight per
+	 * claim, as it gets at most half the connections while another is busy
+	 * (a hanging endpoint must not fill the set for every other one): the
+	 * next claim leaves it out once its kind is full, and others take the
+	 * rest.
+	 */
 	n = OutboxClaim(batch_size, req->skip, exclude, nexclude, req->only_id, req->held,
-					req->cxt, prepare_event, &events, &d->claimed, &d->budget_limited);
+					req->run != 0 ? Max(room / 2, 1) : 0,
+					req->cxt, prepare_event, &events, &d->claimed, &d->budget_limited,
+					&d->dest_limited);
 	d->in_flight = MemoryContextAlloc(req->cxt, sizeof(OutboxEvent *) * Max(n, 1));
 	d->published = MemoryContextAlloc(req->cxt, sizeof(int64) * Max(n, 1));
 	keep = publish_claimed(req, events, n, d);

@@ -37,6 +37,7 @@ typedef struct OutboxDispatchResult
 	int			unroutable;
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
 	bool		budget_limited; /* events left for the memory budget */
+	bool		dest_limited;	/* events left: their destination had its share */
 	OutboxEvent **in_flight;	/* to be sent after COMMIT */
 	int			nin_flight;
 	int64	   *published;		/* their ids, in the in-flight set */

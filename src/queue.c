@@ -491,6 +491,51 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 		sizes.payload + sizes.headers;
 }
 
+/* How many events of one destination a claim put in flight. */
+typedef struct DestTaken
+{
+	const char *name;
+	int			n;
+} DestTaken;
+
+/* The events of destination name in *taken (a List of DestTaken). */
+static int
+dest_taken(List **taken, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, *taken)
+	{
+		DestTaken  *t = lfirst(lc);
+
+		if (strcmp(t->name, name) == 0)
+			return t->n;
+	}
+	return 0;
+}
+
+/* Counts one more event of destination name in *taken. */
+static void
+dest_count(List **taken, const char *name)
+{
+	ListCell   *lc;
+	DestTaken  *t;
+
+	foreach(lc, *taken)
+	{
+		t = lfirst(lc);
+		if (strcmp(t->name, name) == 0)
+		{
+			t->n++;
+			return;
+		}
+	}
+	t = palloc(sizeof(DestTaken));
+	t->name = name;
+	t->n = 1;
+	*taken = lappend(*taken, t);
+}
+
 /*
  * Whether decoded event ev, which would go in flight, may fit the relay's
  * memory budget with used bytes already taken, before its body is built:
@@ -538,18 +583,23 @@ fits_before_prepare(const OutboxEvent *ev, Size used)
  * pass it. Smaller events after one left out are still taken if they
  * fit: a large event must not hold back another destination's events (it
  * waits for the events in flight before it, which the connection limits
- * keep few, not for all those that come later). Events left out are freed, and
+ * keep few, not for all those that come later). per_dest, if not 0, is
+ * the most events of one destination the claim puts in flight: one
+ * destination's backlog must not take every entry of the in-flight set
+ * (whose room the caller divides; *dest_limited says whether any was left
+ * for it). Events left out are freed, and
  * their rows unlocked unchanged when the transaction ends; *budget_limited
  * says whether any was. Interruptible between events. Caller has a
  * transaction open, SPI connected and OutboxQueueOpen() done.
  */
 int
 OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
-			int64 only_id, Size held, MemoryContext cxt,
+			int64 only_id, Size held, int per_dest, MemoryContext cxt,
 			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed,
-			bool *budget_limited)
+			bool *budget_limited, bool *dest_limited)
 {
 	Size		bytes = 0;
+	List	   *taken = NIL;	/* of DestTaken */
 	Datum		values[4];
 	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
 	int			nnames = 0;
@@ -593,6 +643,7 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 
 	*claimed = (int) SPI_processed;
 	*budget_limited = false;
+	*dest_limited = false;
 	old = MemoryContextSwitchTo(cxt);
 	ev = palloc0(sizeof(OutboxEvent) * Max(*claimed, 1));
 	dd.desc = NULL;
@@ -606,6 +657,17 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 
 		CHECK_FOR_INTERRUPTS();
 		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
+		if (per_dest > 0 && e->error == NULL && e->dest.name != NULL &&
+			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT &&
+			dest_taken(&taken, e->dest.name) >= per_dest)
+		{
+			/* the rest of this destination's backlog waits for the next claim */
+			*dest_limited = true;
+			if (e->payload != NULL)
+				pfree(e->payload);
+			memset(e, 0, sizeof(OutboxEvent));
+			continue;
+		}
 		if (held > 0 && !fits_before_prepare(e, held + cost))
 		{
 			/* not built only to be thrown away: it is left until room is made */
@@ -638,7 +700,11 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 		e->cost = cost;
 		bytes += cost;
 		if (OutboxEventGoesInFlight(e))
+		{
 			held += cost;
+			if (per_dest > 0)
+				dest_count(&taken, e->dest.name);
+		}
 		n++;
 	}
 	if (dd.desc != NULL)

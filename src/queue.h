@@ -24,9 +24,9 @@ extern bool OutboxQueueOpen(void);
 extern Oid	OutboxQueueSchema(void);
 extern Oid	OutboxQueueExtension(void);
 extern int	OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
-						int64 only_id, Size held, MemoryContext cxt,
+						int64 only_id, Size held, int per_dest, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, int *claimed,
-						bool *budget_limited);
+						bool *budget_limited, bool *dest_limited);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,

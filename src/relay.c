@@ -551,8 +551,11 @@ worker_claim(WorkerState *st)
 	st->nfull = list_length(c.skip);
 	if (st->isolate == 0)
 		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
-	/* cut by the set's room or the memory budget: outcomes make room */
-	st->look = st->isolate > 0 ||
+	/*
+	 * cut by the set's room or the memory budget: outcomes make room; cut
+	 * for a destination's share: the next claim takes the others'
+	 */
+	st->look = st->isolate > 0 || c.d.dest_limited ||
 		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
