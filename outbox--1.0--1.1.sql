@@ -166,7 +166,8 @@ COMMENT ON FUNCTION @extschema@._outbox_route(text) IS
 
 /*
  * The rules for headers and secrets have one home, in C, shared with the
- * relay that sends them: the check constraints call the library.
+ * relay that sends them: 1.0's check constraint on headers called this
+ * function, and the triggers below apply the same rules from 1.1 on.
  */
 CREATE OR REPLACE FUNCTION @extschema@._outbox_valid_headers(headers jsonb)
 RETURNS boolean

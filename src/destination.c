@@ -5,7 +5,9 @@
  *	  kinds that send after COMMIT at once.
  *
  * Adding a kind: its own file with one OutboxDestinationKind (see
- * destination.h), one line in kinds[] below, and its name in the schema.
+ * destination.h), one line in kinds[] below and its extern in
+ * destination.h, and its columns in the schema
+ * (docs/adding-a-destination-kind.md).
  *
  * src/destination.c
  *

@@ -5,8 +5,9 @@
  *	  limits that apply to events.
  *
  * This is the common vocabulary of emit.c, queue.c, relay.c, envelope.c and
- * the transports (deliver_*.c). It holds data only: who fills which field is
- * said next to it. An OutboxEvent lives in the relay pass's memory context.
+ * the destination kinds (deliver_*.c). It holds data only: who fills which
+ * field is said next to it. An OutboxEvent lives in the memory context of
+ * its claim (a relay's claim batch, or outbox_relay()'s SPI context).
  *
  * src/event.h
  *
@@ -90,8 +91,8 @@ typedef struct OutboxDestination
 
 /*
  * One claimed event and the outcome of this attempt. queue.c fills the
- * event's columns and its destination, relay.c the body, and the transport
- * the outcome. Its row keeps the claimed attempt count until the outcome,
+ * event's columns and its destination, its kind's prepare the body, and
+ * its kind the outcome. Its row keeps the claimed attempt count until the outcome,
  * which is recorded only against that count and adds this attempt.
  */
 typedef struct OutboxEvent

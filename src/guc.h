@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * guc.h
- *	  The outbox.* settings.
+ *	  The relay's outbox.* settings (each destination kind defines its own,
+ *	  in its file).
  *
  * src/guc.h
  *

@@ -2,10 +2,10 @@
  *
  * headers.c
  *	  The rules for HTTP headers that events and destinations carry, in one
- *	  place: the check constraints on outbox.headers and
- *	  outbox_destinations.headers call _outbox_valid_headers(), and the
- *	  webhook transport checks each header again with the same functions
- *	  before it sends it (a row may predate the constraint).
+ *	  place: the triggers on outbox and outbox_destinations check them
+ *	  (validate.c), and the webhook kind checks each header again with the
+ *	  same functions before it sends it (a row may predate the rules, or
+ *	  have been written with the triggers off).
  *
  * Who may set what. A destination's headers are an admin's: any valid
  * header but those the relay sets itself (OutboxHeaderReserved), which are

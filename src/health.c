@@ -10,7 +10,8 @@
  * process is attached to the row (starting, restarting at a given time, not
  * started and why); the relay itself writes it while it runs (running,
  * idle) and marks it stopped when it exits. Outcomes are noted by whatever
- * records them (queue.c, in a relay or in a session running outbox_relay())
+ * records them (outcome.c and queue.c, in a relay or in a session running
+ * outbox_relay())
  * into backend-local totals, which a transaction callback adds to shared
  * memory at COMMIT and drops at abort: the counts follow what the outbox
  * table says, not what was attempted.

@@ -54,8 +54,8 @@ static CURL *idle_easy[OUTBOX_HTTP_MAX_IDLE_EASY];
 static int	nidle_easy = 0;
 
 /* An easy handle with default options, or NULL if out of memory. */
-CURL *
-OutboxHttpTakeEasy(void)
+static CURL *
+take_easy(void)
 {
 	if (nidle_easy > 0)
 		return idle_easy[--nidle_easy];
@@ -417,7 +417,7 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 	}
 	if (!target_allowed(req, HTTP_OPTIONS(ev)->url))
 		return false;
-	req->easy = OutboxHttpTakeEasy();
+	req->easy = take_easy();
 	if (!setup_easy(req, timeout, fresh_connect))
 	{
 		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");

@@ -82,7 +82,6 @@ struct HttpDest
 
 extern bool OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect);
 extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
-extern CURL *OutboxHttpTakeEasy(void);
 extern void OutboxHttpParkEasy(CURL *easy, int keep);
 extern void OutboxHttpDropIdleEasy(void);
 

@@ -6,7 +6,7 @@
  *	  outbox.inbox_retention, a batch per short transaction.
  *
  * Only relay number 0 of a database purges, as one step of its loop
- * (relay.c runs OutboxPurgeStep through its run_step, so a failing batch is
+ * (relay.c runs OutboxPurgeStep through OutboxRunStep, so a failing batch is
  * rolled back, logged and shown in outbox_relay_stats like any step). A
  * round deletes outbox.purge_batch_size rows per transaction, pausing
  * outbox.purge_delay between two, first from outbox and then from inbox;

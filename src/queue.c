@@ -36,6 +36,10 @@
  * the event's row until its outcome: it stays pending, due again at once
  * if its relay goes (at-least-once).
  *
+ * The claim also keeps the relay within its memory budget
+ * (OUTBOX_RELAY_BYTES) and one destination within half the in-flight
+ * set's room: events left out stay pending, unchanged (OutboxClaim).
+ *
  * src/queue.c
  *
  *-------------------------------------------------------------------------
@@ -686,7 +690,7 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 			fits = false;
 		if (!fits)
 		{
-			/* its body alone can be 256 MB: gone now, not with the claim */
+			/* its body alone can be 128 MB: gone now, not with the claim */
 			*budget_limited = true;
 			if (e->body != NULL)
 				pfree(e->body);

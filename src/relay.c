@@ -562,9 +562,9 @@ worker_claim(WorkerState *st)
 }
 
 /*
- * Records the outcomes the transport returned: all in one transaction or,
- * if that fails, one per transaction; an event whose outcome cannot be
- * recorded gets a failed attempt instead (record_isolated_failure). Then
+ * Records the outcomes the kinds returned: all in one transaction or, if
+ * that fails, one per transaction; an event whose outcome cannot be
+ * recorded gets a failed attempt instead (OutboxRecordIsolatedFailure). Then
  * the events' batches are let go.
  */
 static void

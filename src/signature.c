@@ -2,9 +2,9 @@
  *
  * signature.c
  *	  Signing secrets and signatures of the Standard Webhooks specification
- *	  (https://www.standardwebhooks.com/), in one place: the check
- *	  constraint on outbox_destinations.secret calls _outbox_valid_secret(),
- *	  and the transports sign with the same decoding of the secret.
+ *	  (https://www.standardwebhooks.com/), in one place: the trigger on
+ *	  outbox_destinations checks a secret with OutboxSecretCheck, and the
+ *	  kinds sign with the same decoding of the secret.
  *
  * A secret is either "whsec_" followed by the canonical base64 of the key,
  * or raw text whose bytes are the key. Raw text is printable ASCII only
@@ -201,10 +201,9 @@ OutboxSignature(const char *secret, const char *msg_id, const char *timestamp,
 /*
  * _outbox_valid_secret(secret text) RETURNS boolean
  *
- * SQL-callable, IMMUTABLE; the check constraint of
- * outbox_destinations.secret in 1.0 (from 1.1 the destination trigger
- * applies the same rule): true for NULL or a secret the relay can sign
- * with (OutboxSecretCheck). Raises no error of its own.
+ * SQL-callable, IMMUTABLE, internal (for outbox_admin): true for NULL or a
+ * secret the relay can sign with (OutboxSecretCheck), the rule the trigger
+ * on outbox_destinations applies. Raises no error of its own.
  */
 Datum
 _outbox_valid_secret(PG_FUNCTION_ARGS)

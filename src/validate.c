@@ -15,7 +15,8 @@
  * tests, so it raises its own errors first; they name the field and the
  * rule, never a value. NOT NULL is tested here for the same reason.
  *
- * The relay applies the same checks to what it claims (queue.c, claim.c),
+ * The relay applies the same checks to what it claims (queue.c, and the
+ * kinds' prepare),
  * on the stored sizes first, so that an event that got past the trigger is
  * dead-lettered with the reason before anything large is built from it.
  *
@@ -141,8 +142,8 @@ scalar_length(const JsonbValue *v)
  * payload, and interruptible every 1024 tokens. Any process, in a
  * transaction (numeric_out allocates).
  */
-Size
-OutboxPayloadTextLength(Jsonb *payload, Size stop_after)
+static Size
+payload_text_length(Jsonb *payload, Size stop_after)
 {
 	JsonbIterator *it = JsonbIteratorInit(&payload->root);
 	JsonbValue	v;
@@ -205,7 +206,7 @@ OutboxPayloadTextLength(Jsonb *payload, Size stop_after)
  * with these column sizes and this payload (jsonb): the envelope's own
  * keys, id, time and attempt (ENVELOPE_FIXED_BYTES), its strings at 6
  * bytes per byte (the most escaping makes of one), and the payload's text
- * exactly (OutboxPayloadTextLength, which stops once past the limit).
+ * exactly (payload_text_length, which stops once past the limit).
  * Any process, in a transaction.
  */
 Size
@@ -216,14 +217,14 @@ OutboxEnvelopeBound(const OutboxEventSizes *s, Datum payload)
 
 	if (total > OUTBOX_MAX_ENVELOPE_BYTES)
 		return total;
-	return total + OutboxPayloadTextLength(DatumGetJsonbP(payload),
+	return total + payload_text_length(DatumGetJsonbP(payload),
 										   OUTBOX_MAX_ENVELOPE_BYTES - total);
 }
 
 /*
  * _outbox_payload_text_bytes(payload jsonb) RETURNS bigint
  *
- * SQL-callable, internal: the length OutboxPayloadTextLength measures for
+ * SQL-callable, internal: the length payload_text_length measures for
  * payload, the part of an event's envelope the write-time limit reads, for
  * tests to compare with octet_length(payload::text). Strict.
  */
@@ -232,7 +233,7 @@ PG_FUNCTION_INFO_V1(_outbox_payload_text_bytes);
 Datum
 _outbox_payload_text_bytes(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT64((int64) OutboxPayloadTextLength(PG_GETARG_JSONB_P(0), SIZE_MAX));
+	PG_RETURN_INT64((int64) payload_text_length(PG_GETARG_JSONB_P(0), SIZE_MAX));
 }
 
 /*

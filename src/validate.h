@@ -27,7 +27,6 @@ typedef struct OutboxEventSizes
 } OutboxEventSizes;
 
 extern bool OutboxEventSizesCheck(const OutboxEventSizes *sizes, OutboxProblem *problem);
-extern Size OutboxPayloadTextLength(Jsonb *payload, Size stop_after);
 extern Size OutboxEnvelopeBound(const OutboxEventSizes *sizes, Datum payload);
 extern bool OutboxEnvelopeCheck(const OutboxEventSizes *sizes, Datum payload,
 								OutboxProblem *problem);

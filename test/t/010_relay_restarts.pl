@@ -94,8 +94,8 @@ ok(wait_relay($node, 'postgres'), 'relay runs in database postgres');
 }
 
 ############################################################################
-# SIGTERM during a request that hangs for 10 minutes: the relay waits for
-# libcurl in slices with CHECK_FOR_INTERRUPTS, so it ends at once, and the
+# SIGTERM during a request that hangs for 10 minutes: the relay's one wait
+# includes its latch, which the signal sets, so it ends at once, and the
 # new relay releases its journal row at once (counting the attempt it cut
 # off) and sends the event again. (Last in
 # this file: the hung request keeps a thread of the sink asleep.)
