@@ -447,6 +447,29 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_admin;
 
 /*
+ * A role for monitoring: the statistics functions, nothing else (not
+ * outbox_status: its routing reads outbox_destinations, secrets included,
+ * with the caller's privileges). Before it, an exporter needed outbox_admin, which reads
+ * every destination's secret, in every database (roles are cluster-wide).
+ * Created like the other group roles (outbox--1.0.sql), if it is not
+ * there.
+ */
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'outbox_monitor') THEN
+        CREATE ROLE outbox_monitor NOLOGIN;
+    END IF;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA @extschema@ TO outbox_monitor;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.outbox_relay_stats(boolean),
+    @extschema@.outbox_destination_stats(boolean),
+    @extschema@.outbox_destination_latency(boolean)
+TO outbox_monitor;
+
+/*
  * Purge by index, in absolute time. The relay purges by itself when
  * outbox.retention or outbox.inbox_retention is set (src/purge.c); both
  * it and the functions below find purgeable rows through these indexes,

@@ -27,6 +27,23 @@ RESET ROLE;
 
 SELECT event_type, aggregate_id, delivered_at IS NULL AS pending FROM outbox ORDER BY id;
 
+-- the monitoring role reads the statistics, and nothing else: no event, no
+-- destination (secrets), not outbox_status (its routing reads them), no
+-- reset, no relay
+CREATE ROLE regress_monitor;
+GRANT outbox_monitor TO regress_monitor;
+SET ROLE regress_monitor;
+SELECT count(*) >= 0 AS relays FROM outbox_relay_stats();
+SELECT count(*) >= 0 AS destinations FROM outbox_destination_stats();
+SELECT count(*) >= 0 AS buckets FROM outbox_destination_latency();
+SELECT count(*) FROM outbox_status;
+SELECT count(*) FROM outbox;
+SELECT count(*) FROM outbox_destinations;
+SELECT count(*) FROM _outbox_route('task.created');
+SELECT outbox_stats_reset();
+SELECT * FROM outbox_relay();
+RESET ROLE;
+
 -- a role without outbox_writer cannot emit at all
 CREATE ROLE regress_stranger;
 SET ROLE regress_stranger;
@@ -73,7 +90,7 @@ DELETE FROM outbox;
 DELETE FROM inbox;
 DELETE FROM tasks;
 REVOKE ALL ON tasks FROM regress_app;
-DROP ROLE regress_app, regress_stranger, regress_consumer, regress_ops;
+DROP ROLE regress_app, regress_stranger, regress_consumer, regress_ops, regress_monitor;
 
 -- The role matrix: what PUBLIC, each group role and a non-superuser owner
 -- of the database may do with the extension's schema and with each of its
@@ -122,6 +139,7 @@ SELECT pg_describe_object(classid, objid, 0) AS object,
        pg_temp.privs('outbox_writer', classid, objid) AS writer,
        pg_temp.privs('outbox_consumer', classid, objid) AS consumer,
        pg_temp.privs('outbox_admin', classid, objid) AS admin,
+       pg_temp.privs('outbox_monitor', classid, objid) AS monitor,
        pg_temp.privs('regress_dbowner', classid, objid) AS db_owner
   FROM objects ORDER BY 1;
 -- the owner of the database is no superuser and owns none of them
