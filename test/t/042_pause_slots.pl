@@ -53,17 +53,28 @@ is( as_role('app_owner', 'postgres', "BEGIN;\nDROP DATABASE app;\nROLLBACK;"),
 is(relay_pid($node, 'app'), $pid, 'and the relay of app still runs');
 
 ############################################################################
-# A command that fails after stopping the relay leaves no pause: the relay
-# is back well before the pause would have ended.
+# A command that will fail its own checks does not stop the relay.
+is( as_role('app_owner', 'postgres', 'ALTER DATABASE app RENAME TO postgres'),
+	'database "postgres" already exists', 'ALTER DATABASE app RENAME to a name taken fails');
+is(relay_pid($node, 'app'), $pid, 'and the relay of app still runs');
+
+############################################################################
+# A command that fails after stopping the relay (another session is in the
+# database: PostgreSQL waits 5 s for it, then gives up) leaves no pause:
+# from the failure on, the relay is back well before the pause would have
+# ended.
 {
+	my $holder = $node->background_psql('app');
+	is( as_role('app_owner', 'postgres', 'ALTER DATABASE app RENAME TO app_renamed'),
+		'database "app" is being accessed by other users',
+		'ALTER DATABASE app RENAME fails while another session is in app');
 	my $t = time();
-	is( as_role('app_owner', 'postgres', 'ALTER DATABASE app RENAME TO postgres'),
-		'database "postgres" already exists', 'ALTER DATABASE app RENAME fails');
+	$holder->quit;
 	$pid = wait_relay($node, 'app', $pid);
 	my $secs = time() - $t;
 	ok($pid, 'a new relay starts');
 	cmp_ok($secs, '<', $pause_secs - 1, 'before the pause would have ended');
-	note(sprintf('the relay was back after %.2f s', $secs));
+	note(sprintf('the relay was back %.2f s after the failure', $secs));
 }
 
 ############################################################################
@@ -95,7 +106,7 @@ is(relay_pid($node, 'app'), $pid, 'and the relay of app still runs');
 	my @errors = split /\n/, as_role('creator', 'postgres', $loop);
 	is(scalar(grep { $_ eq 'DROP DATABASE cannot run inside a transaction block' } @errors),
 		$n, "its $n DROP DATABASE in transaction blocks fail");
-	# and outside a transaction block, failing after the guard ran
+	# and outside a transaction block, renames to a name that is taken
 	my $fail = join('', map { sprintf("ALTER DATABASE db%02d RENAME TO db%02d;\n", $_, $_ % $n + 1) } 1 .. $n);
 	@errors = split /\n/, as_role('creator', 'postgres', $fail);
 	is(scalar(grep { /^database "db\d\d" already exists$/ } @errors), $n,
