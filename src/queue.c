@@ -569,6 +569,137 @@ fits_before_prepare(const OutboxEvent *ev, Size used)
 }
 
 /*
+ * Runs the claim's statement (see OutboxClaim for the arguments), leaving
+ * the rows it locked in SPI_tuptable. Returns false, claiming nothing, when
+ * skip leaves out every enabled destination (see others_stmt).
+ */
+static bool
+claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64 only_id)
+{
+	Datum		values[4];
+	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
+	int			nnames = 0;
+	ListCell   *lc;
+	int			rc;
+
+	foreach(lc, skip)
+		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
+	values[0] = Int32GetDatum(batch_size);
+	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = OutboxInt8Array(exclude, nexclude);
+	values[3] = Int64GetDatum(only_id);
+
+	if (nnames > 0 && only_id == 0)
+	{
+		bool		isnull;
+
+		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, ext_nspoid),
+							  &values[1], NULL, false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not look for destinations: %s", SPI_result_code_string(rc));
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			return false;
+	}
+
+	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
+											  ext_nspoid),
+						  values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
+	if (SPI_tuptable->tupdesc->natts != Natts_claim)
+		elog(ERROR, "claim returned %d columns, expected %d",
+			 SPI_tuptable->tupdesc->natts, Natts_claim);
+	return true;
+}
+
+/* What the claim admits so far, against the limits of OutboxClaim. */
+typedef struct Admission
+{
+	Size		held;			/* in flight, the events admitted included */
+	int			per_dest;		/* 0: no share per destination */
+	Size		bytes;			/* the claim's own cost so far */
+	List	   *taken;			/* of DestTaken */
+	bool		budget_limited;
+	bool		dest_limited;
+} Admission;
+
+/* Frees what a decoded event left out of the claim holds, and zeroes it. */
+static void
+leave_out(OutboxEvent *e)
+{
+	if (e->body != NULL)
+		pfree(e->body);
+	if (e->payload != NULL)
+		pfree(e->payload);
+	memset(e, 0, sizeof(OutboxEvent));
+}
+
+/*
+ * Decodes the nrows claimed rows in SPI_tuptable and prepares those the
+ * limits admit (see OutboxClaim) into ev[0..], in the current memory
+ * context; returns how many.
+ */
+static int
+admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm)
+{
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	DestDecoding dd = {.desc = NULL};
+	int			n = 0;
+
+	for (int i = 0; i < nrows; i++)
+	{
+		OutboxEvent *e = &ev[n];
+		Size		cost;
+		bool		fits = true;
+
+		CHECK_FOR_INTERRUPTS();
+		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
+		if (adm->per_dest > 0 && e->error == NULL && e->dest.name != NULL &&
+			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT &&
+			dest_taken(&adm->taken, e->dest.name) >= adm->per_dest)
+		{
+			/* the rest of this destination's backlog waits for the next claim */
+			adm->dest_limited = true;
+			leave_out(e);
+			continue;
+		}
+		if (adm->held > 0 && !fits_before_prepare(e, adm->held + cost))
+		{
+			/* not built only to be thrown away: it is left until room is made */
+			adm->budget_limited = true;
+			leave_out(e);
+			continue;
+		}
+		cost += prepare(e);
+		if (OutboxEventGoesInFlight(e))
+			fits = adm->held + cost <= OUTBOX_RELAY_BYTES || adm->held == 0;
+		if (fits && n > 0 && adm->bytes + cost > OUTBOX_RELAY_BYTES)
+			fits = false;
+		if (!fits)
+		{
+			/* its body alone can be 128 MB: gone now, not with the claim */
+			adm->budget_limited = true;
+			leave_out(e);
+			if (adm->bytes >= OUTBOX_RELAY_BYTES)
+				break;
+			continue;
+		}
+		e->cost = cost;
+		adm->bytes += cost;
+		if (OutboxEventGoesInFlight(e))
+		{
+			adm->held += cost;
+			if (adm->per_dest > 0)
+				dest_count(&adm->taken, e->dest.name);
+		}
+		n++;
+	}
+	if (dd.desc != NULL)
+		ReleaseTupleDesc(dd.desc);
+	return n;
+}
+
+/*
  * Claims up to batch_size due events and returns them in *events, decoded
  * into memory context cxt (the rows' values are copied: the events outlive
  * the claim's transaction) and each handed to prepare (in cxt too), which
@@ -602,119 +733,24 @@ OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
 			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed,
 			bool *budget_limited, bool *dest_limited)
 {
-	Size		bytes = 0;
-	List	   *taken = NIL;	/* of DestTaken */
-	Datum		values[4];
-	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
-	int			nnames = 0;
-	ListCell   *lc;
-	int			rc;
+	Admission	adm = {.held = held, .per_dest = per_dest};
 	int			n;
-	OutboxEvent *ev;
-	TupleDesc	desc;
-	DestDecoding dd;
 	MemoryContext old;
-
-	foreach(lc, skip)
-		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
-	values[0] = Int32GetDatum(batch_size);
-	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = OutboxInt8Array(exclude, nexclude);
-	values[3] = Int64GetDatum(only_id);
 
 	*claimed = 0;
 	*events = NULL;
-	if (nnames > 0 && only_id == 0)
-	{
-		bool		isnull;
-
-		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, ext_nspoid),
-							  &values[1], NULL, false, 1);
-		if (rc != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not look for destinations: %s", SPI_result_code_string(rc));
-		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-			return 0;
-	}
-
-	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
-											  ext_nspoid),
-						  values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
-	desc = SPI_tuptable->tupdesc;
-	if (desc->natts != Natts_claim)
-		elog(ERROR, "claim returned %d columns, expected %d", desc->natts, Natts_claim);
-
-	*claimed = (int) SPI_processed;
 	*budget_limited = false;
 	*dest_limited = false;
-	old = MemoryContextSwitchTo(cxt);
-	ev = palloc0(sizeof(OutboxEvent) * Max(*claimed, 1));
-	dd.desc = NULL;
-	dd.cache.n = 0;
-	n = 0;
-	for (int i = 0; i < *claimed; i++)
-	{
-		OutboxEvent *e = &ev[n];
-		Size		cost;
-		bool		fits;
+	if (!claim_rows(batch_size, skip, exclude, nexclude, only_id))
+		return 0;
 
-		CHECK_FOR_INTERRUPTS();
-		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
-		if (per_dest > 0 && e->error == NULL && e->dest.name != NULL &&
-			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT &&
-			dest_taken(&taken, e->dest.name) >= per_dest)
-		{
-			/* the rest of this destination's backlog waits for the next claim */
-			*dest_limited = true;
-			if (e->payload != NULL)
-				pfree(e->payload);
-			memset(e, 0, sizeof(OutboxEvent));
-			continue;
-		}
-		if (held > 0 && !fits_before_prepare(e, held + cost))
-		{
-			/* not built only to be thrown away: it is left until room is made */
-			*budget_limited = true;
-			if (e->payload != NULL)
-				pfree(e->payload);
-			memset(e, 0, sizeof(OutboxEvent));
-			continue;
-		}
-		cost += prepare(e);
-		if (OutboxEventGoesInFlight(e))
-			fits = held + cost <= OUTBOX_RELAY_BYTES || held == 0;
-		else
-			fits = true;
-		if (fits && n > 0 && bytes + cost > OUTBOX_RELAY_BYTES)
-			fits = false;
-		if (!fits)
-		{
-			/* its body alone can be 128 MB: gone now, not with the claim */
-			*budget_limited = true;
-			if (e->body != NULL)
-				pfree(e->body);
-			if (e->payload != NULL)
-				pfree(e->payload);
-			memset(e, 0, sizeof(OutboxEvent));
-			if (bytes >= OUTBOX_RELAY_BYTES)
-				break;
-			continue;
-		}
-		e->cost = cost;
-		bytes += cost;
-		if (OutboxEventGoesInFlight(e))
-		{
-			held += cost;
-			if (per_dest > 0)
-				dest_count(&taken, e->dest.name);
-		}
-		n++;
-	}
-	if (dd.desc != NULL)
-		ReleaseTupleDesc(dd.desc);
+	*claimed = (int) SPI_processed;
+	old = MemoryContextSwitchTo(cxt);
+	*events = palloc0(sizeof(OutboxEvent) * Max(*claimed, 1));
+	n = admit_events(*events, *claimed, prepare, &adm);
 	MemoryContextSwitchTo(old);
-	*events = ev;
+	*budget_limited = adm.budget_limited;
+	*dest_limited = adm.dest_limited;
 	return n;
 }
 
