@@ -37,6 +37,30 @@
 PG_FUNCTION_INFO_V1(_outbox_envelope);
 
 /*
+ * The most bytes the full envelope of claimed event ev (its payload still
+ * there) can take (OutboxEnvelopeBound), measured once and kept in the
+ * event: the claim measures it to see whether the event fits the relay's
+ * memory budget, and OutboxPrepareEnvelope checks it against the limit.
+ * In the claim's transaction.
+ */
+Size
+OutboxEventEnvelopeBound(OutboxEvent *ev)
+{
+	OutboxEventSizes sizes;
+
+	if (ev->envelope_bound == 0)
+	{
+		sizes.event_type = strlen(ev->event_type);
+		sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
+		sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
+		sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
+		sizes.headers = 0;
+		ev->envelope_bound = OutboxEnvelopeBound(&sizes, PointerGetDatum(ev->payload));
+	}
+	return ev->envelope_bound;
+}
+
+/*
  * Builds a claimed event's body as the envelope in the given form, once its
  * size is known to be within OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeCheck:
  * an event over it gets a permanent error and no body), and lets the
@@ -47,15 +71,9 @@ PG_FUNCTION_INFO_V1(_outbox_envelope);
 Size
 OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form)
 {
-	OutboxEventSizes sizes;
 	OutboxProblem p;
 
-	sizes.event_type = strlen(ev->event_type);
-	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
-	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
-	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
-	sizes.headers = 0;
-	if (!OutboxEnvelopeCheck(&sizes, PointerGetDatum(ev->payload), &p))
+	if (!OutboxEnvelopeCheck(OutboxEventEnvelopeBound(ev), &p))
 	{
 		ev->permanent = true;
 		ev->error = p.message;

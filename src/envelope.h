@@ -25,6 +25,7 @@ typedef enum OutboxEnvelopeForm
 	OUTBOX_ENVELOPE_ID			/* id, created_at and attempt */
 } OutboxEnvelopeForm;
 
+extern Size OutboxEventEnvelopeBound(OutboxEvent *ev);
 extern Size OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form);
 extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,
 									 OutboxEnvelopeForm form);

@@ -47,7 +47,7 @@
  * The JSON envelope sent for an event (envelope.c). Escaping makes a
  * control character six bytes (\u0001), and a jsonb number of a few bytes
  * can print as a thousand digits (1e1000), so the text can be far larger
- * than the stored payload: it is measured (OutboxEnvelopeCheck) before it
+ * than the stored payload: it is measured (OutboxEnvelopeBound) before it
  * is built.
  */
 #define OUTBOX_MAX_ENVELOPE_BYTES (128 * 1024 * 1024)
@@ -114,6 +114,7 @@ typedef struct OutboxEvent
 	char	   *body;
 	Size		cost;			/* bytes it holds in the relay (decoded, body
 								 * twice): see OUTBOX_RELAY_BYTES */
+	Size		envelope_bound; /* OutboxEventEnvelopeBound; 0: not yet */
 
 	Oid			extoid;			/* the extension it was claimed from, once
 								 * in flight; InvalidOid: the current one */

@@ -67,6 +67,7 @@
 #include "utils/typcache.h"
 
 #include "destination.h"
+#include "envelope.h"
 #include "guc.h"
 #include "health.h"
 #include "queue.h"
@@ -549,20 +550,15 @@ dest_count(List **taken, const char *name)
  * its limit) always may.
  */
 static bool
-fits_before_prepare(const OutboxEvent *ev, Size used)
+fits_before_prepare(OutboxEvent *ev, Size used)
 {
-	OutboxEventSizes sizes;
 	Size		bound;
 
 	if (ev->error != NULL || ev->dest.name == NULL || ev->payload == NULL ||
 		ev->dest.kind->send_point != OUTBOX_SEND_AFTER_COMMIT)
 		return true;
-	sizes.event_type = strlen(ev->event_type);
-	sizes.aggregate_type = ev->aggregate_type ? strlen(ev->aggregate_type) : 0;
-	sizes.aggregate_id = ev->aggregate_id ? strlen(ev->aggregate_id) : 0;
-	sizes.payload = VARSIZE(ev->payload) - VARHDRSZ;
-	sizes.headers = 0;
-	bound = OutboxEnvelopeBound(&sizes, PointerGetDatum(ev->payload));
+	/* kept in the event: prepare checks the limit with it, without a second walk */
+	bound = OutboxEventEnvelopeBound(ev);
 	/* over the limit: prepare dead-letters it, without building anything */
 	return bound > OUTBOX_MAX_ENVELOPE_BYTES ||
 		used + 2 * bound <= OUTBOX_RELAY_BYTES;

@@ -237,14 +237,14 @@ _outbox_payload_text_bytes(PG_FUNCTION_ARGS)
 }
 
 /*
- * Checks that the envelope of an event stays within
- * OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeBound). Returns true, or false
- * with *p (54000).
+ * Checks that an envelope of at most bound bytes (OutboxEnvelopeBound)
+ * stays within OUTBOX_MAX_ENVELOPE_BYTES. Returns true, or false with *p
+ * (54000).
  */
 bool
-OutboxEnvelopeCheck(const OutboxEventSizes *s, Datum payload, OutboxProblem *p)
+OutboxEnvelopeCheck(Size bound, OutboxProblem *p)
 {
-	if (OutboxEnvelopeBound(s, payload) <= OUTBOX_MAX_ENVELOPE_BYTES)
+	if (bound <= OUTBOX_MAX_ENVELOPE_BYTES)
 		return true;
 	return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 					   psprintf("event envelope would be larger than %d bytes",
@@ -361,7 +361,7 @@ _outbox_check_event(PG_FUNCTION_ARGS)
 	if (!isnull && !OutboxHeadersCheck(DatumGetJsonbP(d), true, &p))
 		OutboxRaiseProblem(&p);
 	d = column(rel, tuple, "payload", &isnull);
-	if (!OutboxEnvelopeCheck(&sizes, d, &p))
+	if (!OutboxEnvelopeCheck(OutboxEnvelopeBound(&sizes, d), &p))
 		OutboxRaiseProblem(&p);
 	return PointerGetDatum(tuple);
 }

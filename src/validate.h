@@ -28,8 +28,7 @@ typedef struct OutboxEventSizes
 
 extern bool OutboxEventSizesCheck(const OutboxEventSizes *sizes, OutboxProblem *problem);
 extern Size OutboxEnvelopeBound(const OutboxEventSizes *sizes, Datum payload);
-extern bool OutboxEnvelopeCheck(const OutboxEventSizes *sizes, Datum payload,
-								OutboxProblem *problem);
+extern bool OutboxEnvelopeCheck(Size bound, OutboxProblem *problem);
 
 extern Datum _outbox_check_event(PG_FUNCTION_ARGS);
 extern Datum _outbox_check_destination(PG_FUNCTION_ARGS);
