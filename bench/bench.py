@@ -502,15 +502,20 @@ def bench_steady(c, tmp, rate, seconds, nginx_port):
 
 
 # 6 ------------------------------------------------------------------------
+def sink_delay(sink_port, ms):
+    """Makes test/sink.py answer every request after ms milliseconds."""
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": ms}).encode(),
+        headers={"content-type": "application/json"})).read()
+
+
 def bench_slow(c, n, n_slow, nginx_port, sink_port, conns):
     section("6. a slow destination next to a fast one")
     print(f"parameters: {n} events to nginx (fast); then the same behind {n_slow} older events "
           f"to an endpoint that answers after 2 s; outbox.batch_size = 1000, "
           f"outbox.http_max_connections = {conns}, one relay")
     c.set(batch_size=1000, http_max_connections=conns, poll_interval="10ms")
-    urllib.request.urlopen(urllib.request.Request(
-        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 2000}).encode(),
-        headers={"content-type": "application/json"})).read()
+    sink_delay(sink_port, 2000)
     dests = (f"INSERT INTO outbox_destinations (name, event_types, url) VALUES "
              f"('fast', 'fast.*', 'http://127.0.0.1:{nginx_port}/hook'), "
              f"('slow', 'slow.*', 'http://127.0.0.1:{sink_port}/slow')")
@@ -532,9 +537,7 @@ def bench_slow(c, n, n_slow, nginx_port, sink_port, conns):
           f"(target: at least 80 %)")
     c.set(databases="")
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
-    urllib.request.urlopen(urllib.request.Request(
-        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 0}).encode(),
-        headers={"content-type": "application/json"})).read()
+    sink_delay(sink_port, 0)
     c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
@@ -558,9 +561,7 @@ def bench_memory(c, sink_port, q):
     print(f"parameters: {n_bomb} events of jsonb_agg('1e131071'::numeric) over {rows} rows (written with "
           f"the event trigger off, as 1.1 refuses them), then {n_big} events of {big_mb} MB of control "
           f"characters ({6 * big_mb} MB of JSON text each) to an endpoint that answers after 2 s; one relay")
-    urllib.request.urlopen(urllib.request.Request(
-        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 2000}).encode(),
-        headers={"content-type": "application/json"})).read()
+    sink_delay(sink_port, 2000)
     for label, fill_sql in (
             ("numbers", f"""ALTER TABLE outbox DISABLE TRIGGER outbox_check;
                 INSERT INTO outbox (event_type, payload)
@@ -587,9 +588,7 @@ def bench_memory(c, sink_port, q):
               f" {delivered} delivered, {dead} dead-lettered, in {t:.1f} s")
     c.set(databases="")
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
-    urllib.request.urlopen(urllib.request.Request(
-        f"http://127.0.0.1:{sink_port}/_control", data=json.dumps({"delay_ms": 0}).encode(),
-        headers={"content-type": "application/json"})).read()
+    sink_delay(sink_port, 0)
     c.set(databases="postgres")
 
 
