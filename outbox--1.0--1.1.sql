@@ -66,6 +66,25 @@ COMMENT ON COLUMN @extschema@.outbox_in_flight.attempts IS
 COMMENT ON COLUMN @extschema@.outbox.attempts IS
     'Deliveries started: each counted with its outcome, or, if a crash cut it off, when the journal of events in flight is released';
 
+/*
+ * An event whose relay ends while it is in flight: a crash, an OOM kill, a
+ * signal, or the endpoint's answer doing that. Its cut-off attempts count
+ * like others, and so do those in a row: at 2 (or at outbox.max_attempts)
+ * it is sent alone, with nothing else of its relay in flight, and if the
+ * relay ends then too, it is dead-lettered, so that one event cannot keep
+ * ending its relay (or, by a crash, restarting the server). The index
+ * finds such events, of which there are none in normal operation.
+ */
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN cut_off_attempts integer NOT NULL DEFAULT 0;
+
+COMMENT ON COLUMN @extschema@.outbox.cut_off_attempts IS
+    'Attempts in a row that the end of the relay sending the event cut off (any outcome sets it back to 0): from 2 the event is sent alone, and dead-lettered if its relay ends again';
+
+CREATE INDEX outbox_alone_idx ON @extschema@.outbox (next_attempt_at, id)
+    WHERE cut_off_attempts OPERATOR(pg_catalog.>=) 2
+      AND delivered_at IS NULL AND dead_at IS NULL;
+
 REVOKE ALL ON @extschema@.outbox_in_flight FROM PUBLIC;
 GRANT SELECT ON @extschema@.outbox_in_flight TO outbox_admin;
 -- a dump keeps the count of attempts that a crash cut off
@@ -253,7 +272,7 @@ CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       d.name AS dest_name, d AS dest
+       d.name AS dest_name, d AS dest, o.cut_off_attempts
   FROM @extschema@.outbox o
   LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;

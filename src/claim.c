@@ -165,6 +165,8 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	int			room;
 	bool	   *keep;
 	int			n;
+	OutboxClaimLimits lim;
+	OutboxClaimLeft left;
 
 	memset(d, 0, sizeof(*d));
 	if (!OutboxQueueOpen())
@@ -185,6 +187,13 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		if (room > 0)
 			batch_size = room;
 	}
+	lim.batch_size = batch_size;
+	lim.skip = req->skip;
+	lim.exclude = exclude;
+	lim.nexclude = nexclude;
+	lim.only_id = req->only_id;
+	lim.held = req->held;
+
 	/*
 	 * One destination puts at most half the set's room in flight per
 	 * claim, as it gets at most half the connections while another is busy
@@ -192,10 +201,14 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	 * next claim leaves it out once its kind is full, and others take the
 	 * rest.
 	 */
-	n = OutboxClaim(batch_size, req->skip, exclude, nexclude, req->only_id, req->held,
-					req->run != 0 ? Max(room / 2, 1) : 0,
-					req->cxt, prepare_event, &events, &d->claimed, &d->budget_limited,
-					&d->dest_limited);
+	lim.per_dest = req->run != 0 ? Max(room / 2, 1) : 0;
+	/* a relay sends those alone; outbox_relay() journals nothing */
+	lim.leave_alone = req->run != 0 && !req->alone;
+	n = OutboxClaim(&lim, req->cxt, prepare_event, &events, &left);
+	d->claimed = left.claimed;
+	d->budget_limited = left.budget_limited;
+	d->dest_limited = left.dest_limited;
+	d->alone_left = left.alone;
 	d->in_flight = MemoryContextAlloc(req->cxt, sizeof(OutboxEvent *) * Max(n, 1));
 	d->published = MemoryContextAlloc(req->cxt, sizeof(int64) * Max(n, 1));
 	keep = publish_claimed(req, events, n, d);

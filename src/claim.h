@@ -21,6 +21,7 @@ typedef struct OutboxClaimRequest
 	int			batch_size;		/* at most this many events */
 	List	   *skip;			/* names of destinations to leave out */
 	int64		only_id;		/* not 0: that one event only (isolation) */
+	bool		alone;			/* with only_id: an event to be sent alone */
 	int64		run;			/* the relay's run; 0 in a backend */
 	Size		held;			/* bytes of events the caller holds in flight */
 	int			relay;			/* the relay's number in its database */
@@ -38,6 +39,7 @@ typedef struct OutboxDispatchResult
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
 	bool		budget_limited; /* events left for the memory budget */
 	bool		dest_limited;	/* events left: their destination had its share */
+	bool		alone_left;		/* an event to be sent alone was left out */
 	OutboxEvent **in_flight;	/* to be sent after COMMIT */
 	int			nin_flight;
 	int64	   *published;		/* their ids, in the in-flight set */

@@ -64,6 +64,7 @@
 #include "envelope.h"
 #include "headers.h"
 #include "http_request.h"
+#include "start_log.h"
 #include "targets.h"
 
 /* the largest outbox.http_max_connections allowed */
@@ -437,6 +438,7 @@ start_requests(List **done)
 			MemoryContextReset(prepare_cxt);
 			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
 			{
+				OutboxStartLogNote(req->event);
 				req->started_at = now;
 				dlist_push_tail(&running_list, &req->node);
 				d->running++;
@@ -455,6 +457,8 @@ start_requests(List **done)
 		}
 		next_dest = ndests > 0 ? (next_dest + 1) % ndests : 0;
 	}
+	/* on file before libcurl sends them (run_timers, socket_action) */
+	OutboxStartLogFlush();
 }
 
 /*

@@ -150,6 +150,8 @@ typedef struct OutboxDestinationKind
 	 * OUTBOX_SEND_AFTER_COMMIT, all called with no transaction needed:
 	 *
 	 * enqueue: takes the event; it stays valid until collect returns it.
+	 *	 The kind notes each request it starts before it goes out
+	 *	 (OutboxStartLogNote, then OutboxStartLogFlush: start_log.c).
 	 * collect: moves the kind's work along without waiting and returns the
 	 *	 events whose outcome is now set (a List in the current memory
 	 *	 context, NIL if none).

@@ -56,6 +56,7 @@
 #include "guc.h"
 #include "shmem.h"
 #include "dropdb_guard.h"
+#include "start_log.h"
 
 /* the longest a pause lasts, should its transaction not end before */
 #define DATABASE_COMMAND_PAUSE_MS 10000
@@ -208,6 +209,7 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 	Node	   *node = pstmt->utilityStmt;
 	bool		top_level = context == PROCESS_UTILITY_TOPLEVEL;
 	volatile Oid paused = InvalidOid;
+	volatile Oid dropped = InvalidOid;
 
 	switch (nodeTag(node))
 	{
@@ -218,6 +220,7 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 				PreventInTransactionBlock(top_level, "DROP DATABASE");
 				if (!is_current_database(stmt->dbname))
 					paused = pause_relay_of(stmt->dbname);
+				dropped = get_database_oid(stmt->dbname, true);
 				break;
 			}
 		case T_AlterDatabaseStmt:
@@ -275,6 +278,9 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	/* no release will read its relays' start logs now */
+	if (OidIsValid(dropped))
+		OutboxStartLogForget(dropped);
 }
 
 /*

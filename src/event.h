@@ -69,6 +69,15 @@
  */
 #define OUTBOX_RELAY_BYTES (256 * 1024 * 1024)
 
+/*
+ * An event whose attempts were cut off by its relay's end this many times
+ * in a row is sent alone: in a claim of its own, with nothing else of its
+ * relay in flight, so that if it is what ends the relay, it alone is
+ * blamed (and dead-lettered: journal.c, release_stmt) and no other event
+ * is cut off with it again.
+ */
+#define OUTBOX_ALONE_AFTER 2
+
 /* outbox_destinations.format: what is sent for an event, the envelope */
 #define OUTBOX_FORMAT_ENVELOPE "envelope"
 
@@ -102,6 +111,8 @@ typedef struct OutboxEvent
 	ItemPointerData tid;		/* the claimed row version, locked by the pass */
 	char	   *event_id;		/* uuid as text: the webhook-id */
 	int32		attempts;		/* attempts before this one */
+	int32		cut_off_attempts;	/* of those, cut off by a relay's end in
+									 * a row (see OUTBOX_ALONE_AFTER) */
 	char	   *event_type;
 	char	   *aggregate_type; /* or NULL */
 	char	   *aggregate_id;	/* or NULL */
@@ -119,6 +130,8 @@ typedef struct OutboxEvent
 	Oid			extoid;			/* the extension it was claimed from, once
 								 * in flight; InvalidOid: the current one */
 	void	   *owner;			/* the worker's bookkeeping (relay.c) */
+	int			start_log;		/* its request started, noted in start log
+								 * file start_log - 1 (start_log.c); 0: not */
 
 	/* outcome */
 	bool		ok;

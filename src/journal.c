@@ -29,6 +29,7 @@
 #include "utils/builtins.h"
 
 #include "event.h"
+#include "guc.h"
 #include "journal.h"
 #include "queue.h"
 #include "statements.h"
@@ -72,24 +73,66 @@ static OutboxStatement journal_done_stmt = {
  * not in $1 (the running relays'), and those of claims $2 of this relay's
  * run $3 (claims whose outcomes did not all change their rows). Each event
  * still at the attempt count its row gives has its cut-off attempt
- * counted, once however many rows name it. Returns how many attempts it
- * counted.
+ * counted, once however many rows name it (one cancelled meanwhile too,
+ * with nothing else of it changed); an event of a gone relay only if it
+ * was started: its run has no start log (not among
+ * runs $4), or the log has it at that count (ids $5, attempts $6).
+ *
+ * An attempt its relay's end cut off is also counted in cut_off_attempts,
+ * in a row (any outcome sets it back to 0). At 2, or once the attempts
+ * reach outbox.max_attempts ($7), the event is sent alone next time (the
+ * relay's suspects, see relay.c); one that was sent alone and cut off
+ * again is the one that ends its relay, and is dead-lettered. So an event
+ * ends its relay at most three times in a row, and its neighbours are
+ * dead-lettered for it only if they were cut off alone too.
+ *
+ * Returns a row per event counted: its event_id, whether it is now dead
+ * and whether it is to be sent alone.
  */
-static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID};
+static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID, INT8ARRAYOID,
+INT8ARRAYOID, INT4ARRAYOID, INT4OID};
 static OutboxStatement release_stmt = {
 	.sql =
 		"WITH gone AS ("
 		"  DELETE FROM %1$s.outbox_in_flight j"
 		"   WHERE j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2))"
-		"  RETURNING j.ids, j.attempts),"
+		"  RETURNING j.run, j.ids, j.attempts),"
+		" started AS ("
+		"  SELECT DISTINCT ON (f.id, f.attempts) f.id, f.attempts, gone.run <> $3 AS ended"
+		"    FROM gone, unnest(gone.ids, gone.attempts) AS f(id, attempts)"
+		"   WHERE gone.run = $3 OR gone.run <> ALL ($4)"
+		"      OR (f.id, f.attempts) IN (SELECT s.id, s.attempts"
+		"                                  FROM unnest($5::bigint[], $6::int[]) AS s(id, attempts))"
+		"   ORDER BY f.id, f.attempts, ended),"
 		" counted AS ("
-		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1"
-		"    FROM (SELECT DISTINCT f.id, f.attempts"
-		"            FROM gone, unnest(gone.ids, gone.attempts) AS f(id, attempts)) u"
+		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1,"
+		"         cut_off_attempts = CASE WHEN NOT u.ended THEN o.cut_off_attempts"
+		"                                 WHEN o.attempts + 1 >= $7"
+		"                                 THEN greatest(o.cut_off_attempts + 1, " CppAsString2(OUTBOX_ALONE_AFTER) ")"
+		"                                 ELSE o.cut_off_attempts + 1 END,"
+		"         dead_at = CASE WHEN u.ended AND o.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER) " THEN now() END,"
+		"         last_error = CASE"
+		"           WHEN NOT u.ended THEN o.last_error"
+		"           WHEN o.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER) " THEN format("
+		"             'its relay ended while it was in flight, sent alone (cut off %%s times in a row):"
+		" dead-lettered, as it may end the relay', o.cut_off_attempts + 1)"
+		"           ELSE format('attempt cut off: its relay ended while it was in flight"
+		" (%%s in a row)', o.cut_off_attempts + 1) END"
+		"    FROM started u"
 		"   WHERE o.id = u.id AND o.attempts = u.attempts"
-		"  RETURNING o.id)"
-		" SELECT count(*) FROM counted",
-	.nargs = 3,
+		"     AND o.delivered_at IS NULL AND o.dead_at IS NULL"
+		"  RETURNING o.event_id::text, o.dead_at IS NOT NULL AS dead,"
+		"            o.dead_at IS NULL AND o.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER) " AS alone),"
+		/* cancelled (or delivered) meanwhile: the attempt still counts */
+		" settled AS ("
+		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1"
+		"    FROM started u"
+		"   WHERE o.id = u.id AND o.attempts = u.attempts"
+		"     AND (o.delivered_at IS NOT NULL OR o.dead_at IS NOT NULL)"
+		"  RETURNING o.event_id::text, false AS dead, false AS alone)"
+		" SELECT event_id, dead, alone FROM counted"
+		" UNION ALL SELECT event_id, dead, alone FROM settled",
+	.nargs = 7,
 	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
@@ -148,25 +191,49 @@ OutboxJournalDone(const int64 *claims, int n, int64 run)
 /*
  * Releases journal rows (see release_stmt): those of every run not among
  * the nlive in live, and those of the nown claims in own of this relay's
- * run. Called by a relay with OutboxLockJournal held. Returns how many
- * cut-off attempts it counted.
+ * run; logs, the start logs of the runs that are gone (OutboxStartLogRead).
+ * Called by a relay with OutboxLockJournal held. Logs a WARNING for each
+ * event it dead-lettered. Sets *counted to the cut-off attempts it
+ * counted and *alone to the events now to be sent alone.
  */
-uint64
-OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown)
+void
+OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
+					 const OutboxStartLogs *logs, uint64 *counted, uint64 *alone)
 {
-	Datum		values[3];
-	bool		isnull;
+	Datum		values[7];
+	Datum	   *attempts = palloc(sizeof(Datum) * Max(logs->n, 1));
 	int			rc;
 
+	for (int i = 0; i < logs->n; i++)
+		attempts[i] = Int32GetDatum(logs->attempts[i]);
 	values[0] = OutboxInt8Array(live, nlive);
 	values[1] = OutboxInt8Array(own, nown);
 	values[2] = Int64GetDatum(OutboxRelayRun());
+	values[3] = OutboxInt8Array(logs->runs, logs->nruns);
+	values[4] = OutboxInt8Array(logs->ids, logs->n);
+	values[5] = PointerGetDatum(construct_array(attempts, logs->n, INT4OID, 4, true, TYPALIGN_INT));
+	values[6] = Int32GetDatum(outbox_max_attempts);
 	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, OutboxQueueSchema()), values, NULL, false, 0);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not release the journal of events in flight: %s",
 			 SPI_result_code_string(rc));
-	return (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												SPI_tuptable->tupdesc, 1, &isnull));
+	*counted = SPI_processed;
+	*alone = 0;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		if (DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull)))
+			(*alone)++;
+		if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)))
+			ereport(WARNING,
+					(errmsg("event %s was dead-lettered: its relay ended while it was in flight, sent alone",
+							SPI_getvalue(tup, desc, 1)),
+					 errdetail("Its attempts were cut off by its relay's end several times in a row, the last one with no other event in flight: it may be what ends the relay."),
+					 errhint("outbox_redeliver_dead() sends it again, alone.")));
+	}
 }
 
 /*

@@ -11,10 +11,12 @@
 #define OUTBOX_JOURNAL_H
 
 #include "event.h"
+#include "start_log.h"
 
 extern void OutboxJournal(OutboxEvent **events, int n, int64 run, int64 claim, int relay);
 extern void OutboxJournalDone(const int64 *claims, int n, int64 run);
-extern uint64 OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown);
+extern void OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
+								 const OutboxStartLogs *logs, uint64 *counted, uint64 *alone);
 extern void OutboxLockJournal(void);
 
 #endif							/* OUTBOX_JOURNAL_H */

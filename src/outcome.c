@@ -65,14 +65,15 @@ static OutboxStatement recorded_stmt = {
 
 /*
  * A failed attempt, by id: expected is the attempt count the row must still
- * have (the one it was claimed with), attempts the count to record.
+ * have (the one it was claimed with), attempts the count to record. It was
+ * not cut off: the count of those in a row starts again (journal.c).
  */
 static const Oid failure_argtypes[] = {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
 TEXTARRAYOID, FLOAT8ARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
 static OutboxStatement failure_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET attempts = u.attempts, last_error = u.err,"
+		"   SET attempts = u.attempts, last_error = u.err, cut_off_attempts = 0,"
 		"       destination = coalesce(u.dest, o.destination),"
 		"       next_attempt_at = CASE WHEN u.dead THEN o.next_attempt_at"
 		"                         ELSE now() + make_interval(secs => u.delay_ms / 1000.0) END,"

@@ -104,7 +104,7 @@ static Oid	ext_nspoid = InvalidOid;
 #define CLAIM_SELECT \
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest" \
+	"       p.dest_name, p.dest, p.cut_off_attempts" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
@@ -144,7 +144,8 @@ enum
 	Anum_claim_headers,
 	Anum_claim_dest_name,
 	Anum_claim_dest,
-	Natts_claim = Anum_claim_dest
+	Anum_claim_cut_off_attempts,
+	Natts_claim = Anum_claim_cut_off_attempts
 };
 
 static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID};
@@ -251,6 +252,27 @@ static OutboxStatement next_pending_stmt = {
 		" LIMIT 1",
 	.nargs = 2,
 	.argtypes = next_pending_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
+
+/*
+ * The next event to be sent alone (see OUTBOX_ALONE_AFTER) that is due and
+ * not in flight, by the partial index of such events (outbox_alone_idx):
+ * there are none unless relays ended with events in flight.
+ */
+static const Oid next_alone_argtypes[] = {INT8ARRAYOID};
+static OutboxStatement next_alone_stmt = {
+	.sql =
+		"SELECT p.id, p.attempts"
+		"  FROM %1$s._outbox_pending p"
+		" WHERE p.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER)
+		"   AND p.next_attempt_at <= now()"
+		"   AND p.id NOT IN (SELECT unnest($1::bigint[]))"
+		" ORDER BY p.next_attempt_at, p.id"
+		" LIMIT 1",
+	.nargs = 1,
+	.argtypes = next_alone_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
 };
@@ -469,6 +491,8 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 	ev->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, desc, Anum_claim_ctid, &isnull));
 	ev->event_id = text_or_null(tuple, desc, Anum_claim_event_id);
 	ev->attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_attempts, &isnull));
+	ev->cut_off_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_cut_off_attempts,
+													   &isnull));
 	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
 	ev->retry_after_ms = -1;
 
@@ -615,8 +639,10 @@ typedef struct Admission
 	int			per_dest;		/* 0: no share per destination */
 	Size		bytes;			/* the claim's own cost so far */
 	List	   *taken;			/* of DestTaken */
+	bool		leave_alone;	/* leave out events to be sent alone */
 	bool		budget_limited;
 	bool		dest_limited;
+	bool		alone_left;		/* one such event was left out */
 } Admission;
 
 /* Frees what a decoded event left out of the claim holds, and zeroes it. */
@@ -650,6 +676,15 @@ admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm
 
 		CHECK_FOR_INTERRUPTS();
 		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
+		if (adm->leave_alone && e->cut_off_attempts >= OUTBOX_ALONE_AFTER &&
+			e->error == NULL && e->dest.name != NULL &&
+			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
+		{
+			/* sent in a claim of its own, with nothing else in flight */
+			adm->alone_left = true;
+			leave_out(e);
+			continue;
+		}
 		if (adm->per_dest > 0 && e->error == NULL && e->dest.name != NULL &&
 			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT &&
 			dest_taken(&adm->taken, e->dest.name) >= adm->per_dest)
@@ -696,57 +731,60 @@ admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm
 }
 
 /*
- * Claims up to batch_size due events and returns them in *events, decoded
- * into memory context cxt (the rows' values are copied: the events outlive
- * the claim's transaction) and each handed to prepare (in cxt too), which
- * builds what will be sent and returns the bytes that costs. Events whose
- * destination is named in skip (a List of names) are left for later, and
- * so are the nexclude events in exclude (those in flight); only_id, if not
- * 0, claims that one event. An event without a destination
- * has dest.name NULL; one over a size limit has a permanent error (see
- * decode_event). Sets *claimed to the number of rows the claim locked, and
- * returns the number of events to process, each with its cost (what it
- * takes in the relay's memory: columns, and the body prepare built). The
- * relay's memory budget (OUTBOX_RELAY_BYTES) leaves events out: those
- * that would go in flight once the events in flight cost more than it,
- * held (bytes the caller holds already) included, unless nothing is held
- * then; and any event after the first once the claim's own cost would
- * pass it. Smaller events after one left out are still taken if they
- * fit: a large event must not hold back another destination's events (it
- * waits for the events in flight before it, which the connection limits
- * keep few, not for all those that come later). per_dest, if not 0, is
- * the most events of one destination the claim puts in flight: one
- * destination's backlog must not take every entry of the in-flight set
- * (whose room the caller divides; *dest_limited says whether any was left
- * for it). Events left out are freed, and
- * their rows unlocked unchanged when the transaction ends; *budget_limited
- * says whether any was. Interruptible between events. Caller has a
+ * Claims up to lim->batch_size due events and returns them in *events,
+ * decoded into memory context cxt (the rows' values are copied: the
+ * events outlive the claim's transaction) and each handed to prepare (in
+ * cxt too), which builds what will be sent and returns the bytes that
+ * costs. Events whose destination is named in lim->skip (a List of names)
+ * are left for later, and so are the lim->nexclude events in lim->exclude
+ * (those in flight); lim->only_id, if not 0, claims that one event. An
+ * event without a destination has dest.name NULL; one over a size limit
+ * has a permanent error (see decode_event). Returns the number of events
+ * to process, each with its cost (what it takes in the relay's memory:
+ * columns, and the body prepare built), and fills *left: the rows locked,
+ * and which limit left events out.
+ *
+ * The limits. The relay's memory budget (OUTBOX_RELAY_BYTES) leaves events
+ * out: those that would go in flight once the events in flight cost more
+ * than it, lim->held (bytes the caller holds already) included, unless
+ * nothing is held then; and any event after the first once the claim's
+ * own cost would pass it. Smaller events after one left out are still
+ * taken if they fit: a large event must not hold back another
+ * destination's events (it waits for the events in flight before it,
+ * which the connection limits keep few, not for all those that come
+ * later). lim->per_dest, if not 0, is the most events of one destination
+ * the claim puts in flight: one destination's backlog must not take every
+ * entry of the in-flight set (whose room the caller divides). With
+ * lim->leave_alone, an event to be sent alone (cut off
+ * OUTBOX_ALONE_AFTER times in a row, see journal.c) is left out of a
+ * claim that would put it in flight: the relay claims it by itself.
+ *
+ * Events left out are freed, and their rows unlocked unchanged when the
+ * transaction ends. Interruptible between events. Caller has a
  * transaction open, SPI connected and OutboxQueueOpen() done.
  */
 int
-OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
-			int64 only_id, Size held, int per_dest, MemoryContext cxt,
-			OutboxPrepareFn prepare, OutboxEvent **events, int *claimed,
-			bool *budget_limited, bool *dest_limited)
+OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn prepare,
+			OutboxEvent **events, OutboxClaimLeft *left)
 {
-	Admission	adm = {.held = held, .per_dest = per_dest};
+	Admission	adm = {.held = lim->held, .per_dest = lim->per_dest,
+	.leave_alone = lim->leave_alone};
 	int			n;
 	MemoryContext old;
 
-	*claimed = 0;
+	memset(left, 0, sizeof(*left));
 	*events = NULL;
-	*budget_limited = false;
-	*dest_limited = false;
-	if (!claim_rows(batch_size, skip, exclude, nexclude, only_id))
+	if (!claim_rows(lim->batch_size, lim->skip, lim->exclude, lim->nexclude, lim->only_id))
 		return 0;
 
-	*claimed = (int) SPI_processed;
+	left->claimed = (int) SPI_processed;
 	old = MemoryContextSwitchTo(cxt);
-	*events = palloc0(sizeof(OutboxEvent) * Max(*claimed, 1));
-	n = admit_events(*events, *claimed, prepare, &adm);
+	*events = palloc0(sizeof(OutboxEvent) * Max(left->claimed, 1));
+	n = admit_events(*events, left->claimed, prepare, &adm);
 	MemoryContextSwitchTo(old);
-	*budget_limited = adm.budget_limited;
-	*dest_limited = adm.dest_limited;
+	left->budget_limited = adm.budget_limited;
+	left->dest_limited = adm.dest_limited;
+	left->alone = adm.alone_left;
 	return n;
 }
 
@@ -871,6 +909,30 @@ OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int
 	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, ext_nspoid), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	*id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	*attempts = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
+}
+
+/*
+ * Finds the next event to be sent alone (next_alone_stmt), leaving out the
+ * nexclude events in exclude: sets *id and *attempts and returns true, or
+ * returns false if there is none. Caller has a transaction open, SPI
+ * connected and OutboxQueueOpen() done; ERROR if SPI fails.
+ */
+bool
+OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
+{
+	Datum		values[1];
+	bool		isnull;
+	int			rc;
+
+	values[0] = OutboxInt8Array(exclude, nexclude);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_alone_stmt, ext_nspoid), values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not find the next event to send alone: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return false;
 	*id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

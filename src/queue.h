@@ -17,16 +17,37 @@
 
 #include "event.h"
 
+/* What a claim may take (OutboxClaim says what each means). */
+typedef struct OutboxClaimLimits
+{
+	int			batch_size;
+	List	   *skip;			/* names of destinations to leave out */
+	const int64 *exclude;		/* ids of events in flight */
+	int			nexclude;
+	int64		only_id;		/* not 0: that event only */
+	Size		held;			/* bytes of events in flight */
+	int			per_dest;		/* 0: no share per destination */
+	bool		leave_alone;	/* leave out events to be sent alone */
+} OutboxClaimLimits;
+
+/* What a claim locked, and what it left out for which limit. */
+typedef struct OutboxClaimLeft
+{
+	int			claimed;		/* rows locked */
+	bool		budget_limited; /* the memory budget */
+	bool		dest_limited;	/* a destination's share */
+	bool		alone;			/* an event to be sent alone */
+} OutboxClaimLeft;
+
 /* Builds what will be sent for a claimed event; returns the bytes it took. */
 typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
 
 extern bool OutboxQueueOpen(void);
 extern Oid	OutboxQueueSchema(void);
 extern Oid	OutboxQueueExtension(void);
-extern int	OutboxClaim(int batch_size, List *skip, const int64 *exclude, int nexclude,
-						int64 only_id, Size held, int per_dest, MemoryContext cxt,
-						OutboxPrepareFn prepare, OutboxEvent **events, int *claimed,
-						bool *budget_limited, bool *dest_limited);
+extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
+						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
+extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,

@@ -92,6 +92,7 @@
 #include "relay.h"
 #include "session.h"
 #include "shmem.h"
+#include "start_log.h"
 #include "steps.h"
 #include "wait.h"
 
@@ -195,6 +196,7 @@ typedef struct WorkerState
 	bool		released;		/* the first release has committed */
 	bool		release_wanted; /* relays gone: release before the next claim */
 	TimestampTz next_release_check; /* look for relays gone then */
+	bool		alone_wanted;	/* a claim left out events to be sent alone */
 	IdList		journal_done;	/* claims whose outcomes are all in */
 	IdList		journal_release;	/* claims with outcomes that changed no row */
 	IdList		unrecorded;		/* those events, in the set until released */
@@ -227,6 +229,7 @@ batch_done(WorkerState *st, OutboxEvent *ev)
 
 	Assert(st->held_bytes >= ev->cost);
 	st->held_bytes -= ev->cost;
+	OutboxStartLogEnded(ev);
 
 	if (!ev->recorded)
 	{
@@ -276,7 +279,7 @@ worker_release(WorkerState *st)
 	r.own_extoid = st->journal_extoid;
 	if (!OutboxRunStep("release the events of relays that are gone", OutboxReleaseStep, &r, NULL))
 	{
-		if (!superuser())
+		if (!OutboxStepSuperuser())
 			return false;
 		r.replica = true;
 		r.nown = st->journal_release.n;
@@ -285,6 +288,7 @@ worker_release(WorkerState *st)
 	}
 	if (r.opened)
 	{
+		OutboxStartLogRemove(&r.logs);
 		st->released = true;
 		OutboxInFlightForget(MyDatabaseId, r.dead, r.ndead);
 		st->journal_release.n = 0;
@@ -297,6 +301,13 @@ worker_release(WorkerState *st)
 							   "outbox relay counted %llu attempts that no outcome recorded",
 							   (unsigned long) r.counted, (unsigned long long) r.counted),
 				 errdetail("Their requests were cut off when a relay stopped, or their outcomes found the event changed (cancelled, for one); those still pending are due again.")));
+	if (r.alone > 0)
+		ereport(LOG,
+				(errmsg_plural("outbox relay will send %llu event alone",
+							   "outbox relay will send %llu events alone",
+							   (unsigned long) r.alone, (unsigned long long) r.alone),
+				 errdetail("Their attempts were cut off by their relay's end %d times in a row, or until outbox.max_attempts: each is sent with nothing else in flight, and dead-lettered if its relay ends again.",
+						   OUTBOX_ALONE_AFTER)));
 	return true;
 }
 
@@ -447,6 +458,37 @@ next_isolated(WorkerState *st, OutboxClaimStepArgs *c)
 }
 
 /*
+ * Events to be sent alone are waiting (a claim left one out): no claim
+ * until every event of this relay in flight has its outcome recorded, so
+ * that if the relay ends, the event sent alone is the only one it cuts off
+ * (worker_record calls the relay back); then sets up c to claim the next
+ * of them by itself. Returns false when nothing is to be claimed now.
+ * With none left, normal claims go on.
+ */
+static bool
+next_alone(WorkerState *st, OutboxClaimStepArgs *c)
+{
+	if (OutboxKindsPending() > 0 || st->outcomes != NIL)
+	{
+		st->look = false;
+		return false;
+	}
+	if (!OutboxRunStep("find the next event to send alone", OutboxNextAloneStep, c, NULL))
+	{
+		step_failed(st);
+		return false;
+	}
+	if (c->only_id == 0)
+	{
+		st->alone_wanted = false;
+		return true;
+	}
+	c->batch_size = 1;
+	c->alone = true;
+	return true;
+}
+
+/*
  * After a claim failed (error: its message), nothing of which was
  * committed or sent: a full claim starts the isolation of the event that
  * fails; a claim of one records that event's failure, then goes on.
@@ -456,7 +498,8 @@ claim_failed(WorkerState *st, OutboxClaimStepArgs *c, const char *error)
 {
 	OutboxEvent ev;
 
-	if (st->isolate == 0)
+	/* a claim of one event to be sent alone is isolated already */
+	if (st->isolate == 0 && !c->alone)
 	{
 		st->isolate = outbox_batch_size;
 		st->look = true;
@@ -472,7 +515,8 @@ claim_failed(WorkerState *st, OutboxClaimStepArgs *c, const char *error)
 		step_failed(st);
 		return;
 	}
-	st->isolate--;
+	if (st->isolate > 0)
+		st->isolate--;
 	st->look = true;
 }
 
@@ -525,6 +569,8 @@ worker_claim(WorkerState *st)
 	}
 	if (st->isolate > 0 && !next_isolated(st, &c))
 		return;
+	if (st->isolate == 0 && st->alone_wanted && !next_alone(st, &c))
+		return;
 
 	batch = new_batch();
 	c.relay = relay_no;
@@ -546,6 +592,7 @@ worker_claim(WorkerState *st)
 	hand_over(st, &c.d, batch);
 	st->room_limited = c.d.room_limited;
 	st->budget_limited = c.d.budget_limited;
+	st->alone_wanted |= c.d.alone_left;
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
 	st->nfull = list_length(c.skip);
@@ -555,7 +602,7 @@ worker_claim(WorkerState *st)
 	 * cut by the set's room or the memory budget: outcomes make room; cut
 	 * for a destination's share: the next claim takes the others'
 	 */
-	st->look = st->isolate > 0 || c.d.dest_limited ||
+	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left ||
 		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
@@ -627,9 +674,12 @@ worker_record(WorkerState *st, List *done)
 		if (OutboxRunStep("delete from the journal of events in flight", OutboxJournalDoneStep, &j, NULL))
 			st->journal_done.n = 0;
 	}
-	/* a full destination, the in-flight set or the memory budget has room again */
+	/*
+	 * a full destination, the in-flight set or the memory budget has room
+	 * again; or events to be sent alone wait for the relay to be empty
+	 */
 	if ((st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull) || st->room_limited ||
-		st->budget_limited)
+		st->budget_limited || st->alone_wanted)
 		st->look = true;
 }
 
@@ -833,6 +883,7 @@ OutboxRelayMain(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	relay_connect(DatumGetObjectId(main_arg));
+	OutboxStartLogBegin(MyDatabaseId, OutboxRelayRun());
 	relay_wait_event = OutboxWaitEvent("OutboxRelayMain");
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay",
 									  ALLOCSET_DEFAULT_SIZES);

@@ -77,6 +77,19 @@ log_caught(const char *what, ErrorData *edata)
 }
 
 /*
+ * Whether the worker's role is a superuser, as the last step found: a step
+ * that failed is retried with user triggers off only then, and the worker
+ * asks between steps, where the catalogs cannot be read.
+ */
+static bool step_superuser = false;
+
+bool
+OutboxStepSuperuser(void)
+{
+	return step_superuser;
+}
+
+/*
  * Runs fn in a transaction of its own and commits it. On ERROR (in fn or
  * at COMMIT) the transaction is rolled back, the error logged (log_caught),
  * its message copied into *error (current memory context) if error is not
@@ -96,6 +109,7 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 	PG_TRY();
 	{
 		StartTransactionCommand();
+		step_superuser = superuser();
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
@@ -148,6 +162,24 @@ OutboxNextPendingStep(void *arg)
 	}
 }
 
+/* Finds the next event to be sent alone (OutboxNextAlone), if any. */
+void
+OutboxNextAloneStep(void *arg)
+{
+	OutboxClaimStepArgs *c = arg;
+
+	c->only_id = 0;
+	if (OutboxQueueOpen())
+	{
+		int			nexclude;
+		int			room;
+		int64	   *exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
+
+		if (!OutboxNextAlone(exclude, nexclude, &c->only_id, &c->only_attempts))
+			c->only_id = 0;
+	}
+}
+
 /* The claim (OutboxDispatch), committed without waiting for the WAL flush. */
 void
 OutboxClaimStep(void *arg)
@@ -157,6 +189,7 @@ OutboxClaimStep(void *arg)
 		.batch_size = c->batch_size,
 		.skip = c->skip,
 		.only_id = c->only_id,
+		.alone = c->alone,
 		.run = OutboxRelayRun(),
 		.relay = c->relay,
 		.held = c->held,
@@ -194,8 +227,9 @@ OutboxReleaseStep(void *arg)
 	OutboxLockJournal();
 	old = MemoryContextSwitchTo(r->cxt);
 	live = OutboxRelayRuns(MyDatabaseId, &nlive, &r->dead, &r->ndead);
+	OutboxStartLogRead(MyDatabaseId, live, nlive, &r->logs);
 	MemoryContextSwitchTo(old);
-	r->counted = OutboxReleaseJournal(live, nlive, r->own, r->nown);
+	OutboxReleaseJournal(live, nlive, r->own, r->nown, &r->logs, &r->counted, &r->alone);
 }
 
 /* Writes the journal's end for claims whose outcomes are all recorded. */
@@ -301,7 +335,7 @@ OutboxRecordIsolatedFailure(OutboxEvent *ev, const char *what, const char *error
 	r.single_failure = true;
 	if (OutboxRunStep("record the failure of an event", OutboxRecordStep, &r, NULL))
 		return true;
-	if (!superuser())
+	if (!OutboxStepSuperuser())
 		return false;
 	r.replica = true;
 	if (OutboxRunStep("record the failure of an event", OutboxRecordStep, &r, NULL))

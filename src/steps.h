@@ -14,13 +14,14 @@
 
 #include "claim.h"
 #include "event.h"
+#include "start_log.h"
 
 /* A step: runs inside a transaction with SPI connected. */
 typedef void (*OutboxStepFn) (void *arg);
 
 extern bool OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error);
 
-/* OutboxNextPendingStep and OutboxClaimStep */
+/* OutboxNextPendingStep, OutboxNextAloneStep and OutboxClaimStep */
 typedef struct OutboxClaimStepArgs
 {
 	/* in */
@@ -29,7 +30,8 @@ typedef struct OutboxClaimStepArgs
 	int			relay;			/* this relay's number */
 	MemoryContext cxt;			/* where the claimed events go */
 	Size		held;			/* bytes of the events in flight (OUTBOX_RELAY_BYTES) */
-	/* in for OutboxClaimStep, out of OutboxNextPendingStep */
+	bool		alone;			/* only_id is to be sent alone */
+	/* in for OutboxClaimStep, out of OutboxNext*Step */
 	int64		only_id;		/* one event at a time: its id, or 0 */
 	int32		only_attempts;	/* and its attempts, when it was found */
 	/* out of OutboxClaimStep */
@@ -50,6 +52,8 @@ typedef struct OutboxReleaseStepArgs
 	int64	   *dead;			/* runs gone, their entries to forget */
 	int			ndead;
 	uint64		counted;		/* cut-off attempts counted */
+	uint64		alone;			/* events now to be sent alone */
+	OutboxStartLogs logs;		/* read: remove once committed */
 } OutboxReleaseStepArgs;
 
 /* OutboxJournalDoneStep (in only) */
@@ -74,6 +78,8 @@ typedef struct OutboxRecordStepArgs
 } OutboxRecordStepArgs;
 
 extern void OutboxNextPendingStep(void *arg);
+extern void OutboxNextAloneStep(void *arg);
+extern bool OutboxStepSuperuser(void);
 extern void OutboxClaimStep(void *arg);
 extern void OutboxReleaseStep(void *arg);
 extern void OutboxJournalDoneStep(void *arg);

@@ -12,6 +12,8 @@ of times, or answer slowly:
                                                     answer with those request
                                                     headers as "name: value" lines
                   {"paths": {"/p": RULE, ...}}      rules for one path each
+                  {"hold_ids": ["<event-id>"]}      hold the requests of those events
+                                                    (any path) while they are listed
                   {"release": "/p"}                 answer the requests to /p
                                                     held so far; later ones are
                                                     held while the rule holds
@@ -63,7 +65,8 @@ lock = threading.Lock()
 changed = threading.Condition(lock)  # notified when the rules change
 requests = []  # answered, in answer order
 arrivals = []  # received, in arrival order (the same dicts)
-DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}, "echo": []}
+DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}, "echo": [],
+                 "hold_ids": []}
 rules = json.loads(json.dumps(DEFAULT_RULES))
 arrived = {}  # path -> how many requests to it have arrived
 released = {}  # path -> how many of its first arrivals a "release" let go
@@ -79,6 +82,12 @@ def rule_for(path, consume):
     else:
         rule.update({k: v for k, v in own.items() if k != "script"})
     return rule
+
+
+def held(rule, seq, path, event_id):
+    """Whether the answer to the seq-th request to path waits (lock held)."""
+    return ((rule.get("hold") and seq >= released.get(path, 0))
+            or event_id in rules["hold_ids"])
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -184,12 +193,13 @@ class Handler(BaseHTTPRequestHandler):
                 status = 500
             echo = list(rules["echo"])
             # held: wait until a later /_control lifts the hold
-            while rule.get("hold") and seq >= released.get(self.path, 0):
+            while held(rule, seq, self.path, event_id):
                 changed.wait(0.05)
                 if self.client_gone():
                     break
                 rule = rule_for(self.path, consume=False)
-        if rule.get("hold") and seq >= released.get(self.path, 0):
+            gone = held(rule, seq, self.path, event_id)
+        if gone:
             return self.answered(record, 0, "aborted", close=True)
         if rule["delay_ms"]:
             time.sleep(rule["delay_ms"] / 1000.0)
