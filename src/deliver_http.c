@@ -27,10 +27,14 @@
  * alive, except those opened under an older outbox.http_allowed_targets.
  *
  * Each request has one time limit (outbox.http_timeout or the destination's
- * timeout_ms) for name resolution, connection and the whole transfer. A
- * 2xx is reported as delivered as soon as the headers are in, even if the
- * body is slow or endless; the body is read on for BODY_GRACE_MS, then the
- * transfer is cut.
+ * timeout_ms) for name resolution, connection and the whole transfer. It
+ * measures the endpoint, not the relay: the kind keeps it instead of
+ * libcurl (which checks its limit before reading a socket), reads what is
+ * on the sockets before it ends a request for it, and does not count the
+ * time the relay was away from its wait (a step held up by a lock, for
+ * one), when nothing was read or sent. A 2xx is reported as delivered as
+ * soon as the headers are in, even if the body is slow or endless; the
+ * body is read on for BODY_GRACE_MS, then the transfer is cut.
  *
  * libcurl's own memory (handles, header lists, the copied body) is freed
  * when each transfer ends, and the multi handle by an on_proc_exit
@@ -44,6 +48,7 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
+#include <poll.h>
 #ifdef HAVE_SYS_EPOLL_H
 #include <sys/epoll.h>
 #endif
@@ -67,6 +72,12 @@
 #include "start_log.h"
 #include "targets.h"
 
+/*
+ * Time the relay spends away from its wait (in a step) longer than this is
+ * added to the time limits of the requests running meanwhile.
+ */
+#define AWAY_MS 100
+
 /* the largest outbox.http_max_connections allowed */
 #define HTTP_MAX_CONNECTIONS_LIMIT OUTBOX_HTTP_MAX_IDLE_EASY
 /* the rest of a 2xx body is read this long, for keep-alive, then cut */
@@ -81,6 +92,8 @@ static MemoryContext http_cxt = NULL;	/* requests and destinations */
 static MemoryContext prepare_cxt = NULL;	/* reset after each request is built */
 static List *dests = NIL;		/* of HttpDest, in http_cxt */
 static dlist_head running_list = DLIST_STATIC_INIT(running_list);
+/* when the kind last ran (collect, socket_ready, timeout_ms before a wait) */
+static TimestampTz serviced_at = 0;
 static int	running = 0;		/* handles attached, all destinations */
 static int	next_dest = 0;		/* round-robin position */
 static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
@@ -440,6 +453,7 @@ start_requests(List **done)
 			{
 				OutboxStartLogNote(req->event);
 				req->started_at = now;
+				req->deadline = TimestampTzPlusMilliseconds(now, req->timeout_ms);
 				dlist_push_tail(&running_list, &req->node);
 				d->running++;
 				running++;
@@ -534,6 +548,101 @@ report_early(List **done)
 	}
 }
 
+static void socket_action(curl_socket_t fd, int mask);
+
+#ifdef HAVE_SYS_EPOLL_H
+/*
+ * Hands libcurl each socket of epoll_fd that is ready now; more than
+ * MAX_READY: the rest are ready again at the next look.
+ */
+static void
+epoll_dispatch(void)
+{
+	struct epoll_event ready[MAX_READY];
+	int			n = epoll_wait(epoll_fd, ready, MAX_READY, 0);
+
+	for (int i = 0; i < n; i++)
+		socket_action(ready[i].data.fd,
+					  ((ready[i].events & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) |
+					  ((ready[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+					  ((ready[i].events & EPOLLERR) ? CURL_CSELECT_ERR : 0));
+}
+#endif
+
+/*
+ * Hands libcurl every socket that is ready now, without waiting: what the
+ * endpoints sent is read before a request is ended for its time limit.
+ */
+static void
+read_ready_sockets(void)
+{
+#ifdef HAVE_SYS_EPOLL_H
+	if (epoll_fd >= 0)
+	{
+		epoll_dispatch();
+		return;
+	}
+#endif
+	{
+		struct pollfd fds[MAX_SOCKETS];
+		int			n = nsockets;
+
+		for (int i = 0; i < n; i++)
+		{
+			fds[i].fd = sockets[i].fd;
+			fds[i].events = ((sockets[i].events & WL_SOCKET_READABLE) ? POLLIN : 0) |
+				((sockets[i].events & WL_SOCKET_WRITEABLE) ? POLLOUT : 0);
+			fds[i].revents = 0;
+		}
+		if (poll(fds, n, 0) <= 0)
+			return;
+		for (int i = 0; i < n; i++)
+			if (fds[i].revents != 0)
+				socket_action(fds[i].fd,
+							  ((fds[i].revents & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) |
+							  ((fds[i].revents & POLLOUT) ? CURL_CSELECT_OUT : 0) |
+							  ((fds[i].revents & POLLERR) ? CURL_CSELECT_ERR : 0));
+	}
+}
+
+/*
+ * Ends the requests past their time limit that have no outcome yet, each
+ * with a timeout, once what is on the sockets has been read (an answer
+ * that came in time is an outcome, however late the relay looks).
+ */
+static void
+expire_requests(List **done)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	dlist_mutable_iter iter;
+	bool		due = false;
+
+	dlist_foreach_modify(iter, &running_list)
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+		due |= req->event != NULL && now >= req->deadline;
+	}
+	if (!due)
+		return;
+	read_ready_sockets();
+	(void) read_done(done);
+	report_early(done);
+	dlist_foreach_modify(iter, &running_list)
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+		if (req->event == NULL || now < req->deadline)
+			continue;
+		snprintf(req->errbuf, sizeof(req->errbuf),
+				 "timed out after %ld ms with %zu bytes of the answer received",
+				 req->timeout_ms, req->body_bytes);
+		OutboxHttpOutcome(req, CURLE_OPERATION_TIMEDOUT);
+		report(req, done);
+		release_request(req);
+	}
+}
+
 /*
  * collect: starts waiting requests, runs libcurl's timers when due, and
  * returns the events whose outcome is now known. A 2xx is reported once
@@ -575,6 +684,8 @@ http_collect(void)
 		run_timers();
 	} while (read_done(&done) > 0);
 	report_early(&done);
+	expire_requests(&done);
+	serviced_at = GetCurrentTimestamp();
 	CHECK_FOR_INTERRUPTS();
 	return done;
 }
@@ -602,20 +713,14 @@ http_socket_ready(pgsocket fd, uint32 events)
 #ifdef HAVE_SYS_EPOLL_H
 	if (fd == epoll_fd)
 	{
-		struct epoll_event ready[MAX_READY];
-		int			n = epoll_wait(epoll_fd, ready, MAX_READY, 0);
-
-		/* more than MAX_READY: the rest are ready again at the next wait */
-		for (int i = 0; i < n; i++)
-			socket_action(ready[i].data.fd,
-						  ((ready[i].events & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) |
-						  ((ready[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
-						  ((ready[i].events & EPOLLERR) ? CURL_CSELECT_ERR : 0));
+		epoll_dispatch();
+		serviced_at = GetCurrentTimestamp();
 		return;
 	}
 #endif
 	socket_action(fd, ((events & WL_SOCKET_READABLE) ? CURL_CSELECT_IN : 0) |
 				  ((events & WL_SOCKET_WRITEABLE) ? CURL_CSELECT_OUT : 0));
+	serviced_at = GetCurrentTimestamp();
 }
 
 /*
@@ -645,10 +750,34 @@ ms_until(TimestampTz t, TimestampTz now)
 }
 
 /*
- * timeout_ms: the first of libcurl's timer, the end of a 2xx body's grace,
- * and, while requests wait for their destination's share, the moment a
- * busy destination stops counting as busy (SHARE_WINDOW_MS), which can
- * raise that share.
+ * Called before each wait: the time since the kind last ran was spent
+ * away from the sockets (in a step), and past AWAY_MS is added to the time
+ * limits of the requests running: nothing was read or sent for them then.
+ */
+static void
+note_away(TimestampTz now)
+{
+	dlist_iter iter;
+	int64		away = serviced_at == 0 ? 0 : now - serviced_at;
+
+	serviced_at = now;
+	if (away <= AWAY_MS * INT64CONST(1000))
+		return;
+	dlist_foreach(iter, &running_list)
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+		if (req->event != NULL)
+			req->deadline += away;
+	}
+}
+
+/*
+ * timeout_ms: the first of libcurl's timer, the time limits of the
+ * requests, the end of a 2xx body's grace, and, while requests wait for
+ * their destination's share, the moment a busy destination stops counting
+ * as busy (SHARE_WINDOW_MS), which can raise that share. Asked before each
+ * wait (wait.c), which also marks the end of a time away (note_away).
  */
 static long
 http_timeout_ms(void)
@@ -661,10 +790,13 @@ http_timeout_ms(void)
 
 	if (multi == NULL)
 		return -1;
+	note_away(now);
 	dlist_foreach(iter, &running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
+		if (req->event != NULL && (first == 0 || req->deadline < first))
+			first = req->deadline;
 		if (req->event == NULL)
 		{
 			TimestampTz t = TimestampTzPlusMilliseconds(req->reported_at, BODY_GRACE_MS);

@@ -162,7 +162,8 @@ typedef struct OutboxDestinationKind
 	 *	 until its next call); returns a number that changes whenever the
 	 *	 list does.
 	 * timeout_ms: how soon collect must run even if no socket is ready;
-	 *	 -1: no limit.
+	 *	 -1: no limit. Asked before each wait: a kind's time limits should
+	 *	 not count the time since it last ran (the worker was in a step).
 	 * socket_ready: a socket of the list is ready for events.
 	 * abandon: forgets every event taken and ends their transfers: the
 	 *	 transaction that owned them (an outbox_relay() call) was aborted,

@@ -352,14 +352,17 @@ build_header_list(HttpRequest *req, const char *timestamp)
 	return ok;
 }
 
+/* libcurl's connect limit: far past any request's own (OUTBOX_MAX_TIMEOUT_MS) */
+#define CONNECT_BACKSTOP_MS (24L * 3600 * 1000)
+
 /*
  * Sets the options of req's easy handle: URL, http and https only, no
- * redirects, the time limit (timeout ms, for every phase), the body
+ * redirects, no time limit of libcurl's (see below), the body
  * (copied: the transfer may outlive the event), the header list, the
  * callbacks. Returns false if libcurl is out of memory.
  */
 static bool
-setup_easy(HttpRequest *req, long timeout, bool fresh_connect)
+setup_easy(HttpRequest *req, bool fresh_connect)
 {
 	OutboxEvent *ev = req->event;
 
@@ -376,8 +379,15 @@ setup_easy(HttpRequest *req, long timeout, bool fresh_connect)
 		/* do not wait for a stuck name lookup when the handle goes away */
 		curl_easy_setopt(req->easy, CURLOPT_QUICK_EXIT, 1L) == CURLE_OK &&
 #endif
-		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout) == CURLE_OK &&
+		/*
+		 * No time limit of libcurl's: it checks one before it reads a socket,
+		 * so an answer that came in time, read late because the relay was
+		 * held up, would be a timeout. The kind keeps the limit itself
+		 * (deliver_http.c, expire_requests); libcurl's connect limit,
+		 * which defaults to 300 s, only backs it up.
+		 */
+		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, 0L) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_BACKSTOP_MS) == CURLE_OK &&
 		/* libcurl keeps its own copy: the transfer may outlive the event */
 		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(ev->body)) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_COPYPOSTFIELDS, ev->body) == CURLE_OK &&
@@ -418,7 +428,8 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 	if (!target_allowed(req, HTTP_OPTIONS(ev)->url))
 		return false;
 	req->easy = take_easy();
-	if (!setup_easy(req, timeout, fresh_connect))
+	req->timeout_ms = timeout;
+	if (!setup_easy(req, fresh_connect))
 	{
 		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
 		return false;

@@ -55,6 +55,10 @@ typedef struct HttpRequest
 	bool		headers_done;
 	TimestampTz reported_at;	/* outcome handed back while the body came */
 	TimestampTz started_at;		/* when the request was handed to libcurl */
+	long		timeout_ms;		/* its time limit (outbox.http_timeout, or the
+								 * destination's timeout_ms) */
+	TimestampTz deadline;		/* when it runs out, the time the relay was
+								 * away added (deliver_http.c) */
 	size_t		body_bytes;
 	size_t		response_len;
 	char		response[RESPONSE_SNIPPET_LEN];
