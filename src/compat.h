@@ -51,6 +51,14 @@
 	pg_database_ownercheck((dboid), (roleid))
 #endif
 
+#if PG_VERSION_NUM >= 160000
+#define OutboxRelationOwnercheck(relid, roleid) \
+	object_ownercheck(RelationRelationId, (relid), (roleid))
+#else
+#define OutboxRelationOwnercheck(relid, roleid) \
+	pg_class_ownercheck((relid), (roleid))
+#endif
+
 /* And so did privilege checks on objects. */
 #if PG_VERSION_NUM >= 160000
 #define OutboxTablespaceAclcheck(spcoid, roleid, mode) \
