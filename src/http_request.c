@@ -487,10 +487,14 @@ status_retryable(long status, const HttpDestOptions *dest)
 	return true;
 }
 
+/* the most of a redirect's Location that last_error keeps */
+#define LOCATION_MAX_BYTES 512
+
 /*
  * Records the outcome of a request in its event: delivered for a 2xx
  * status line, whatever happened to the body after it; otherwise the status
- * (with the start of the body) or the transfer error, whether it is worth
+ * (with a redirect's Location, and the start of the body, credentials
+ * masked: OutboxRedact) or the transfer error, whether it is worth
  * retrying, and the endpoint's Retry-After for 429 and 503.
  */
 void
@@ -514,8 +518,19 @@ OutboxHttpOutcome(HttpRequest *req, CURLcode result)
 								 : curl_easy_strerror(result));
 		return;
 	}
-	ev->error = psprintf("HTTP status %ld%s", status,
-						 (status >= 300 && status < 400) ? " (redirects are not followed)" : "");
+	ev->error = psprintf("HTTP status %ld", status);
+	if (status >= 300 && status < 400)
+	{
+		char	   *location = NULL;
+
+		/* where the endpoint moved to, for the operator to update the URL */
+		if (curl_easy_getinfo(req->easy, CURLINFO_REDIRECT_URL, &location) == CURLE_OK &&
+			location != NULL)
+			ev->error = psprintf("%s (redirects are not followed; Location: %s)", ev->error,
+								 OutboxRedact(location, Min(strlen(location), LOCATION_MAX_BYTES)));
+		else
+			ev->error = psprintf("%s (redirects are not followed)", ev->error);
+	}
 	if (req->response_len > 0)
 		ev->response = OutboxRedact(req->response, req->response_len);
 	ev->permanent = !status_retryable(status, HTTP_OPTIONS(ev));

@@ -8,6 +8,7 @@ of times, or answer slowly:
   POST /_control  {"status": 503}                  answer every event with 503
                   {"fail": {"<event-id>": 1}}       fail that event once (500)
                   {"delay_ms": 3000}                wait before answering
+                  {"location": "http://..."}        a Location header in every answer
                   {"echo": ["authorization", "x-tenant"]}
                                                     answer with those request
                                                     headers as "name: value" lines
@@ -74,7 +75,8 @@ released = {}  # path -> how many of its first arrivals a "release" let go
 
 def rule_for(path, consume):
     """The rule that applies to the next answer on path (lock held)."""
-    rule = {"status": rules["status"], "delay_ms": rules["delay_ms"]}
+    rule = {"status": rules["status"], "delay_ms": rules["delay_ms"],
+            "location": rules.get("location")}
     own = rules["paths"].get(path) or {}
     script = own.get("script") or []
     if consume and script:
@@ -205,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(rule["delay_ms"] / 1000.0)
 
         extra = []
+        if rule.get("location"):
+            extra.append(("location", rule["location"]))
         if "retry_after" in rule:
             extra.append(("retry-after", str(rule["retry_after"])))
         if "retry_after_in" in rule:
