@@ -136,6 +136,8 @@ typedef struct OutboxEvent
 	/* outcome */
 	bool		ok;
 	bool		permanent;		/* dead-letter now, retrying cannot help */
+	bool		not_sent;		/* nothing went out (a full NOTIFY queue): a
+								 * failure, but no attempt is counted */
 	char	   *error;			/* for last_error and the log: never a value */
 	char	   *response;		/* the start of the endpoint's answer, credentials
 								 * masked: for last_error only, or NULL */

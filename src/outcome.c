@@ -116,14 +116,14 @@ backoff_ms(int attempts)
 static bool
 failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 {
-	bool		dead = ev->permanent || attempts >= outbox_max_attempts;
+	bool		dead = !ev->not_sent && (ev->permanent || attempts >= outbox_max_attempts);
 	const char *error = ev->error ? ev->error : "unknown error";
 
 	*delay_ms = 0.0;
 	if (!dead)
 		*delay_ms = ev->retry_after_ms >= 0
 			? (double) Min(ev->retry_after_ms, (int64) outbox_backoff_max)
-			: backoff_ms(attempts);
+			: backoff_ms(ev->not_sent ? attempts + 1 : attempts);
 
 	ereport(dead ? WARNING : LOG,
 			(ev->dest.name != NULL ?
@@ -136,6 +136,9 @@ failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 			  errdetail_plural("The event was dead-lettered after %d attempt.",
 							   "The event was dead-lettered after %d attempts.",
 							   attempts, attempts)) :
+			 ev->not_sent ?
+			 errdetail("Nothing was sent, so no attempt is counted; the event will be retried in %.0f ms.",
+					   *delay_ms) :
 			 errdetail("Attempt %d of %d; the event will be retried in %.0f ms.",
 					   attempts, outbox_max_attempts, *delay_ms)));
 	return dead;
@@ -197,12 +200,13 @@ record_failures(OutboxEvent **events, int n)
 
 		ids[i] = Int64GetDatum(ev->id);
 		expected[i] = Int32GetDatum(ev->attempts);
-		attempts[i] = Int32GetDatum(ev->attempts + 1);
+		/* not sent: the failure is recorded, but it was no attempt */
+		attempts[i] = Int32GetDatum(ev->attempts + (ev->not_sent ? 0 : 1));
 		errors[i] = psprintf("%s%s%s", ev->error ? ev->error : "unknown error",
 							 ev->response ? ": " : "",
 							 ev->response ? ev->response : "");
 		errs[i] = CStringGetTextDatum(errors[i]);
-		dead[i] = BoolGetDatum(failed_attempt(ev, ev->attempts + 1, &delay));
+		dead[i] = BoolGetDatum(failed_attempt(ev, DatumGetInt32(attempts[i]), &delay));
 		delays[i] = Float8GetDatum(delay);
 		dest_nulls[i] = ev->dest.name == NULL;
 		dests[i] = dest_nulls[i] ? (Datum) 0 : CStringGetTextDatum(ev->dest.name);

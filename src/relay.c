@@ -508,6 +508,12 @@ claim_failed(WorkerState *st, OutboxClaimStepArgs *c, const char *error)
 	memset(&ev, 0, sizeof(ev));
 	ev.id = c->only_id;
 	ev.attempts = c->only_attempts;
+	/*
+	 * A full NOTIFY queue fails the claim's COMMIT with 54000 (async.c,
+	 * PreCommit_Notify): nothing was sent, and a queue that any role can
+	 * fill must not use up the event's attempts. It waits, with the reason.
+	 */
+	ev.not_sent = OutboxStepErrcode() == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
 	ev.event_id = psprintf("with id %lld", (long long) c->only_id);
 	ev.dest.name = NULL;
 	if (!OutboxRecordIsolatedFailure(&ev, "claim the event", error))

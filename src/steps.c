@@ -82,11 +82,20 @@ log_caught(const char *what, ErrorData *edata)
  * asks between steps, where the catalogs cannot be read.
  */
 static bool step_superuser = false;
+/* the SQLSTATE of the last step that failed */
+static int	step_errcode = 0;
 
 bool
 OutboxStepSuperuser(void)
 {
 	return step_superuser;
+}
+
+/* The SQLSTATE (ERRCODE_*) of the error of the last step that failed. */
+int
+OutboxStepErrcode(void)
+{
+	return step_errcode;
 }
 
 /*
@@ -129,6 +138,7 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 		FlushErrorState();
 		AbortCurrentTransaction();
 		RESUME_INTERRUPTS();
+		step_errcode = edata->sqlerrcode;
 		log_caught(what, edata);
 		OutboxHealthRelayError(what, edata->message);
 		if (error != NULL)

@@ -80,6 +80,7 @@ typedef struct OutboxRecordStepArgs
 extern void OutboxNextPendingStep(void *arg);
 extern void OutboxNextAloneStep(void *arg);
 extern bool OutboxStepSuperuser(void);
+extern int	OutboxStepErrcode(void);
 extern void OutboxClaimStep(void *arg);
 extern void OutboxReleaseStep(void *arg);
 extern void OutboxJournalDoneStep(void *arg);
