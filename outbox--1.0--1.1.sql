@@ -140,7 +140,21 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.notify_mode IS
 COMMENT ON COLUMN @extschema@.outbox_destinations.secret IS
     'Standard Webhooks signing secret (whsec_<base64> or raw text) of a webhook or a NOTIFY channel; readable by outbox_admin only';
 COMMENT ON COLUMN @extschema@.outbox_destinations.created_at IS
-    'When the destination was created; outbox_catch_up returns only events delivered to it since';
+    'When the destination was created';
+
+/*
+ * Catch-up (outbox_catch_up) returns the events delivered under a NOTIFY
+ * destination's name since catch_up_from: the destination's creation, or,
+ * for one that 1.0 had, this update. 1.0 let an UPDATE turn a webhook
+ * into a channel in place, and the webhook's deliveries, kept under the
+ * same name, must not be read as the channel's; since 1.1 a destination's
+ * kind cannot change (the trigger below).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN catch_up_from timestamptz NOT NULL DEFAULT pg_catalog.now();
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.catch_up_from IS
+    'outbox_catch_up returns only events delivered to this NOTIFY destination since then: its creation, or the update from 1.0';
 
 /*
  * Settings a database owner can change must not change what the extension
@@ -778,7 +792,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- in seconds: a day of the session's time zone can have 23 or 25 hours
-    SELECT greatest(now() - make_interval(secs => extract(epoch FROM within)), d.created_at)
+    SELECT greatest(now() - make_interval(secs => extract(epoch FROM within)), d.catch_up_from)
       INTO since
       FROM @extschema@.outbox_destinations d
      WHERE d.name = outbox_catch_up.destination AND d.kind = 'notify';

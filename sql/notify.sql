@@ -21,11 +21,11 @@ DELETE FROM outbox_destinations;
 
 -- Catch-up. Two NOTIFY destinations and a webhook, created an hour ago;
 -- events delivered to each at known times, in an order unlike their ids.
-INSERT INTO outbox_destinations (name, event_types, channel, created_at) VALUES
-    ('n_orders', 'none.orders', 'order_events', now() - interval '1 hour'),
-    ('n_other', 'none.other', 'other_events', now() - interval '1 hour');
-INSERT INTO outbox_destinations (name, event_types, url, created_at) VALUES
-    ('w_hook', 'none.hook', 'http://127.0.0.1:1/hook', now() - interval '1 hour');
+INSERT INTO outbox_destinations (name, event_types, channel, created_at, catch_up_from) VALUES
+    ('n_orders', 'none.orders', 'order_events', now() - interval '1 hour', now() - interval '1 hour'),
+    ('n_other', 'none.other', 'other_events', now() - interval '1 hour', now() - interval '1 hour');
+INSERT INTO outbox_destinations (name, event_types, url, created_at, catch_up_from) VALUES
+    ('w_hook', 'none.hook', 'http://127.0.0.1:1/hook', now() - interval '1 hour', now() - interval '1 hour');
 INSERT INTO outbox (event_type, aggregate_id, payload, delivered_at, destination, attempts)
 VALUES ('none.orders', 'o1', '{"n": 1}', now() - interval '10 minutes', 'n_orders', 1),
        ('none.orders', 'o2', '{"n": 2}', now() - interval '30 minutes', 'n_orders', 1),

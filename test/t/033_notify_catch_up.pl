@@ -165,7 +165,8 @@ $node->safe_psql($db, q{
 	SELECT 'nt.bulk', '{}', now() - g * interval '1 s', 'zz_rest', 1
 	  FROM generate_series(1, 10000) g;
 	-- as if the destination had been there for a week
-	UPDATE outbox.outbox_destinations SET created_at = now() - interval '7 days';
+	UPDATE outbox.outbox_destinations SET created_at = now() - interval '7 days',
+	                                      catch_up_from = now() - interval '7 days';
 	INSERT INTO outbox.inbox (consumer, event_id)
 	SELECT 'billing', event_id FROM outbox.outbox WHERE event_type = 'nt.bulk';
 	VACUUM ANALYZE outbox.outbox;

@@ -113,7 +113,14 @@ $node->safe_psql('postgres', qq{
 	SELECT outbox.outbox_emit('ok.before', jsonb_build_object('n', g)) FROM generate_series(1, 3) g;
 	SELECT outbox.outbox_emit('retry.before', jsonb_build_object('n', g)) FROM generate_series(1, 2) g;
 	SELECT outbox.outbox_emit('big.before', jsonb_build_object('pad', repeat('x', 9000))) FROM generate_series(1, 2) g;
-	SELECT outbox.outbox_emit('pend.before', jsonb_build_object('n', g)) FROM generate_series(1, 2) g;});
+	SELECT outbox.outbox_emit('pend.before', jsonb_build_object('n', g)) FROM generate_series(1, 2) g;
+	-- a webhook that 1.0 turned into a channel in place, with an event
+	-- delivered to it while it was a webhook (as the 1.0 relay records it)
+	INSERT INTO outbox.outbox_destinations (name, event_types, url) VALUES
+		('turned', 'turn.*', 'http://127.0.0.1:1/');
+	INSERT INTO outbox.outbox (event_type, payload, delivered_at, attempts, destination)
+		VALUES ('turn.before', '{"private": "WEBHOOK_ONLY"}', now(), 1, 'turned');
+	UPDATE outbox.outbox_destinations SET url = NULL, channel = 'turned_channel' WHERE name = 'turned';});
 my $states = q{
 	SELECT string_agg(event_type || ':' || CASE WHEN delivered_at IS NOT NULL THEN 'delivered'
 	                                            WHEN dead_at IS NOT NULL THEN 'dead'
@@ -121,7 +128,7 @@ my $states = q{
 	                                            ELSE 'pending' END, ',' ORDER BY id)
 	  FROM outbox.outbox};
 my $before = 'ok.before:delivered,' x 3 . 'retry.before:retrying,' x 2
-  . 'big.before:dead,' x 2 . 'pend.before:pending,pend.before:pending';
+  . 'big.before:dead,' x 2 . 'pend.before:pending,pend.before:pending,turn.before:delivered';
 ok( $node->poll_query_until('postgres', qq{
 		SELECT ($states) = '$before' AND (SELECT bool_and(last_error IS NOT NULL) FROM outbox.outbox
 		                                   WHERE event_type = 'pend.before')}),
@@ -160,6 +167,17 @@ is($node->safe_psql('postgres', q{
 	'1.1 1.1', 'the SQL objects and the library are 1.1');
 ok($sink->wait_delivered(5), 'the relay resumes: the event emitted meanwhile arrives');
 
+# catch-up of the channel that was a webhook in 1.0 does not show what the
+# webhook was sent; what the channel is sent from now on, it does
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.outbox_catch_up('turned', 'c', '7 days')}),
+	'0', "catch-up does not expose the webhook's deliveries of 1.0 under the channel's name");
+my ($turn_after) = split /\n/, $node->safe_psql('postgres', q{SELECT outbox.outbox_emit('turn.after', '{}')});
+ok($node->poll_query_until('postgres',
+	"SELECT delivered_at IS NOT NULL FROM outbox.outbox WHERE event_id = '$turn_after'"),
+	'the channel is sent a new event');
+is($node->safe_psql('postgres', q{SELECT string_agg(event_id::text, ',') FROM outbox.outbox_catch_up('turned', 'c', '7 days')}),
+	$turn_after, 'and catch-up returns it, only it');
+
 # every event of 1.0 comes through: the retrying ones made due, the dead
 # ones routed to a webhook (a destination's kind cannot change: a new one)
 # and redelivered, the pending ones given a
@@ -174,7 +192,8 @@ $node->safe_psql('postgres', qq{
 ok( $node->poll_query_until('postgres',
 		q{SELECT bool_and(delivered_at IS NOT NULL) FROM outbox.outbox}),
 	'every event is delivered');
-my @ids = sort split /\n/, $node->safe_psql('postgres', 'SELECT event_id FROM outbox.outbox');
+my @ids = sort split /\n/, $node->safe_psql('postgres',
+	q{SELECT event_id FROM outbox.outbox WHERE event_type NOT LIKE 'turn.%'});
 is_deeply([ sort keys %{ count_by_id($sink->delivered) } ], \@ids,
 	'the endpoint received each of the 11 events');
 is(scalar @ids, 11, '11 events in all');
@@ -200,7 +219,7 @@ is($node->safe_psql('restored', $rows), $node->safe_psql('postgres', $rows),
 is($node->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'outbox'}),
 	'1.1', 'the restored extension is 1.1');
 $node->safe_psql('restored', q{SELECT outbox.outbox_emit('ok.restored', '{}')});
-is($node->safe_psql('restored', q{SELECT count(*) FROM outbox.outbox}), '12',
+is($node->safe_psql('restored', q{SELECT count(*) FROM outbox.outbox}), '14',
 	'the restored database takes new events');
 
 $sink->stop;
