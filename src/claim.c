@@ -25,6 +25,7 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 #include "claim.h"
 #include "destination.h"
@@ -266,6 +267,7 @@ outbox_relay(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
+	int			nestlevel;
 
 	if (batch_size < 1 || batch_size > OUTBOX_MAX_BATCH_SIZE)
 		ereport(ERROR,
@@ -281,10 +283,21 @@ outbox_relay(PG_FUNCTION_ARGS)
 	/* the worker pauses on a mismatch; a caller is told what to do */
 	OutboxRequireSqlVersion();
 
+	/*
+	 * The relay's statements pin their access path in a generic plan
+	 * (statements.c); a session's plan_cache_mode = force_custom_plan
+	 * would plan each execution afresh from the statistics instead. The
+	 * worker overrides it for its whole life (session.c); here, for the
+	 * pass (an ERROR restores it with the transaction).
+	 */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("plan_cache_mode", "auto", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	relay_pass(batch_size, &result);
 	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
 
 	values[0] = Int32GetDatum(result.delivered);
 	values[1] = Int32GetDatum(result.failed);

@@ -12,7 +12,7 @@
 # events in flight by its primary key, and no
 # relay statement scans the outbox table sequentially. The server's
 # plan_cache_mode = force_custom_plan, which would plan each execution
-# afresh, does not apply to the relay.
+# afresh, does not apply to the relay, nor to outbox_relay() in a session.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -55,14 +55,16 @@ my @statements = (
 	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
 	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ]);
 
-# The plans the relay logged in $text: [query text, plan text] each.
+# The plans process $who (default: the relay) logged in $text: [query
+# text, plan text] each.
 sub relay_plans
 {
-	my ($text) = @_;
+	my ($text, $who) = @_;
+	$who //= $pid;
 	my @plans;
 	for my $entry (split /^(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \S+ \[\d+\])/m, $text)
 	{
-		next unless $entry =~ /^\S+ \S+ \S+ \[$pid\] .*plan:\n/;
+		next unless $entry =~ /^\S+ \S+ \S+ \[$who\] .*plan:\n/;
 		my ($query, $plan) = $entry =~ /Query Text: ([^\n]*)\n(.*)\z/s or next;
 		push @plans, [ $query, $plan ];
 	}
@@ -114,6 +116,35 @@ ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM outbox WHERE event_type = 'hook.bulk' AND delivered_at IS NULL"),
 	'a bulk of events delivered');
 round('analyzed with few pending', 'ANALYZE outbox');
+
+# outbox_relay() in a session with force_custom_plan (the server's here),
+# in a database without a relay, its table analyzed while empty
+$node->safe_psql('postgres', 'CREATE DATABASE manual');
+$node->safe_psql('manual', sprintf(q{
+	CREATE EXTENSION outbox;
+	INSERT INTO outbox_destinations (name, event_types, url) VALUES ('hook', 'hook.*', '%s');
+	INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('note', 'note.*', 'outbox_plans');
+	VACUUM ANALYZE outbox;}, $sink->url('/hook')));
+emit($node, 'manual', 'hook.m', 50);
+emit($node, 'manual', 'note.m', 10);
+my $offset = -s $node->logfile;
+my ($mode, $backend, $result, $after) = split /\n/, $node->safe_psql('manual', q{
+	SHOW plan_cache_mode;
+	SELECT pg_backend_pid();
+	SELECT delivered || '/' || failed FROM outbox_relay(100);
+	SHOW plan_cache_mode;});
+is("$mode $result", 'force_custom_plan 60/0', 'outbox_relay() in a force_custom_plan session delivers the 60 events');
+my @plans = relay_plans(log_since($node, $offset), $backend);
+for my $s (grep { $_->[0] =~ /^(?:claim|outcome|NOTIFY mark)$/ } @statements)
+{
+	my ($name, $text, $path) = @$s;
+	my @mine = grep { $_->[0] =~ $text } @plans;
+	ok(@mine > 0, "outbox_relay(): it ran the $name statement");
+	is(scalar(grep { $_->[1] !~ $path } @mine), 0, "outbox_relay(): its $name plan uses the expected access path");
+}
+is(scalar(grep { $_->[1] =~ /(?:Seq Scan|Bitmap Heap Scan) on outbox o\b/ } @plans), 0,
+	'outbox_relay(): no statement scans the outbox table');
+is($after, 'force_custom_plan', "the session's setting is as it was after the call");
 
 is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
 $sink->stop;
