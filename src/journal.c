@@ -86,16 +86,18 @@ static OutboxStatement journal_done_stmt = {
  * ends its relay at most three times in a row, and its neighbours are
  * dead-lettered for it only if they were cut off alone too.
  *
- * Returns a row per event counted: its event_id, whether it is now dead
- * and whether it is to be sent alone.
+ * With $8 and $9 not NULL, only the row of run $8 and claim $9 among
+ * those (see OutboxReleaseJournal). Returns a row per event counted: its
+ * event_id, whether it is now dead and whether it is to be sent alone.
  */
 static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID, INT8ARRAYOID,
-INT8ARRAYOID, INT4ARRAYOID, INT4OID};
+INT8ARRAYOID, INT4ARRAYOID, INT4OID, INT8OID, INT8OID};
 static OutboxStatement release_stmt = {
 	.sql =
 		"WITH gone AS ("
 		"  DELETE FROM %1$s.outbox_in_flight j"
-		"   WHERE j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2))"
+		"   WHERE (j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2)))"
+		"     AND ($8 IS NULL OR (j.run = $8 AND j.claim = $9))"
 		"  RETURNING j.run, j.ids, j.attempts),"
 		" started AS ("
 		"  SELECT DISTINCT ON (f.id, f.attempts) f.id, f.attempts, gone.run <> $3 AS ended"
@@ -132,7 +134,7 @@ static OutboxStatement release_stmt = {
 		"  RETURNING o.event_id::text, false AS dead, false AS alone)"
 		" SELECT event_id, dead, alone FROM counted"
 		" UNION ALL SELECT event_id, dead, alone FROM settled",
-	.nargs = 7,
+	.nargs = 9,
 	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
@@ -191,16 +193,19 @@ OutboxJournalDone(const int64 *claims, int n, int64 run)
 /*
  * Releases journal rows (see release_stmt): those of every run not among
  * the nlive in live, and those of the nown claims in own of this relay's
- * run; logs, the start logs of the runs that are gone (OutboxStartLogRead).
+ * run, or with only not NULL, the one row among those that it names;
+ * logs, the start logs of the runs that are gone (OutboxStartLogRead).
  * Called by a relay with OutboxLockJournal held. Logs a WARNING for each
  * event it dead-lettered. Sets *counted to the cut-off attempts it
  * counted and *alone to the events now to be sent alone.
  */
 void
 OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
-					 const OutboxStartLogs *logs, uint64 *counted, uint64 *alone)
+					 const OutboxStartLogs *logs, const OutboxJournalKey *only,
+					 uint64 *counted, uint64 *alone)
 {
-	Datum		values[7];
+	Datum		values[9];
+	char		nulls[9] = "       nn";
 	Datum	   *attempts = palloc(sizeof(Datum) * Max(logs->n, 1));
 	int			rc;
 
@@ -213,7 +218,13 @@ OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
 	values[4] = OutboxInt8Array(logs->ids, logs->n);
 	values[5] = PointerGetDatum(construct_array(attempts, logs->n, INT4OID, 4, true, TYPALIGN_INT));
 	values[6] = Int32GetDatum(outbox_max_attempts);
-	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+	if (only != NULL)
+	{
+		values[7] = Int64GetDatum(only->run);
+		values[8] = Int64GetDatum(only->claim);
+		nulls[7] = nulls[8] = ' ';
+	}
+	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, OutboxQueueSchema()), values, nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not release the journal of events in flight: %s",
 			 SPI_result_code_string(rc));
@@ -234,6 +245,74 @@ OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
 					 errdetail("Its attempts were cut off by its relay's end several times in a row, the last one with no other event in flight: it may be what ends the relay."),
 					 errhint("outbox_redeliver_dead() sends it again, alone.")));
 	}
+}
+
+/* The rows a release would take (release_stmt), and a row by its key. */
+static const Oid keys_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID};
+static OutboxStatement keys_stmt = {
+	.sql =
+		"SELECT j.run, j.claim FROM %1$s.outbox_in_flight j"
+		" WHERE j.run <> ALL ($1) OR (j.run = $3 AND j.claim = ANY ($2))"
+		" ORDER BY j.run, j.claim",
+	.nargs = 3,
+	.argtypes = keys_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+static const Oid drop_argtypes[] = {INT8OID, INT8OID};
+static OutboxStatement drop_stmt = {
+	.sql = "DELETE FROM %1$s.outbox_in_flight j WHERE j.run = $1 AND j.claim = $2",
+	.nargs = 2,
+	.argtypes = drop_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * The keys of the journal rows a release would take (see
+ * OutboxReleaseJournal), in *keys (palloc'd in the current memory
+ * context); returns how many. Same context as OutboxReleaseJournal.
+ */
+int
+OutboxJournalKeys(const int64 *live, int nlive, const int64 *own, int nown,
+				  OutboxJournalKey **keys)
+{
+	MemoryContext cxt = CurrentMemoryContext;	/* SPI returns in its own */
+	Datum		values[3];
+	int			rc;
+
+	values[0] = OutboxInt8Array(live, nlive);
+	values[1] = OutboxInt8Array(own, nown);
+	values[2] = Int64GetDatum(OutboxRelayRun());
+	rc = SPI_execute_plan(OutboxStatementPlan(&keys_stmt, OutboxQueueSchema()), values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the journal of events in flight: %s", SPI_result_code_string(rc));
+	*keys = MemoryContextAlloc(cxt, sizeof(OutboxJournalKey) * Max(SPI_processed, 1));
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		(*keys)[r].run = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+		(*keys)[r].claim = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	return (int) SPI_processed;
+}
+
+/*
+ * Deletes the journal row of key without counting any attempt: its
+ * release keeps failing (see worker_release in relay.c). Caller has a
+ * transaction open and SPI connected; ERROR if SPI fails.
+ */
+void
+OutboxJournalDrop(const OutboxJournalKey *key)
+{
+	Datum		values[2];
+	int			rc;
+
+	values[0] = Int64GetDatum(key->run);
+	values[1] = Int64GetDatum(key->claim);
+	rc = SPI_execute_plan(OutboxStatementPlan(&drop_stmt, OutboxQueueSchema()), values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "could not delete from the journal of events in flight: %s",
+			 SPI_result_code_string(rc));
 }
 
 /*

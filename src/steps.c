@@ -82,6 +82,8 @@ log_caught(const char *what, ErrorData *edata)
  * asks between steps, where the catalogs cannot be read.
  */
 static bool step_superuser = false;
+/* the step running is part of a larger one (OutboxRunStepPart) */
+static bool step_part = false;
 /* the SQLSTATE of the last step that failed */
 static int	step_errcode = 0;
 
@@ -126,7 +128,8 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
-		OutboxHealthRelayStepOk();
+		if (!step_part)
+			OutboxHealthRelayStepOk();
 	}
 	PG_CATCH();
 	{
@@ -151,6 +154,23 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 	debug_query_string = NULL;
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return ok;
+}
+
+/*
+ * Runs fn as OutboxRunStep does, as one part of a larger step whose
+ * caller judges the outcome: its success alone does not end the relay's
+ * failing state (outbox_relay_stats().failing_since), as a read that
+ * succeeds within a release that keeps failing would.
+ */
+bool
+OutboxRunStepPart(const char *what, OutboxStepFn fn, void *arg, char **error)
+{
+	bool		ok;
+
+	step_part = true;
+	ok = OutboxRunStep(what, fn, arg, error);
+	step_part = false;
 	return ok;
 }
 
@@ -239,7 +259,43 @@ OutboxReleaseStep(void *arg)
 	live = OutboxRelayRuns(MyDatabaseId, &nlive, &r->dead, &r->ndead);
 	OutboxStartLogRead(MyDatabaseId, live, nlive, &r->logs);
 	MemoryContextSwitchTo(old);
-	OutboxReleaseJournal(live, nlive, r->own, r->nown, &r->logs, &r->counted, &r->alone);
+	OutboxReleaseJournal(live, nlive, r->own, r->nown, &r->logs, r->only, &r->counted, &r->alone);
+}
+
+/*
+ * Reads the keys of the journal rows a release would take (r->own as for
+ * OutboxReleaseStep) into r->keys, in r->cxt.
+ */
+void
+OutboxJournalKeysStep(void *arg)
+{
+	OutboxReleaseStepArgs *r = arg;
+	int64	   *live;
+	int			nlive;
+	int64	   *dead;
+	int			ndead;
+	MemoryContext old;
+
+	r->nkeys = 0;
+	if (!OutboxQueueOpen())
+		return;
+	if (OutboxQueueExtension() != r->own_extoid)
+		r->nown = 0;
+	live = OutboxRelayRuns(MyDatabaseId, &nlive, &dead, &ndead);
+	old = MemoryContextSwitchTo(r->cxt);
+	r->nkeys = OutboxJournalKeys(live, nlive, r->own, r->nown, &r->keys);
+	MemoryContextSwitchTo(old);
+}
+
+/* Deletes the journal row *arg (an OutboxJournalKey), counting nothing. */
+void
+OutboxJournalDropStep(void *arg)
+{
+	if (OutboxQueueOpen())
+	{
+		OutboxLockJournal();
+		OutboxJournalDrop((OutboxJournalKey *) arg);
+	}
 }
 
 /* Writes the journal's end for claims whose outcomes are all recorded. */

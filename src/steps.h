@@ -14,12 +14,14 @@
 
 #include "claim.h"
 #include "event.h"
+#include "journal.h"
 #include "start_log.h"
 
 /* A step: runs inside a transaction with SPI connected. */
 typedef void (*OutboxStepFn) (void *arg);
 
 extern bool OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error);
+extern bool OutboxRunStepPart(const char *what, OutboxStepFn fn, void *arg, char **error);
 
 /* OutboxNextPendingStep, OutboxNextAloneStep and OutboxClaimStep */
 typedef struct OutboxClaimStepArgs
@@ -47,6 +49,7 @@ typedef struct OutboxReleaseStepArgs
 	Oid			own_extoid;		/* the extension they were claimed from */
 	bool		replica;		/* user triggers off */
 	MemoryContext cxt;			/* where dead goes: it outlives the step */
+	const OutboxJournalKey *only;	/* not NULL: that row only */
 	/* out */
 	bool		opened;			/* the extension was there */
 	int64	   *dead;			/* runs gone, their entries to forget */
@@ -54,6 +57,8 @@ typedef struct OutboxReleaseStepArgs
 	uint64		counted;		/* cut-off attempts counted */
 	uint64		alone;			/* events now to be sent alone */
 	OutboxStartLogs logs;		/* read: remove once committed */
+	OutboxJournalKey *keys;		/* OutboxJournalKeysStep: the rows, in cxt */
+	int			nkeys;
 } OutboxReleaseStepArgs;
 
 /* OutboxJournalDoneStep (in only) */
@@ -79,6 +84,8 @@ typedef struct OutboxRecordStepArgs
 
 extern void OutboxNextPendingStep(void *arg);
 extern void OutboxNextAloneStep(void *arg);
+extern void OutboxJournalKeysStep(void *arg);
+extern void OutboxJournalDropStep(void *arg);
 extern bool OutboxStepSuperuser(void);
 extern int	OutboxStepErrcode(void);
 extern void OutboxClaimStep(void *arg);
