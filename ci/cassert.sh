@@ -98,13 +98,7 @@ pg_config=$prefix/bin/pg_config
 
 step "building the extension against it"
 work=$(mktemp -d /tmp/outbox-cassert.XXXXXX)
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
-        tar -cf - -T - | tar -xf - -C "$work"
-else
-    tar -cf - --exclude=.git --exclude=tmp_check --exclude=results \
-        --exclude='*.o' --exclude='*.so' --exclude='*.bc' . | tar -xf - -C "$work"
-fi
+copy_tree "$work"
 quietly "$log" make -C "$work" PG_CONFIG="$pg_config" with_llvm=no \
     PG_CFLAGS="-Wall -Wextra -Werror" &&
     quietly "$log" make -C "$work" PG_CONFIG="$pg_config" with_llvm=no install || exit 1

@@ -35,12 +35,7 @@ release_1_0() {
 if [ "$(id -u)" = 0 ]; then
     user=${OUTBOX_TEST_USER:-postgres}
     work=$(mktemp -d /tmp/outbox-check.XXXXXX)
-    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-        git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
-            tar -cf - -T - | tar -xf - -C "$work"
-    else
-        tar -cf - --exclude=.git --exclude=tmp_check --exclude=results . | tar -xf - -C "$work"
-    fi
+    copy_tree "$work"
     release_1_0 "$work/.release-1.0"
     chown -R "$user" "$work"
     echo "==> tests as $user in $work"

@@ -134,6 +134,20 @@ result_text() {
 # could not in OUTBOX_1_0_SRC_ERROR, which the test prints as it skips.
 RELEASE_1_0=c0d51ffd0a6f4e53b49c6010e6ceeb0b00ab210a
 
+# copy_tree DEST: the source tree of the current folder into DEST: the
+# files git tracks or would add, as they are in the working tree; without
+# git, everything but build and test output.
+copy_tree() {
+    local dest=$1
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
+            tar -cf - -T - | tar -xf - -C "$dest"
+    else
+        tar -cf - --exclude=.git --exclude=tmp_check --exclude=results \
+            --exclude='*.o' --exclude='*.so' --exclude='*.bc' . | tar -xf - -C "$dest"
+    fi
+}
+
 # release_1_0_tree REPO DEST: extracts the tree of release 1.0 from the git
 # repository REPO into DEST (replaced). A shallow clone lacks the commit:
 # it is deepened first (git fetch --unshallow). On failure, prints why on

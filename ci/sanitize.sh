@@ -31,6 +31,8 @@
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+# shellcheck source=ci/lib.sh
+. ci/lib.sh
 pgv=15
 user=${OUTBOX_TEST_USER:-postgres}
 started=$(date +%s)
@@ -118,13 +120,7 @@ fi
 # -- instrumented build -------------------------------------------------------
 work=$san/src
 mkdir -p "$work"
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
-        tar -cf - -T - | tar -xf - -C "$work"
-else
-    tar -cf - --exclude=.git --exclude=tmp_check --exclude=results \
-        --exclude='*.o' --exclude='*.so' --exclude='*.bc' . | tar -xf - -C "$work"
-fi
+copy_tree "$work"
 # -fsanitize=undefined leaves out float-cast-overflow; signed overflow is not
 # checked because PostgreSQL code is built with -fwrapv, where it is defined.
 cflags=("-fsanitize=address,undefined,float-cast-overflow" -fno-omit-frame-pointer -g -O1

@@ -174,40 +174,41 @@ OutboxRunStepPart(const char *what, OutboxStepFn fn, void *arg, char **error)
 	return ok;
 }
 
+/*
+ * Finds the next event for a claim of one, leaving out the events in
+ * flight: the next due (alone false; isolation) or the next to be sent
+ * alone (OutboxNextAlone). Sets c->only_id (0: none) and c->only_attempts.
+ */
+static void
+next_one(OutboxClaimStepArgs *c, bool alone)
+{
+	int			nexclude;
+	int			room;
+	int64	   *exclude;
+	bool		found;
+
+	c->only_id = 0;
+	if (!OutboxQueueOpen())
+		return;
+	exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
+	found = alone ? OutboxNextAlone(exclude, nexclude, &c->only_id, &c->only_attempts)
+		: OutboxNextPending(c->skip, exclude, nexclude, &c->only_id, &c->only_attempts);
+	if (!found)
+		c->only_id = 0;
+}
+
 /* Finds the event that a claim of one would take (isolation). */
 void
 OutboxNextPendingStep(void *arg)
 {
-	OutboxClaimStepArgs *c = arg;
-
-	c->only_id = 0;
-	if (OutboxQueueOpen())
-	{
-		int			nexclude;
-		int			room;
-		int64	   *exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
-
-		if (!OutboxNextPending(c->skip, exclude, nexclude, &c->only_id, &c->only_attempts))
-			c->only_id = 0;
-	}
+	next_one(arg, false);
 }
 
 /* Finds the next event to be sent alone (OutboxNextAlone), if any. */
 void
 OutboxNextAloneStep(void *arg)
 {
-	OutboxClaimStepArgs *c = arg;
-
-	c->only_id = 0;
-	if (OutboxQueueOpen())
-	{
-		int			nexclude;
-		int			room;
-		int64	   *exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
-
-		if (!OutboxNextAlone(exclude, nexclude, &c->only_id, &c->only_attempts))
-			c->only_id = 0;
-	}
+	next_one(arg, true);
 }
 
 /* The claim (OutboxDispatch), committed without waiting for the WAL flush. */
