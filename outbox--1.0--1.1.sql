@@ -253,7 +253,15 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL AND (o.id, o.attempts) IN (
            SELECT f.id, f.attempts
              FROM @extschema@.outbox_in_flight j,
-                  unnest(j.ids, j.attempts) AS f(id, attempts))) AS in_flight
+                  unnest(j.ids, j.attempts) AS f(id, attempts))) AS in_flight,
+       -- a relay that keeps up claims a due event within outbox.poll_interval:
+       -- one due long ago means delivery is stalled (no relay, a paused one,
+       -- one whose steps fail), whatever shared memory says
+       min(o.next_attempt_at) FILTER (WHERE o.dead_at IS NULL AND o.next_attempt_at <= now()
+           AND (o.id, o.attempts) NOT IN (
+               SELECT f.id, f.attempts
+                 FROM @extschema@.outbox_in_flight j,
+                      unnest(j.ids, j.attempts) AS f(id, attempts))) AS oldest_due
   FROM @extschema@.outbox o
  WHERE o.delivered_at IS NULL
  GROUP BY o.event_type;

@@ -1,6 +1,7 @@
 # A relay whose steps keep failing delivers nothing, and a monitor must be
 # able to tell: outbox_relay_stats().failing_since is the time of the first
-# of the steps failing since the last one that succeeded, NULL otherwise.
+# of the steps failing since the last one that succeeded, NULL otherwise;
+# outbox_status.oldest_due, read from the table alone, falls behind.
 # Here the release of the journal, which comes before any claim, fails on
 # every try: a trigger that fires even with user triggers off refuses to
 # delete a journal row left by a relay that is gone.
@@ -54,6 +55,9 @@ is($node->safe_psql('postgres', "SELECT failing_since = '$since' FROM outbox_rel
 is($node->safe_psql('postgres', "SELECT delivered_at IS NULL FROM outbox WHERE event_id = '$id'"),
 	't', 'a: the event waits');
 is(scalar @{ $sink->requests('/hook') }, 0, 'a: nothing was sent');
+ok( $node->poll_query_until('postgres', q{
+		SELECT now() - oldest_due > interval '2 s' FROM outbox_status WHERE event_type = 'stall.event'}),
+	'a: outbox_status shows the stall: the event is overdue (oldest_due)');
 
 ###
 ### b. recovered
