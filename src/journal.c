@@ -205,7 +205,7 @@ OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
 					 uint64 *counted, uint64 *alone)
 {
 	Datum		values[9];
-	char		nulls[9] = "       nn";
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n', 'n'};
 	Datum	   *attempts = palloc(sizeof(Datum) * Max(logs->n, 1));
 	int			rc;
 
