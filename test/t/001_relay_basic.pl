@@ -94,13 +94,15 @@ $node->reload;
 ok($sink->wait_delivered(2), 'plain INSERT delivered by polling after reload');
 
 # a non-2xx answer is a failure with the status kept; 3xx is not followed,
-# and its Location is kept too, credentials masked
+# and its Location is kept too, credentials masked (newer libcurl drops a
+# Location's user:password itself; older ones leave it to the masking)
 $sink->control(status => 302, location => 'http://user:pw@127.0.0.1:1/moved?token=abc');
 $node->safe_psql('postgres', q{SELECT outbox_emit('task.redirected', '{}')});
-ok( $node->poll_query_until('postgres',
-		"SELECT last_error FROM outbox WHERE event_type = 'task.redirected'",
-		'HTTP status 302 (redirects are not followed; Location: http://[redacted]@127.0.0.1:1/moved?token[redacted]): {"ok": false}'),
-	'a redirect is a failure, with the status and the Location in last_error');
+ok( $node->poll_query_until('postgres', q{
+		SELECT last_error ~ '^HTTP status 302 \(redirects are not followed; Location: http://(\[redacted\]@)?127\.0\.0\.1:1/moved\?token\[redacted\]\): [{]"ok": false[}]$'
+		   AND last_error !~ 'pw|abc'
+		  FROM outbox WHERE event_type = 'task.redirected'}),
+	'a redirect is a failure, with the status and the Location in last_error, credentials masked');
 $sink->control(status => 200, location => undef);
 ok( $node->poll_query_until('postgres',
 		"SELECT delivered_at IS NOT NULL AND attempts >= 2 FROM outbox WHERE event_type = 'task.redirected'"),
