@@ -55,7 +55,10 @@
  * outbox_delivered_idx; the outer DELETE finds the rows by TID and checks
  * the cut-off again, so an event redelivered meanwhile (delivered_at now
  * NULL) stays. Returns the last row deleted and how many were.
- * outbox_null_stmt does the same for events without a destination.
+ * outbox_null_stmt does the same for events without a destination. The
+ * ORDER BY names the destination too: "destination IS NULL" does not make
+ * the index's order that of (delivered_at, id) to the planner, and without
+ * it the walk would need a sort.
  */
 #define OUTBOX_BATCH(dest_test) \
 		"WITH doomed AS (" \
@@ -64,7 +67,7 @@
 		"           SELECT p.ctid FROM %1$s.outbox p" \
 		"            WHERE " dest_test " AND p.delivered_at < $1" \
 		"              AND (p.delivered_at, p.id) > ($2, $3)" \
-		"            ORDER BY p.delivered_at, p.id" \
+		"            ORDER BY p.destination, p.delivered_at, p.id" \
 		"            LIMIT $4))" \
 		"     AND o.delivered_at < $1" \
 		"  RETURNING o.delivered_at, o.id)" \
@@ -78,27 +81,38 @@ static OutboxStatement outbox_stmt = {
 	.sql = OUTBOX_BATCH("p.destination = $5"),
 	.nargs = 5,
 	.argtypes = outbox_argtypes,
-	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
 };
 static OutboxStatement outbox_null_stmt = {
 	.sql = OUTBOX_BATCH("p.destination IS NULL"),
 	.nargs = 4,
 	.argtypes = outbox_argtypes,
-	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
 };
 
 /*
- * The destination after $1 (or the first, if $1 is NULL) that delivered
- * events have: one probe of outbox_delivered_idx.
+ * The first destination that delivered events have, and the one after $1:
+ * one probe of outbox_delivered_idx each. Two statements, not one with
+ * "$1 IS NULL OR": a generic plan of that could not use the index.
  */
+static OutboxStatement first_dest_stmt = {
+	.sql =
+		"SELECT min(p.destination) FROM %1$s.outbox p"
+		" WHERE p.delivered_at IS NOT NULL",
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
 static const Oid next_dest_argtypes[] = {TEXTOID};
 static OutboxStatement next_dest_stmt = {
 	.sql =
 		"SELECT min(p.destination) FROM %1$s.outbox p"
-		" WHERE p.delivered_at IS NOT NULL AND ($1::text IS NULL OR p.destination > $1)",
+		" WHERE p.delivered_at IS NOT NULL AND p.destination > $1",
 	.nargs = 1,
 	.argtypes = next_dest_argtypes,
-	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
 };
 
 /* One batch of inbox rows, oldest first, through inbox_processed_at_idx. */
@@ -117,7 +131,8 @@ static OutboxStatement inbox_stmt = {
 		" SELECT (count(*))::int4 FROM doomed",
 	.nargs = 2,
 	.argtypes = inbox_argtypes,
-	.cursor_options = CURSOR_OPT_CUSTOM_PLAN
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_BY_TID
 };
 
 typedef enum PurgePhase
@@ -163,13 +178,13 @@ static void
 next_destination(void)
 {
 	Datum		value = dest != NULL ? CStringGetTextDatum(dest) : (Datum) 0;
-	char		null = dest != NULL ? ' ' : 'n';
 	bool		isnull;
 	Datum		d;
 	int			rc;
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_dest_stmt, OutboxQueueSchema()),
-						  &value, &null, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(dest != NULL ? &next_dest_stmt : &first_dest_stmt,
+											  OutboxQueueSchema()),
+						  &value, NULL, false, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not find the next destination to purge: %s", SPI_result_code_string(rc));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -71,12 +71,17 @@ OutboxStatementText(const OutboxStatement *stmt, Oid nspoid)
 	return sql.data;
 }
 
-/* planner methods disabled while a pinned plan is built */
+/*
+ * Planner settings off while a pinned plan is built. JIT too: a disabled
+ * step that a plan cannot avoid (a sort of a few rows) adds its penalty to
+ * the plan's cost, and past jit_above_cost each execution would compile
+ * the plan, for statements that touch a few rows.
+ */
 static const char *const keyed_off[] = {
-	"enable_seqscan", "enable_bitmapscan", "enable_sort", NULL
+	"jit", "enable_seqscan", "enable_bitmapscan", "enable_sort", NULL
 };
 static const char *const by_tid_off[] = {
-	"enable_seqscan", "enable_bitmapscan", "enable_sort",
+	"jit", "enable_seqscan", "enable_bitmapscan", "enable_sort",
 	"enable_indexscan", "enable_indexonlyscan",
 	"enable_nestloop", "enable_mergejoin", NULL
 };

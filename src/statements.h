@@ -23,7 +23,12 @@
  *                       TIDs as "ctid = ANY (array)", and the join is a
  *                       hash join, not a nested loop of one TID scan per
  *                       row (each such scan asks the kernel for the
- *                       table's size, an lseek per row)
+ *                       table's size, an lseek per row). A subquery
+ *                       that yields the TIDs in an index's order, with
+ *                       a LIMIT, still walks that index: every way is
+ *                       disabled then, and the planner takes the one
+ *                       with the fewest disabled steps (a scan would
+ *                       need a sort besides)
  */
 typedef enum OutboxPlanPath
 {

@@ -9,8 +9,9 @@
 # (the claim leaving out the events in flight with a hashed subplan),
 # outcomes and NOTIFY marks fetch rows by TID (one scan of a batch's TIDs,
 # hash joined to its values), failures by primary key, the journal of
-# events in flight by its primary key, and no
-# relay statement scans the outbox table sequentially. The server's
+# events in flight by its primary key, the purge's batches by an index
+# walk and TIDs, no relay statement scans the outbox table sequentially,
+# and none is compiled by JIT. The server's
 # plan_cache_mode = force_custom_plan, which would plan each execution
 # afresh, does not apply to the relay, nor to outbox_relay() in a session.
 use strict;
@@ -147,6 +148,58 @@ is(scalar(grep { $_->[1] =~ /(?:Seq Scan|Bitmap Heap Scan) on outbox o\b/ } @pla
 is($after, 'force_custom_plan', "the session's setting is as it was after the call");
 
 is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
+
+# The purge, with statistics taken while every event was pending and the
+# inbox was empty: each batch of delivered events walks
+# outbox_delivered_idx within one destination and deletes by TID, the
+# next destination is one probe of that index, and inbox rows go the same
+# way through inbox_processed_at_idx. Batches of 500, so that a
+# destination takes several, each after the last row of the one before.
+set_databases($node, '');
+ok(wait_no_relay($node, 'postgres'), 'the relay stops while the statistics are taken');
+emit($node, 'postgres', 'hook.purge', 2000);
+emit($node, 'postgres', 'note.purge', 600);
+$node->safe_psql('postgres', q{
+	DELETE FROM outbox WHERE event_type NOT LIKE '%.purge';
+	VACUUM ANALYZE outbox;
+	TRUNCATE inbox;
+	ANALYZE inbox;
+	INSERT INTO inbox (consumer, event_id, processed_at)
+	SELECT 'c' || i % 3, gen_random_uuid(), now() - interval '1 day' + i * interval '1 ms'
+	  FROM generate_series(1, 1200) AS i;});
+$offset = -s $node->logfile;
+$node->append_conf('postgresql.conf', q{
+outbox.retention = 1
+outbox.inbox_retention = 1
+outbox.purge_batch_size = 500
+outbox.purge_delay = 0
+outbox.purge_interval = 100});
+set_databases($node, 'postgres');
+my $purger = wait_relay($node, 'postgres', $pid);
+ok($purger, 'the relay starts again');
+ok( $node->poll_query_until('postgres', q{
+		SELECT NOT EXISTS (SELECT FROM outbox) AND NOT EXISTS (SELECT FROM inbox)}),
+	'the relay delivers every event, then purges them and the inbox rows');
+@plans = relay_plans(log_since($node, $offset), $purger);
+for my $s (
+	[ 'purge batch', qr/DELETE FROM \S+\.outbox o\s+WHERE o\.ctid = ANY/,
+	  qr/\A(?=.*Tid Scan on outbox o\b)(?=.*Index Scan using outbox_delivered_idx on outbox p\b)/s ],
+	[ 'next destination to purge', qr/SELECT min\(p\.destination\)/,
+	  qr/Index Only Scan (?:Backward )?using outbox_delivered_idx on outbox p\b/ ],
+	[ 'inbox purge batch', qr/DELETE FROM \S+\.inbox i\s+WHERE i\.ctid = ANY/,
+	  qr/\A(?=.*Tid Scan on inbox i\b)(?=.*Index Scan using inbox_processed_at_idx on inbox q\b)/s ])
+{
+	my ($name, $text, $path) = @$s;
+	my @mine = grep { $_->[0] =~ $text } @plans;
+	ok(@mine > 1, "the relay ran its $name statement more than once");
+	my @off = grep { $_->[1] !~ $path } @mine;
+	is(scalar @off, 0, "every $name plan uses the expected access path")
+	  or diag("$name plan:\n$off[0][1]");
+}
+is(scalar(grep { $_->[1] =~ /(?:Seq Scan|Bitmap Heap Scan) on (?:outbox|inbox) \w\b/ } @plans), 0,
+	'no statement of the relay scans the outbox or inbox table');
+is(scalar(grep { $_->[1] =~ /^\s*JIT:/m } @plans), 0, 'no statement of the relay is compiled by JIT');
+
 $sink->stop;
 $node->stop;
 done_testing();
