@@ -7,7 +7,7 @@ PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\"
 SHLIB_LINK   = -lcurl
 
 
-REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver versions
+REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver ordered versions
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=test/outbox.conf
 TAP_TESTS    = 1
 PROVE_TESTS  = test/t/*.pl

@@ -85,6 +85,61 @@ CREATE INDEX outbox_alone_idx ON @extschema@.outbox (next_attempt_at, id)
     WHERE cut_off_attempts OPERATOR(pg_catalog.>=) 2
       AND delivered_at IS NULL AND dead_at IS NULL;
 
+/*
+ * What an operator did to an event is kept in its row: redelivered_at is
+ * set by every redelivery function, cancelled_at (with dead_at, and the
+ * reason in last_error) by outbox_cancel().
+ */
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN redelivered_at timestamptz,
+    ADD COLUMN cancelled_at timestamptz;
+
+COMMENT ON COLUMN @extschema@.outbox.redelivered_at IS
+    'When an operator last made the event due again (outbox_redeliver, outbox_redeliver_dead); NULL if never';
+COMMENT ON COLUMN @extschema@.outbox.cancelled_at IS
+    'When an operator cancelled the event (outbox_cancel): it is dead-lettered, with the reason in last_error';
+
+/*
+ * Ordered delivery (a destination's ordered option, below). The key of an
+ * event is its aggregate: (aggregate_type, aggregate_id), a NULL type the
+ * same as an empty one; events without an aggregate_id have none. For an
+ * ordered destination only the head of a key is claimed: the event with no
+ * earlier undelivered one of its key going to that destination, dead or
+ * not, unless cancelled or skipped. outbox_key_idx finds the event before
+ * one in its key with one probe, whatever the key's backlog. It is keyed
+ * by a 64-bit hash of the key, not the key itself: an index entry must fit
+ * a third of a page, and an aggregate id written before the limits (or
+ * with triggers off) can be any size; the probe compares the key too.
+ *
+ * A claim that meets an event that is not a head holds it: held_by is the
+ * event before it, and it is not due again until that one's outcome (the
+ * relay then makes the events it held due at once, through
+ * outbox_held_idx) or, in case a release was missed (the event before it
+ * deleted by hand), as long as it has waited already (at least a minute,
+ * at most an hour); so a claim walks heads, not every key's backlog.
+ * Correctness rests on the claim's test alone: a held event is tested
+ * again when it is claimed.
+ */
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN held_by bigint,
+    ADD COLUMN skipped_at timestamptz,
+    ADD COLUMN skipped_by text;
+
+COMMENT ON COLUMN @extschema@.outbox.held_by IS
+    'Ordered destinations: the id of the earlier event of the same aggregate that this one waits for; NULL when it waits for none';
+COMMENT ON COLUMN @extschema@.outbox.skipped_at IS
+    'When an operator skipped the dead-lettered event (outbox_skip_dead): it no longer holds back later events of its aggregate';
+COMMENT ON COLUMN @extschema@.outbox.skipped_by IS
+    'The role that skipped the dead-lettered event';
+
+CREATE INDEX outbox_key_idx
+    ON @extschema@.outbox (pg_catalog.hashtextextended(aggregate_id,
+                               pg_catalog.hashtextextended(coalesce(aggregate_type, ''), 0)), id)
+    WHERE aggregate_id IS NOT NULL AND delivered_at IS NULL
+      AND cancelled_at IS NULL AND skipped_at IS NULL;
+CREATE INDEX outbox_held_idx ON @extschema@.outbox (held_by)
+    WHERE held_by IS NOT NULL;
+
 REVOKE ALL ON @extschema@.outbox_in_flight FROM PUBLIC;
 GRANT SELECT ON @extschema@.outbox_in_flight TO outbox_admin;
 -- a dump keeps the count of attempts that a crash cut off
@@ -157,6 +212,16 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.catch_up_from IS
     'outbox_catch_up returns only events delivered to this NOTIFY destination since then: its creation, or the update from 1.0';
 
 /*
+ * An ordered destination receives the events of one aggregate one at a
+ * time, in id order: see outbox_key_idx above.
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN ordered boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.ordered IS
+    'Deliver the events of one aggregate (aggregate_type, aggregate_id) one at a time, in id order, each after the one before is delivered, skipped or cancelled';
+
+/*
  * Settings a database owner can change must not change what the extension
  * does. The 1.0 body of _outbox_like_pattern was text, parsed on each use
  * with the session's settings: with standard_conforming_strings = off, its
@@ -227,6 +292,13 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@._outbox_unroutable_error() IS
     'Internal: the last_error text of an event parked for want of a destination';
 
+/*
+ * A change of destinations may route an event elsewhere, or make an ordered
+ * destination unordered: events parked for want of a destination, and
+ * those held for an earlier event of their key, are due again at once (a
+ * claim holds the latter again if they still have to wait). Deleting a
+ * destination counts too.
+ */
 CREATE OR REPLACE FUNCTION @extschema@._outbox_destinations_changed()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -238,9 +310,19 @@ BEGIN
      WHERE delivered_at IS NULL AND dead_at IS NULL
        AND next_attempt_at > now()
        AND last_error = @extschema@._outbox_unroutable_error();
+    UPDATE @extschema@.outbox
+       SET held_by = NULL, next_attempt_at = now()
+     WHERE held_by IS NOT NULL AND delivered_at IS NULL;
     RETURN NULL;
 END
 $$;
+
+COMMENT ON FUNCTION @extschema@._outbox_destinations_changed() IS
+    'Internal: makes parked events without a destination, and events held for an earlier one of their aggregate, due again when destinations change';
+
+CREATE OR REPLACE TRIGGER outbox_destinations_changed
+    AFTER INSERT OR UPDATE OR DELETE ON @extschema@.outbox_destinations
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._outbox_destinations_changed();
 
 CREATE OR REPLACE VIEW @extschema@.outbox_status AS
 SELECT o.event_type,
@@ -294,7 +376,28 @@ CREATE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       d.name AS dest_name, d AS dest, o.cut_off_attempts
+       d.name AS dest_name, d AS dest, o.cut_off_attempts,
+       coalesce(d.ordered AND o.aggregate_id IS NOT NULL, false) AS ordered,
+       -- the event before this one of its key that goes to the same
+       -- ordered destination: one backward probe of outbox_key_idx. A
+       -- subquery in the select list, not a lateral join, so that the
+       -- claim's FOR UPDATE OF p locks the event only, never this one.
+       (SELECT e.id
+          FROM @extschema@.outbox e
+         WHERE d.ordered
+           AND pg_catalog.hashtextextended(e.aggregate_id,
+                   pg_catalog.hashtextextended(coalesce(e.aggregate_type, ''), 0))
+               OPERATOR(pg_catalog.=)
+               pg_catalog.hashtextextended(o.aggregate_id,
+                   pg_catalog.hashtextextended(coalesce(o.aggregate_type, ''), 0))
+           AND e.aggregate_id OPERATOR(pg_catalog.=) o.aggregate_id
+           AND coalesce(e.aggregate_type, '') OPERATOR(pg_catalog.=) coalesce(o.aggregate_type, '')
+           AND e.id OPERATOR(pg_catalog.<) o.id
+           AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
+           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type) r
+                        WHERE r.name OPERATOR(pg_catalog.=) d.name)
+         ORDER BY e.id DESC
+         LIMIT 1) AS blocked_by
   FROM @extschema@.outbox o
   LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
@@ -586,20 +689,6 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_library_version() IS
     'Version of the outbox library this server runs; differs from the extension''s version until both steps of an upgrade are done';
 
-/*
- * What an operator did to an event is kept in its row: redelivered_at is
- * set by every redelivery function, cancelled_at (with dead_at, and the
- * reason in last_error) by outbox_cancel().
- */
-ALTER TABLE @extschema@.outbox
-    ADD COLUMN redelivered_at timestamptz,
-    ADD COLUMN cancelled_at timestamptz;
-
-COMMENT ON COLUMN @extschema@.outbox.redelivered_at IS
-    'When an operator last made the event due again (outbox_redeliver, outbox_redeliver_dead); NULL if never';
-COMMENT ON COLUMN @extschema@.outbox.cancelled_at IS
-    'When an operator cancelled the event (outbox_cancel): it is dead-lettered, with the reason in last_error';
-
 /* inbox_purge: the same absolute cut-off as outbox_purge */
 CREATE OR REPLACE FUNCTION @extschema@.inbox_purge(retention interval DEFAULT '30 days')
 RETURNS bigint
@@ -633,6 +722,7 @@ AS $$
     WITH r AS (
         UPDATE @extschema@.outbox o
            SET delivered_at = NULL, dead_at = NULL, cancelled_at = NULL,
+               skipped_at = NULL, skipped_by = NULL,
                next_attempt_at = now(), redelivered_at = now()
          WHERE o.event_id = outbox_redeliver.event_id
            AND (o.delivered_at IS NOT NULL OR o.dead_at IS NOT NULL OR o.next_attempt_at > now())
@@ -641,7 +731,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_redeliver(uuid) IS
-    'Makes a delivered, dead-lettered or cancelled event due again; returns false if it was already due';
+    'Makes a delivered, dead-lettered, cancelled or skipped event due again; returns false if it was already due';
 
 /* a cancelled event was stopped on purpose: only outbox_redeliver(uuid) brings it back */
 CREATE OR REPLACE FUNCTION @extschema@.outbox_redeliver_dead()
@@ -652,13 +742,13 @@ AS $$
     WITH r AS (
         UPDATE @extschema@.outbox
            SET dead_at = NULL, next_attempt_at = now(), redelivered_at = now()
-         WHERE dead_at IS NOT NULL AND cancelled_at IS NULL
+         WHERE dead_at IS NOT NULL AND cancelled_at IS NULL AND skipped_at IS NULL
         RETURNING 1)
     SELECT count(*) FROM r
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_redeliver_dead() IS
-    'Makes every dead-lettered event due again, except cancelled ones; returns how many';
+    'Makes every dead-lettered event due again, except cancelled and skipped ones; returns how many';
 
 /*
  * Replay: delivered events whose delivery was recorded in [since, until),
@@ -715,6 +805,8 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    cancelled bigint;
 BEGIN
     IF event_id IS NULL OR reason IS NULL THEN
         RAISE EXCEPTION 'event_id and reason must not be null'
@@ -732,23 +824,118 @@ BEGIN
        SET dead_at = now(), cancelled_at = now(),
            last_error = 'cancelled by ' || current_user || ': ' || reason
      WHERE o.event_id = outbox_cancel.event_id
-       AND o.delivered_at IS NULL AND o.dead_at IS NULL;
-    RETURN FOUND;
+       AND o.delivered_at IS NULL AND o.dead_at IS NULL
+    RETURNING o.id INTO cancelled;
+    IF cancelled IS NULL THEN
+        RETURN false;
+    END IF;
+    -- a cancelled event holds back nothing: the next one of its key is due
+    UPDATE @extschema@.outbox o
+       SET held_by = NULL, next_attempt_at = now()
+     WHERE o.held_by = cancelled AND o.delivered_at IS NULL;
+    RETURN true;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_cancel(uuid, text) IS
     'Dead-letters a pending event by hand, with the reason in last_error; returns false if it was not pending';
 
+/*
+ * Ordered destinations: a dead-lettered event holds back the later events
+ * of its aggregate until it is redelivered or skipped. Skipping keeps it
+ * dead (outbox_redeliver_dead passes it over; outbox_redeliver(uuid)
+ * still brings it back) and records who skipped it and when; the next
+ * event of its aggregate is due at once.
+ */
+CREATE FUNCTION @extschema@.outbox_skip_dead(event_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    skipped bigint;
+BEGIN
+    IF event_id IS NULL THEN
+        RAISE EXCEPTION 'event_id must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE @extschema@.outbox o
+       SET skipped_at = now(), skipped_by = current_user
+     WHERE o.event_id = outbox_skip_dead.event_id
+       AND o.dead_at IS NOT NULL AND o.delivered_at IS NULL
+       AND o.cancelled_at IS NULL AND o.skipped_at IS NULL
+    RETURNING o.id INTO skipped;
+    IF skipped IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.outbox o
+       SET held_by = NULL, next_attempt_at = now()
+     WHERE o.held_by = skipped AND o.delivered_at IS NULL;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_skip_dead(uuid) IS
+    'Lets the later events of a dead-lettered event''s aggregate go on without it (ordered destinations), recording who and when; returns false if it is not dead, or cancelled or skipped already';
+
+/*
+ * The aggregates whose events wait at an ordered destination, each with
+ * the event that holds them back (the first of its aggregate not yet
+ * delivered, cancelled or skipped), its state and age, and how many wait
+ * behind it. Reads the events held by a claim (outbox_held_idx), and one
+ * probe of outbox_key_idx per aggregate.
+ */
+CREATE VIEW @extschema@.outbox_blocked_keys AS
+SELECT w.destination, h.aggregate_type, h.aggregate_id,
+       h.event_id AS blocking_event_id, h.event_type AS blocking_event_type,
+       CASE WHEN h.dead_at IS NOT NULL THEN 'dead'
+            WHEN (h.id, h.attempts) IN (
+                SELECT f.id, f.attempts
+                  FROM @extschema@.outbox_in_flight j,
+                       unnest(j.ids, j.attempts) AS f(id, attempts)) THEN 'in flight'
+            WHEN h.next_attempt_at > now() AND h.held_by IS NULL THEN 'backing off'
+            ELSE 'due' END AS state,
+       h.attempts, now() - h.created_at AS age, w.waiting
+  FROM (SELECT r.name AS destination, o.aggregate_id,
+               coalesce(o.aggregate_type, '') AS key_type,
+               pg_catalog.hashtextextended(o.aggregate_id,
+                   pg_catalog.hashtextextended(coalesce(o.aggregate_type, ''), 0)) AS key_hash,
+               count(*) AS waiting
+          FROM @extschema@.outbox o
+          CROSS JOIN LATERAL @extschema@._outbox_route(o.event_type) r
+         WHERE o.held_by IS NOT NULL AND o.delivered_at IS NULL AND r.ordered
+         GROUP BY 1, 2, 3, 4) w
+  CROSS JOIN LATERAL (
+        SELECT e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.attempts,
+               e.created_at, e.next_attempt_at, e.dead_at, e.held_by
+          FROM @extschema@.outbox e
+         WHERE pg_catalog.hashtextextended(e.aggregate_id,
+                   pg_catalog.hashtextextended(coalesce(e.aggregate_type, ''), 0)) = w.key_hash
+           AND e.aggregate_id = w.aggregate_id
+           AND coalesce(e.aggregate_type, '') = w.key_type
+           AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
+           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type) x
+                        WHERE x.name = w.destination)
+         ORDER BY e.id
+         LIMIT 1) h;
+
+COMMENT ON VIEW @extschema@.outbox_blocked_keys IS
+    'Aggregates whose events wait at an ordered destination: the event that holds them back, its state (due, in flight, backing off, dead) and age, and how many wait';
+
+REVOKE ALL ON @extschema@.outbox_blocked_keys FROM PUBLIC;
+GRANT SELECT ON @extschema@.outbox_blocked_keys TO outbox_admin;
+
 REVOKE ALL ON FUNCTION
     @extschema@.outbox_library_version(),
     @extschema@.outbox_redeliver(timestamptz, timestamptz, text, text),
-    @extschema@.outbox_cancel(uuid, text)
+    @extschema@.outbox_cancel(uuid, text),
+    @extschema@.outbox_skip_dead(uuid)
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     @extschema@.outbox_library_version(),
     @extschema@.outbox_redeliver(timestamptz, timestamptz, text, text),
-    @extschema@.outbox_cancel(uuid, text)
+    @extschema@.outbox_cancel(uuid, text),
+    @extschema@.outbox_skip_dead(uuid)
 TO outbox_admin;
 
 /*

@@ -106,6 +106,7 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 	OutboxEvent **ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	OutboxEvent **unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	OutboxEvent **held = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 
 	for (int i = 0; i < n; i++)
 	{
@@ -114,7 +115,9 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 		CHECK_FOR_INTERRUPTS();
 		if (!keep[i])
 			continue;
-		if (ev->error != NULL || (ev->dest.name != NULL && ev->body == NULL))
+		if (ev->blocked_by != 0)
+			held[d->held++] = ev;
+		else if (ev->error != NULL || (ev->dest.name != NULL && ev->body == NULL))
 			failed[d->failed++] = ev;
 		else if (ev->dest.name == NULL)
 			unroutable[d->unroutable++] = ev;
@@ -135,6 +138,22 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 	OutboxMarkDelivered(ok, d->delivered);
 	OutboxMarkFailed(failed, d->failed);
 	OutboxMarkUnroutable(unroutable, d->unroutable);
+	if (d->held > 0)
+	{
+		/* the claim's events that stay undelivered: the held wait for them */
+		int64	   *mine = palloc(sizeof(int64) * n);
+		int			nmine = 0;
+
+		for (int i = 0; i < d->held; i++)
+			mine[nmine++] = held[i]->id;
+		for (int i = 0; i < d->nin_flight; i++)
+			mine[nmine++] = d->in_flight[i]->id;
+		for (int i = 0; i < d->failed; i++)
+			mine[nmine++] = failed[i]->id;
+		/* after the marks: one delivered above is not waited for */
+		if (OutboxHold(held, d->held, mine, nmine) > 0)
+			d->due_again = true;
+	}
 	if (req->run != 0 && d->nin_flight > 0)
 	{
 		d->claim = ++claim_seq;

@@ -50,7 +50,7 @@ static OutboxStatement recorded_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1, last_error = NULL,"
-		"       destination = u.dest"
+		"       destination = u.dest, held_by = NULL"
 		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
 		"       AS u(tid, id, attempts, dest)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
@@ -245,10 +245,12 @@ OutboxMarkFailed(OutboxEvent **events, int n)
 /*
  * Records the outcomes of n events that were in flight, on the row
  * versions their claim read (see recorded_stmt): delivered, or a failed
- * attempt (see failed_attempt); either counts the attempt.
+ * attempt (see failed_attempt); either counts the attempt. A delivery of
+ * an event with an ordered key releases the next event of its key
+ * (OutboxReleaseHeld). Returns how many events that made due.
  * Caller has a transaction open and SPI connected; ERROR if SPI fails.
  */
-void
+int
 OutboxRecordOutcomes(OutboxEvent **events, int n)
 {
 	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
@@ -258,6 +260,8 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
 	int			nok = 0;
 	int			nfailed = 0;
+	int			released = 0;
+	int			nrecorded = 0;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -285,9 +289,15 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));
 		note_changed(ok, NULL, nok);
+		/* an outcome that changed nothing releases nothing */
+		for (int i = 0; i < nok; i++)
+			if (ok[i]->recorded)
+				ok[nrecorded++] = ok[i];
+		released = OutboxReleaseHeld(ok, nrecorded);
 	}
 	if (nfailed > 0)
 		(void) record_failures(failed, nfailed);
+	return released;
 }
 
 /*

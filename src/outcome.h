@@ -13,7 +13,7 @@
 #include "event.h"
 
 extern void OutboxMarkFailed(OutboxEvent **events, int n);
-extern void OutboxRecordOutcomes(OutboxEvent **events, int n);
+extern int	OutboxRecordOutcomes(OutboxEvent **events, int n);
 extern bool OutboxRecordFailure(OutboxEvent *ev);
 
 #endif							/* OUTBOX_OUTCOME_H */

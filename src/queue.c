@@ -104,7 +104,7 @@ static Oid	ext_nspoid = InvalidOid;
 #define CLAIM_SELECT \
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest, p.cut_off_attempts" \
+	"       p.dest_name, p.dest, p.cut_off_attempts, p.ordered, p.blocked_by" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
@@ -145,7 +145,9 @@ enum
 	Anum_claim_dest_name,
 	Anum_claim_dest,
 	Anum_claim_cut_off_attempts,
-	Natts_claim = Anum_claim_cut_off_attempts
+	Anum_claim_ordered,
+	Anum_claim_blocked_by,
+	Natts_claim = Anum_claim_blocked_by
 };
 
 static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID};
@@ -153,7 +155,7 @@ static OutboxStatement delivered_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1,"
-		"       last_error = NULL, destination = u.dest"
+		"       last_error = NULL, destination = u.dest, held_by = NULL"
 		"  FROM unnest($1::tid[], $2::text[]) AS u(tid, dest)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid",
 	.nargs = 2,
@@ -204,6 +206,58 @@ static OutboxStatement unroutable_short_stmt = {
 		UNROUTABLE_SET,
 	.nargs = 1,
 	.argtypes = unroutable_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
+
+/*
+ * Ordered destinations. An event that is not the head of its key (the
+ * view's blocked_by: the event before it, see outbox_key_idx) is held by
+ * the claim that meets it: held_by names that event, and it is not due
+ * again before that one's outcome releases it (release_stmt) or, should a
+ * release be missed, as long as it has waited already (at least
+ * HOLD_RECHECK, at most an hour), so that claims walk heads rather than
+ * backlogs. Holding is only a shortcut: an event not held is tested again
+ * by the next claim. So it is held only while the event it waits for
+ * cannot be done meanwhile: it is one of this claim's ($3: locked by it,
+ * and not delivered at its COMMIT), or, read under a SHARE lock on its
+ * row, it is still undelivered, and not cancelled or skipped. An outcome
+ * that delivers it holds a lock that conflicts: either it committed first
+ * (this statement's snapshot sees it done) or it comes after this
+ * transaction and then finds the event held, and releases it. The lock
+ * skips rows that others have locked (a claim or an outcome in progress,
+ * whose waits could form a cycle with this one): those events are not
+ * held.
+ */
+#define HOLD_RECHECK "1 minute"
+static const Oid hold_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
+static OutboxStatement hold_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET held_by = u.blocker,"
+		"       next_attempt_at = now() + least(interval '1 hour',"
+		"           greatest(interval '" HOLD_RECHECK "', now() - o.created_at))"
+		"  FROM unnest($1::tid[], $2::bigint[], $3::bool[]) AS u(tid, blocker, mine)"
+		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
+		"   AND (u.mine OR EXISTS (SELECT FROM %1$s.outbox b"
+		"                           WHERE b.id = u.blocker AND b.delivered_at IS NULL"
+		"                             AND b.cancelled_at IS NULL AND b.skipped_at IS NULL"
+		"                             FOR SHARE OF b SKIP LOCKED))",
+	.nargs = 3,
+	.argtypes = hold_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
+
+/* The events held for those in $1, which are done: due at once. */
+static const Oid release_argtypes[] = {INT8ARRAYOID};
+static OutboxStatement release_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox o"
+		"   SET held_by = NULL, next_attempt_at = now()"
+		" WHERE o.held_by = ANY ($1) AND o.delivered_at IS NULL",
+	.nargs = 1,
+	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
 };
@@ -495,6 +549,10 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 													   &isnull));
 	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
 	ev->retry_after_ms = -1;
+	ev->ordered = DatumGetBool(SPI_getbinval(tuple, desc, Anum_claim_ordered, &isnull)) && !isnull;
+	ev->blocked_by = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_blocked_by, &isnull));
+	if (isnull)
+		ev->blocked_by = 0;
 
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
 	if (ev->dest.name != NULL)
@@ -676,6 +734,16 @@ admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm
 
 		CHECK_FOR_INTERRUPTS();
 		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
+		if (e->blocked_by != 0)
+		{
+			/* not its key's turn: held, nothing built (OutboxHold) */
+			if (e->payload != NULL)
+				pfree(e->payload);
+			e->payload = NULL;
+			e->cost = 0;
+			n++;
+			continue;
+		}
 		if (adm->leave_alone && e->cut_off_attempts >= OUTBOX_ALONE_AFTER &&
 			e->error == NULL && e->dest.name != NULL &&
 			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
@@ -856,6 +924,82 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not mark events delivered: %s", SPI_result_code_string(rc));
 	OutboxCheckMarked(n, true);
+	(void) OutboxReleaseHeld(events, n);
+}
+
+static int
+cmp_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * Holds the n claimed events in held, which are not the head of their key
+ * for an ordered destination (ev->blocked_by, see hold_stmt). mine lists
+ * the nmine ids of the claim's events that stay undelivered after its
+ * COMMIT (held, in flight, failed), sorted in place here. Returns how many
+ * were not held: they are due, and the caller should claim again at once.
+ * Never waits for a lock. Same context and errors as OutboxMarkDelivered.
+ */
+int
+OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine)
+{
+	Datum	   *blockers;
+	Datum	   *owned;
+	Datum		values[3];
+	int			rc;
+
+	if (n == 0)
+		return 0;
+	qsort(mine, nmine, sizeof(int64), cmp_int64);
+	blockers = palloc(sizeof(Datum) * n);
+	owned = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+	{
+		blockers[i] = Int64GetDatum(held[i]->blocked_by);
+		owned[i] = BoolGetDatum(nmine > 0 &&
+								bsearch(&held[i]->blocked_by, mine, nmine, sizeof(int64),
+										cmp_int64) != NULL);
+	}
+	values[0] = OutboxTidArray(held, n);
+	values[1] = PointerGetDatum(construct_array(blockers, n, INT8OID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[2] = PointerGetDatum(construct_array(owned, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	rc = SPI_execute_plan(OutboxStatementPlan(&hold_stmt, ext_nspoid), values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not hold events of ordered destinations: %s", SPI_result_code_string(rc));
+	return n - (int) SPI_processed;
+}
+
+/*
+ * Makes due at once the events held for those of the n events (just
+ * marked delivered, in this transaction) that have an ordered key: the
+ * next event of each key. Events without one are passed over, and
+ * nothing is run if none has. Returns how many events were released.
+ * Same context and errors as OutboxMarkDelivered.
+ */
+int
+OutboxReleaseHeld(OutboxEvent **events, int n)
+{
+	int64	   *ids = palloc(sizeof(int64) * Max(n, 1));
+	int			nids = 0;
+	Datum		values[1];
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+		if (events[i]->ordered)
+			ids[nids++] = events[i]->id;
+	if (nids == 0)
+		return 0;
+	values[0] = OutboxInt8Array(ids, nids);
+	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, OutboxQueueSchema()),
+						  values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "could not release held events: %s", SPI_result_code_string(rc));
+	return (int) SPI_processed;
 }
 
 /*

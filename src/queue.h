@@ -50,6 +50,8 @@ extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
 extern void OutboxMarkDelivered(OutboxEvent **events, int n);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
+extern int	OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine);
+extern int	OutboxReleaseHeld(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);

@@ -659,7 +659,7 @@ worker_claim(WorkerState *st)
 	 * cut by the set's room or the memory budget: outcomes make room; cut
 	 * for a destination's share: the next claim takes the others'
 	 */
-	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left ||
+	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left || c.d.due_again ||
 		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;

@@ -364,12 +364,17 @@ OutboxRecordStep(void *arg)
 			set_local("session_replication_role", "replica");
 		r->recorded = OutboxRecordFailure(events[0]);
 	}
-	else
-		OutboxRecordOutcomes(events, n);
+	else if (OutboxRecordOutcomes(events, n) > 0)
+	{
+		/* the next events of ordered keys are due */
+		r->next_due_ms = 0;
+		return;
+	}
 
 	/*
 	 * Only a failure schedules an attempt (its retry); a delivery can only
-	 * make the next due time later, so it need not be read again.
+	 * make the next due time later, unless it released events (above), so
+	 * it need not be read again.
 	 */
 	for (int i = 0; i < n; i++)
 	{
