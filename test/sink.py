@@ -7,6 +7,7 @@ of times, or answer slowly:
 
   POST /_control  {"status": 503}                  answer every event with 503
                   {"fail": {"<event-id>": 1}}       fail that event once (500)
+                  {"fail_status": 400}              the status of those failures
                   {"delay_ms": 3000}                wait before answering
                   {"location": "http://..."}        a Location header in every answer
                   {"echo": ["authorization", "x-tenant"]}
@@ -31,6 +32,9 @@ of times, or answer slowly:
   POST /_reset     forget requests and rules
 
 A RULE for one path overrides the global status and delay_ms, and may add:
+  "fail_rate": 0.2           answer that share of requests with 503 instead,
+                             at random (reproducibly: "seed" in /_control
+                             starts the sequence again)
   "retry_after": "2"         a Retry-After header, sent as given
   "retry_after_in": 3        a Retry-After HTTP-date at least 3 s after the answer
   "drip_ms": 500             the body goes out one byte per 500 ms after the
@@ -54,6 +58,7 @@ import email.utils
 import json
 import math
 import os
+import random
 import select
 import socket
 import sys
@@ -71,6 +76,7 @@ DEFAULT_RULES = {"status": 200, "fail": {}, "delay_ms": 0, "paths": {}, "echo": 
 rules = json.loads(json.dumps(DEFAULT_RULES))
 arrived = {}  # path -> how many requests to it have arrived
 released = {}  # path -> how many of its first arrivals a "release" let go
+chance = random.Random(0)  # for "fail_rate"
 
 
 def rule_for(path, consume):
@@ -155,6 +161,8 @@ class Handler(BaseHTTPRequestHandler):
                 path = new.pop("release", None)
                 if path is not None:
                     released[path] = arrived.get(path, 0)
+                if "seed" in new:
+                    chance.seed(new.pop("seed"))
                 rules.update(new)
                 changed.notify_all()
             return self.reply(200, rules)
@@ -192,7 +200,9 @@ class Handler(BaseHTTPRequestHandler):
             status = rule["status"]
             if rules["fail"].get(event_id, 0) > 0:
                 rules["fail"][event_id] -= 1
-                status = 500
+                status = rules.get("fail_status", 500)
+            elif rule.get("fail_rate") and chance.random() < rule["fail_rate"]:
+                status = 503
             echo = list(rules["echo"])
             # held: wait until a later /_control lifts the hold
             while held(rule, seq, self.path, event_id):
