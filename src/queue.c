@@ -246,7 +246,7 @@ static OutboxStatement hold_stmt = {
 	.nargs = 3,
 	.argtypes = hold_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_KEYED
+	.path = OUTBOX_PLAN_BY_TID
 };
 
 /* The events held for those in $1, which are done: due at once. */

@@ -36,9 +36,11 @@ $sink->paths('/fail' => { status => 503 });
 $node->safe_psql('postgres', sprintf(q{
 	INSERT INTO outbox_destinations (name, event_types, url) VALUES
 	    ('hook', 'hook.*', '%s'), ('fail', 'fail.*', '%s');
+	INSERT INTO outbox_destinations (name, event_types, url, ordered) VALUES
+	    ('ord', 'ord.*', '%s', true);
 	INSERT INTO outbox_destinations (name, event_types, channel) VALUES
 	    ('note', 'note.*', 'outbox_plans')},
-	$sink->url('/hook'), $sink->url('/fail')));
+	$sink->url('/hook'), $sink->url('/fail'), $sink->url('/ord')));
 
 # Which statement a plan belongs to (by its text), and the access path it
 # must use on the outbox table. Statements that join rows to a batch's
@@ -49,12 +51,16 @@ my $tid_list = qr/Hash Join\b.*->  Tid Scan on outbox o\b[^\n]*\n\s*TID Cond: \(
 my @statements = (
 	[ 'claim', qr/FOR UPDATE OF p SKIP LOCKED/,
 	  qr/Index Scan using outbox_pending_idx on outbox o\b[^\n]*\n(?:\s+(?:Index Cond|Filter):[^\n]*\n)*\s+Filter: [^\n]*\bhashed SubPlan/ ],
-	[ 'outcome', qr/FROM unnest\(\$1::tid\[\], \$2::bigint\[\]/, $tid_list ],
+	[ 'outcome', qr/FROM unnest\(\$1::tid\[\], \$2::bigint\[\], \$3::int\[\]/, $tid_list ],
 	[ 'NOTIFY mark', qr/FROM unnest\(\$1::tid\[\], \$2::text\[\]\)/, $tid_list ],
 	[ 'journal end', qr/DELETE FROM \S+\.outbox_in_flight j/, qr/Index Scan using outbox_in_flight_pkey on outbox_in_flight j\b/ ],
 	[ 'failure', qr/SET attempts = u\.attempts, last_error = u\.err/, qr/Index Scan using outbox_pkey on outbox o\b/ ],
 	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
-	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ]);
+	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ],
+	[ 'hold', qr/SET held_by = u\.blocker/,
+	  qr/\A(?=.*$tid_list)(?=.*Index Scan using outbox_pkey on outbox b\b)/s ],
+	[ 'release', qr/SET held_by = NULL, next_attempt_at = now\(\)/,
+	  qr/Index Scan using outbox_held_idx on outbox o\b/ ]);
 
 # The plans process $who (default: the relay) logged in $text: [query
 # text, plan text] each.
@@ -85,8 +91,10 @@ sub round
 	emit($node, 'postgres', "note.r$round", 50);
 	emit($node, 'postgres', "fail.r$round", 5);
 	emit($node, 'postgres', "nowhere.r$round", 5);
+	$node->safe_psql('postgres', qq{
+		SELECT count(outbox_emit('ord.r$round', '{}', 'order', (i % 3)::text)) FROM generate_series(1, 30) i});
 	ok( $node->poll_query_until('postgres', qq{
-			SELECT count(*) FILTER (WHERE event_type IN ('hook.r$round', 'note.r$round') AND delivered_at IS NOT NULL) = 550
+			SELECT count(*) FILTER (WHERE event_type IN ('hook.r$round', 'note.r$round', 'ord.r$round') AND delivered_at IS NOT NULL) = 580
 			   AND count(*) FILTER (WHERE event_type = 'fail.r$round' AND attempts >= 2 AND NOT (id, attempts) IN (SELECT f.id, f.attempts FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts))) = 5
 			   AND count(*) FILTER (WHERE event_type = 'nowhere.r$round' AND last_error IS NOT NULL) = 5
 			  FROM outbox}),
