@@ -274,20 +274,26 @@ def fill(c, n, event_type):
     c.sql("VACUUM ANALYZE outbox")
 
 
+def start_and_drain(c):
+    """Starts the relay (stopped, the table filled) and waits until nothing
+    is pending: returns the seconds from the reload that starts it, and the
+    CPU seconds the relay used."""
+    t0 = time.time()
+    c.set(settle=False, databases="postgres")
+    pids = []
+    while not pids and time.time() - t0 < 10:
+        pids = relay_pids(c)
+    wait_drained(c)
+    return time.time() - t0, sum(cpu_seconds(pid) for pid in pids)
+
+
 def drain(c, n, event_type, dest_sql, label):
     """Fills the table with the relay stopped, then starts it and times it."""
     c.set(databases="")
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
     fill(c, n, event_type)
     c.sql(dest_sql)
-    t0 = time.time()  # from the reload that starts the relay
-    c.set(settle=False, databases="postgres")
-    pids = []
-    while not pids and time.time() - t0 < 10:
-        pids = relay_pids(c)
-    wait_drained(c)
-    t = time.time() - t0
-    cpu = sum(cpu_seconds(pid) for pid in pids)
+    t, cpu = start_and_drain(c)
     delivered = c.sql("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL")[0][0]
     first, last = c.sql("SELECT min(delivered_at), max(delivered_at) FROM outbox")[0]
     span = (last - first).total_seconds() if first else float("nan")
@@ -612,14 +618,7 @@ def bench_ordered(c, n, keys, nginx_port, batch, conns, delivered, pending, pkey
         c.sql("VACUUM ANALYZE outbox")
         c.sql("INSERT INTO outbox_destinations (name, event_types, url, ordered) "
               "VALUES ('h', 'bench.*', %s, %s)", (f"http://127.0.0.1:{nginx_port}/hook", ordered))
-        t0 = time.time()
-        c.set(settle=False, databases="postgres")
-        pids = []
-        while not pids and time.time() - t0 < 10:
-            pids = relay_pids(c)
-        wait_drained(c)
-        t = time.time() - t0
-        cpu = sum(cpu_seconds(pid) for pid in pids)
+        t, cpu = start_and_drain(c)
         rates[ordered] = n / t
         print(f"  {'ordered' if ordered else 'unordered':9s} {n} events in {t:6.2f} s = {n / t:8.0f} events/s;"
               f" relay CPU {1e6 * cpu / n:.1f} us per event")
