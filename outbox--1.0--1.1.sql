@@ -112,11 +112,12 @@ COMMENT ON COLUMN @extschema@.outbox.cancelled_at IS
  * with triggers off) can be any size; the probe compares the key too.
  *
  * A claim that meets an event that is not a head holds it: held_by is the
- * event before it, and it is not due again until that one's outcome (the
- * relay then makes the events it held due at once, through
- * outbox_held_idx) or, in case a release was missed (the event before it
- * deleted by hand), as long as it has waited already (at least a minute,
- * at most an hour); so a claim walks heads, not every key's backlog.
+ * event before it, and it is not due again until that one is delivered,
+ * cancelled or skipped (which makes the events held for it due at once,
+ * through outbox_held_idx) or, in case a release was missed (the event
+ * before it deleted by hand), as long as it has waited already (at least
+ * a minute, at most ten; a second when the claim could not be sure: see
+ * src/queue.c); so a claim walks heads, not every key's backlog.
  * Correctness rests on the claim's test alone: a held event is tested
  * again when it is claimed.
  */
@@ -312,7 +313,7 @@ BEGIN
        AND last_error = @extschema@._outbox_unroutable_error();
     UPDATE @extschema@.outbox
        SET held_by = NULL, next_attempt_at = now()
-     WHERE held_by IS NOT NULL AND delivered_at IS NULL;
+     WHERE held_by IS NOT NULL AND delivered_at IS NULL AND next_attempt_at > now();
     RETURN NULL;
 END
 $$;
@@ -832,7 +833,7 @@ BEGIN
     -- a cancelled event holds back nothing: the next one of its key is due
     UPDATE @extschema@.outbox o
        SET held_by = NULL, next_attempt_at = now()
-     WHERE o.held_by = cancelled AND o.delivered_at IS NULL;
+     WHERE o.held_by = cancelled AND o.delivered_at IS NULL AND o.next_attempt_at > now();
     RETURN true;
 END
 $$;
@@ -870,7 +871,7 @@ BEGIN
     END IF;
     UPDATE @extschema@.outbox o
        SET held_by = NULL, next_attempt_at = now()
-     WHERE o.held_by = skipped AND o.delivered_at IS NULL;
+     WHERE o.held_by = skipped AND o.delivered_at IS NULL AND o.next_attempt_at > now();
     RETURN true;
 END
 $$;

@@ -135,7 +135,9 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 			d->in_flight[d->nin_flight++] = ev;
 		}
 	}
-	OutboxMarkDelivered(ok, d->delivered);
+	/* released: the next events of their keys are due now */
+	if (OutboxMarkDelivered(ok, d->delivered) > 0)
+		d->due_again = true;
 	OutboxMarkFailed(failed, d->failed);
 	OutboxMarkUnroutable(unroutable, d->unroutable);
 	if (d->held > 0)
@@ -151,7 +153,8 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 		for (int i = 0; i < d->failed; i++)
 			mine[nmine++] = failed[i]->id;
 		/* after the marks: one delivered above is not waited for */
-		if (OutboxHold(held, d->held, mine, nmine) > 0)
+		if (OutboxHold(held, d->held, mine, nmine, d->routing_locked,
+					   d->routing_locked || req->run == 0) > 0)
 			d->due_again = true;
 	}
 	if (req->run != 0 && d->nin_flight > 0)
@@ -193,6 +196,14 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		return;
 	d->opened = true;
 	d->extoid = OutboxQueueExtension();
+
+	/*
+	 * Before the claim's snapshot: with routing fixed until COMMIT, a
+	 * claim may hold events of ordered destinations for long (OutboxHold).
+	 * Not from outbox_relay(), whose transaction lasts while it sends: it
+	 * trusts only its own claim's events, whose outcomes it records.
+	 */
+	d->routing_locked = req->run != 0 && OutboxLockRouting();
 
 	exclude = OutboxInFlightIds(MyDatabaseId, req->run == 0, &nexclude, &room);
 	if (req->run != 0 && room < batch_size)

@@ -38,6 +38,7 @@ typedef struct OutboxDispatchResult
 	int			unroutable;
 	int			held;			/* not their key's turn (ordered destinations) */
 	bool		due_again;		/* events became due in the claim: claim again */
+	bool		routing_locked; /* outbox_destinations cannot change until COMMIT */
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
 	bool		budget_limited; /* events left for the memory budget */
 	bool		dest_limited;	/* events left: their destination had its share */

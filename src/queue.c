@@ -214,48 +214,74 @@ static OutboxStatement unroutable_short_stmt = {
  * Ordered destinations. An event that is not the head of its key (the
  * view's blocked_by: the event before it, see outbox_key_idx) is held by
  * the claim that meets it: held_by names that event, and it is not due
- * again before that one's outcome releases it (release_stmt) or, should a
- * release be missed, as long as it has waited already (at least
- * HOLD_RECHECK, at most an hour), so that claims walk heads rather than
- * backlogs. Holding is only a shortcut: an event not held is tested again
- * by the next claim. So it is held only while the event it waits for
- * cannot be done meanwhile: it is one of this claim's ($3: locked by it,
- * and not delivered at its COMMIT), or, read under a SHARE lock on its
- * row, it is still undelivered, and not cancelled or skipped. An outcome
- * that delivers it holds a lock that conflicts: either it committed first
- * (this statement's snapshot sees it done) or it comes after this
- * transaction and then finds the event held, and releases it. The lock
- * skips rows that others have locked (a claim or an outcome in progress,
- * whose waits could form a cycle with this one): those events are not
- * held.
+ * again before that one's delivery releases it (release_stmt), or, should
+ * a release be missed, after it has waited as long again (HOLD_MIN to
+ * HOLD_MAX), so that claims walk heads rather than backlogs. Holding is
+ * only a shortcut: the next claim tests an event again. It is held that
+ * long ("sure") only while the event it waits for cannot be done
+ * meanwhile: that event is one of this claim's ($3: locked by it, and not
+ * delivered at its COMMIT; $5 allowing), or, read under a SHARE lock on
+ * its row ($4 allowing), it is still undelivered, and not cancelled or
+ * skipped. A delivery
+ * of it holds a lock that conflicts: either it committed first (then it
+ * is done, and the event is not held: the caller claims again) or it
+ * comes after this transaction, finds the event held, and releases it.
+ * The lock skips rows that others have locked (whose waits could form a
+ * cycle with this one); an event whose wait is not sure, but whose
+ * blocker this statement's snapshot sees undelivered, is held for
+ * HOLD_SHORT only, so that a claim neither loops on it nor loses it.
+ * The caller allows sure holds only when routing cannot change before its
+ * COMMIT (OutboxDispatch); a session's outbox_relay(), whose locks last
+ * while it sends, takes no lock on another's event ($4 false), and trusts
+ * its own claim ($5) as its own outcomes release what it holds.
  */
-#define HOLD_RECHECK "1 minute"
-static const Oid hold_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, BOOLARRAYOID};
+#define HOLD_MIN "1 minute"
+#define HOLD_MAX "10 minutes"
+#define HOLD_SHORT "1 second"
+#define BLOCKER_PENDING(b, blocker) \
+	"SELECT FROM %1$s.outbox " b \
+	" WHERE " b ".id = " blocker " AND " b ".delivered_at IS NULL" \
+	"   AND " b ".cancelled_at IS NULL AND " b ".skipped_at IS NULL"
+static const Oid hold_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, BOOLARRAYOID, BOOLOID, BOOLOID};
 static OutboxStatement hold_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
-		"   SET held_by = u.blocker,"
-		"       next_attempt_at = now() + least(interval '1 hour',"
-		"           greatest(interval '" HOLD_RECHECK "', now() - o.created_at))"
-		"  FROM unnest($1::tid[], $2::bigint[], $3::bool[]) AS u(tid, blocker, mine)"
-		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
-		"   AND (u.mine OR EXISTS (SELECT FROM %1$s.outbox b"
-		"                           WHERE b.id = u.blocker AND b.delivered_at IS NULL"
-		"                             AND b.cancelled_at IS NULL AND b.skipped_at IS NULL"
-		"                             FOR SHARE OF b SKIP LOCKED))",
-	.nargs = 3,
+		"   SET held_by = v.blocker,"
+		"       next_attempt_at = now() + CASE WHEN v.sure"
+		"           THEN least(interval '" HOLD_MAX "',"
+		"                      greatest(interval '" HOLD_MIN "', now() - o.created_at))"
+		"           ELSE interval '" HOLD_SHORT "' END"
+		"  FROM (SELECT u.tid, u.blocker,"
+		"               (u.mine AND $5) OR"
+		"               ($4 AND EXISTS (" BLOCKER_PENDING("b", "u.blocker") " FOR SHARE OF b SKIP LOCKED)) AS sure"
+		"          FROM unnest($1::tid[], $2::bigint[], $3::bool[]) AS u(tid, blocker, mine)"
+		"        OFFSET 0) v"		/* not pulled up: "sure" locks, once */
+		" WHERE o.ctid = ANY ($1) AND o.ctid = v.tid"
+		"   AND (v.sure OR EXISTS (" BLOCKER_PENDING("s", "v.blocker") "))",
+	.nargs = 5,
 	.argtypes = hold_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_BY_TID
 };
 
-/* The events held for those in $1, which are done: due at once. */
+/*
+ * The events held for those in $1, which are delivered: due at once. Only
+ * those still waiting (an event whose recheck came due may be claimed, in
+ * flight: its row must not change under its outcome), and not those that
+ * another claim has locked: it tests them itself, and waiting for it could
+ * close a cycle of claims that release each other's events.
+ */
 static const Oid release_argtypes[] = {INT8ARRAYOID};
 static OutboxStatement release_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET held_by = NULL, next_attempt_at = now()"
-		" WHERE o.held_by = ANY ($1) AND o.delivered_at IS NULL",
+		" WHERE o.ctid = ANY (ARRAY("
+		"           SELECT h.ctid FROM %1$s.outbox h"
+		"            WHERE h.held_by = ANY ($1) AND h.next_attempt_at > now()"
+		"              AND h.delivered_at IS NULL"
+		"              FOR UPDATE OF h SKIP LOCKED))"
+		"   AND o.held_by = ANY ($1) AND o.next_attempt_at > now()",
 	.nargs = 1,
 	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
@@ -898,11 +924,12 @@ OutboxCheckMarked(int n, bool delivered)
 
 /*
  * Marks n claimed events delivered: delivered_at = now() (the pass's start),
- * attempts + 1, last_error cleared, destination recorded. Runs in the pass's
- * transaction with SPI connected; raises ERROR only if SPI fails, which
- * aborts the pass and leaves every claimed event pending.
+ * attempts + 1, last_error cleared, destination recorded; then releases
+ * the events held for them (OutboxReleaseHeld), and returns how many. Runs
+ * in the pass's transaction with SPI connected; raises ERROR only if SPI
+ * fails, which aborts the pass and leaves every claimed event pending.
  */
-void
+int
 OutboxMarkDelivered(OutboxEvent **events, int n)
 {
 	Datum	   *dests;
@@ -910,7 +937,7 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 	int			rc;
 
 	if (n == 0)
-		return;
+		return 0;
 	dests = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
 	{
@@ -924,7 +951,7 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not mark events delivered: %s", SPI_result_code_string(rc));
 	OutboxCheckMarked(n, true);
-	(void) OutboxReleaseHeld(events, n);
+	return OutboxReleaseHeld(events, n);
 }
 
 static int
@@ -940,16 +967,20 @@ cmp_int64(const void *a, const void *b)
  * Holds the n claimed events in held, which are not the head of their key
  * for an ordered destination (ev->blocked_by, see hold_stmt). mine lists
  * the nmine ids of the claim's events that stay undelivered after its
- * COMMIT (held, in flight, failed), sorted in place here. Returns how many
- * were not held: they are due, and the caller should claim again at once.
- * Never waits for a lock. Same context and errors as OutboxMarkDelivered.
+ * COMMIT (held, in flight, failed), sorted in place here. lock_others
+ * allows long holds for an event outside the claim, read under a lock,
+ * trust_mine for one of the claim's (see hold_stmt). Returns how many
+ * were not held: they are
+ * due, and the caller should claim again at once. Never waits for a
+ * lock. Same context and errors as OutboxMarkDelivered.
  */
 int
-OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine)
+OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine, bool lock_others,
+		   bool trust_mine)
 {
 	Datum	   *blockers;
 	Datum	   *owned;
-	Datum		values[3];
+	Datum		values[5];
 	int			rc;
 
 	if (n == 0)
@@ -968,6 +999,8 @@ OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine)
 	values[1] = PointerGetDatum(construct_array(blockers, n, INT8OID, 8, FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(owned, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	values[3] = BoolGetDatum(lock_others);
+	values[4] = BoolGetDatum(trust_mine);
 	rc = SPI_execute_plan(OutboxStatementPlan(&hold_stmt, ext_nspoid), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not hold events of ordered destinations: %s", SPI_result_code_string(rc));
@@ -976,10 +1009,12 @@ OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine)
 
 /*
  * Makes due at once the events held for those of the n events (just
- * marked delivered, in this transaction) that have an ordered key: the
- * next event of each key. Events without one are passed over, and
- * nothing is run if none has. Returns how many events were released.
- * Same context and errors as OutboxMarkDelivered.
+ * marked delivered, in this transaction; see release_stmt): the next
+ * event of each key. Any event with an aggregate id may have some, its
+ * destination ordered now or not (it may have become ordered since its
+ * claim); events without one are passed over, and nothing is run if none
+ * has. Returns how many events were released. Same context and errors as
+ * OutboxMarkDelivered.
  */
 int
 OutboxReleaseHeld(OutboxEvent **events, int n)
@@ -990,7 +1025,7 @@ OutboxReleaseHeld(OutboxEvent **events, int n)
 	int			rc;
 
 	for (int i = 0; i < n; i++)
-		if (events[i]->ordered)
+		if (events[i]->aggregate_id != NULL)
 			ids[nids++] = events[i]->id;
 	if (nids == 0)
 		return 0;
@@ -1000,6 +1035,20 @@ OutboxReleaseHeld(OutboxEvent **events, int n)
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not release held events: %s", SPI_result_code_string(rc));
 	return (int) SPI_processed;
+}
+
+/*
+ * Takes a SHARE lock on outbox_destinations if it can at once, until the
+ * transaction ends: then no change of routing commits before then, and
+ * statements started after see every one committed. Returns whether it
+ * did. Never waits.
+ */
+bool
+OutboxLockRouting(void)
+{
+	Oid			destinations = get_relname_relid("outbox_destinations", ext_nspoid);
+
+	return OidIsValid(destinations) && ConditionalLockRelationOid(destinations, ShareLock);
 }
 
 /*
@@ -1014,16 +1063,12 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 {
 	Datum		values[1];
 	int			rc;
-	Oid			destinations;
 	bool		locked;
 
 	if (n == 0)
 		return;
 	values[0] = OutboxTidArray(events, n);
-
-	destinations = get_relname_relid("outbox_destinations", ext_nspoid);
-	locked = OidIsValid(destinations) &&
-		ConditionalLockRelationOid(destinations, ShareLock);
+	locked = OutboxLockRouting();
 	rc = SPI_execute_plan(OutboxStatementPlan(locked ? &unroutable_stmt : &unroutable_short_stmt,
 											  ext_nspoid),
 						  values, NULL, false, 0);

@@ -56,11 +56,11 @@ my @statements = (
 	[ 'journal end', qr/DELETE FROM \S+\.outbox_in_flight j/, qr/Index Scan using outbox_in_flight_pkey on outbox_in_flight j\b/ ],
 	[ 'failure', qr/SET attempts = u\.attempts, last_error = u\.err/, qr/Index Scan using outbox_pkey on outbox o\b/ ],
 	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
-	[ 'next due', qr/o\.next_attempt_at > now\(\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ],
-	[ 'hold', qr/SET held_by = u\.blocker/,
+	[ 'next due', qr/extract\(epoch FROM o\.next_attempt_at - now\(\)\)/, qr/Index Only Scan using outbox_pending_idx on outbox o\b/ ],
+	[ 'hold', qr/SET held_by = v\.blocker/,
 	  qr/\A(?=.*$tid_list)(?=.*Index Scan using outbox_pkey on outbox b\b)/s ],
 	[ 'release', qr/SET held_by = NULL, next_attempt_at = now\(\)/,
-	  qr/Index Scan using outbox_held_idx on outbox o\b/ ]);
+	  qr/Index Scan using outbox_held_idx on outbox h\b/ ]);
 
 # The plans process $who (default: the relay) logged in $text: [query
 # text, plan text] each.

@@ -199,6 +199,61 @@ ok( $node->poll_query_until('postgres',
 like(slurp_file($node->logfile), qr/terminated by signal 9/, 'the server went through a crash restart');
 is(check_order('/ord', 'ord.hang', 'crash'), 1000, 'all 1,000 arrived with a 2xx answer');
 
+# 6. outbox_relay() in a session whose transaction stays open meets an
+# event held back by one that a relay has in flight: it must not lock that
+# event, or the relay could not record its outcome (it would wait for the
+# session) and would stop for every destination
+$sink->paths('/ord' => { hold => 1 });
+$node->safe_psql('postgres', q{
+	SELECT outbox_emit('ord.solo', '{"n": 1}', 'order', 'solo');
+	SELECT outbox_emit('ord.solo', '{"n": 2}', 'order', 'solo');});
+ok(wait_until(sub { $sink->stats('/ord')->{in_flight} == 1 }), 'a relay sends the first event of the key');
+my ($first, $second) = split /
+/, $node->safe_psql('postgres',
+	"SELECT id FROM outbox WHERE event_type = 'ord.solo' ORDER BY id");
+my $session = $node->background_psql('postgres');
+# the session makes the second due and claims it itself (its update keeps
+# the relays' claims off the row)
+$session->query_safe(qq{
+	BEGIN;
+	UPDATE outbox SET next_attempt_at = now() WHERE id = $second;
+	SELECT * FROM outbox_relay(10);});
+is($session->query_safe("SELECT held_by FROM outbox WHERE id = $second"), $first,
+	'outbox_relay() holds the second event for the first');
+$sink->paths('/ord' => {});
+ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM outbox WHERE id = $first"),
+	'the relay records the first one\'s delivery while the session is still open');
+is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM pg_stat_activity
+		 WHERE backend_type = 'outbox relay' AND wait_event_type = 'Lock'}),
+	'0', 'no relay waits for a lock');
+$session->query_safe('COMMIT');
+$session->quit;
+ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM outbox WHERE id = $second"),
+	'the second is delivered after it');
+is(check_order('/ord', 'ord.solo', 'outbox_relay() beside the relays'), 2, 'both arrived');
+
+# 7. an event whose blocker another transaction has locked (here an
+# operator's open transaction) is held for a moment rather than claimed
+# again and again: a relay that skips the locked row still holds the event
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT outbox_emit('ord.locked', '{"n": 1}', 'order', 'locked');
+	UPDATE outbox SET next_attempt_at = now() + interval '1 hour', attempts = 1
+	 WHERE event_type = 'ord.locked';
+	COMMIT;});
+my $head = $node->safe_psql('postgres', "SELECT id FROM outbox WHERE event_type = 'ord.locked'");
+my $operator = $node->background_psql('postgres');
+$operator->query_safe("BEGIN; SELECT id FROM outbox WHERE id = $head FOR UPDATE;");
+$node->safe_psql('postgres', q{SELECT outbox_emit('ord.locked', '{"n": 2}', 'order', 'locked')});
+my $next = $node->safe_psql('postgres', "SELECT max(id) FROM outbox WHERE event_type = 'ord.locked'");
+ok( $node->poll_query_until('postgres', qq{
+		SELECT held_by = $head AND next_attempt_at < now() + interval '1 minute'
+		  FROM outbox WHERE id = $next}),
+	'the event is held for its locked blocker, for a moment only');
+$operator->query_safe('ROLLBACK');
+$operator->quit;
+
 $sink->stop;
 $node->stop;
 done_testing();
