@@ -880,11 +880,14 @@ COMMENT ON FUNCTION @extschema@.outbox_skip_dead(uuid) IS
     'Lets the later events of a dead-lettered event''s aggregate go on without it (ordered destinations), recording who and when; returns false if it is not dead, or cancelled or skipped already';
 
 /*
- * The aggregates whose events wait at an ordered destination, each with
- * the event that holds them back (the first of its aggregate not yet
- * delivered, cancelled or skipped), its state and age, and how many wait
- * behind it. Reads the events held by a claim (outbox_held_idx), and one
- * probe of outbox_key_idx per aggregate.
+ * The aggregates whose events wait at an ordered destination: those with
+ * more than one event not yet delivered, cancelled or skipped that goes
+ * there, each with the first of them (the event that holds the others
+ * back), its state and age, and how many wait behind it. Found from the
+ * events themselves, not from what claims have held: it is right at once
+ * after a change of destinations (which releases every hold). It reads
+ * every undelivered event that has an aggregate id, as outbox_status
+ * reads every undelivered event.
  */
 CREATE VIEW @extschema@.outbox_blocked_keys AS
 SELECT w.destination, h.aggregate_type, h.aggregate_id,
@@ -894,31 +897,17 @@ SELECT w.destination, h.aggregate_type, h.aggregate_id,
                 SELECT f.id, f.attempts
                   FROM @extschema@.outbox_in_flight j,
                        unnest(j.ids, j.attempts) AS f(id, attempts)) THEN 'in flight'
-            WHEN h.next_attempt_at > now() AND h.held_by IS NULL THEN 'backing off'
+            WHEN h.next_attempt_at > now() THEN 'backing off'
             ELSE 'due' END AS state,
        h.attempts, now() - h.created_at AS age, w.waiting
-  FROM (SELECT r.name AS destination, o.aggregate_id,
-               coalesce(o.aggregate_type, '') AS key_type,
-               pg_catalog.hashtextextended(o.aggregate_id,
-                   pg_catalog.hashtextextended(coalesce(o.aggregate_type, ''), 0)) AS key_hash,
-               count(*) AS waiting
+  FROM (SELECT r.name AS destination, min(o.id) AS head, count(*) - 1 AS waiting
           FROM @extschema@.outbox o
           CROSS JOIN LATERAL @extschema@._outbox_route(o.event_type) r
-         WHERE o.held_by IS NOT NULL AND o.delivered_at IS NULL AND r.ordered
-         GROUP BY 1, 2, 3, 4) w
-  CROSS JOIN LATERAL (
-        SELECT e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.attempts,
-               e.created_at, e.next_attempt_at, e.dead_at, e.held_by
-          FROM @extschema@.outbox e
-         WHERE pg_catalog.hashtextextended(e.aggregate_id,
-                   pg_catalog.hashtextextended(coalesce(e.aggregate_type, ''), 0)) = w.key_hash
-           AND e.aggregate_id = w.aggregate_id
-           AND coalesce(e.aggregate_type, '') = w.key_type
-           AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
-           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type) x
-                        WHERE x.name = w.destination)
-         ORDER BY e.id
-         LIMIT 1) h;
+         WHERE o.aggregate_id IS NOT NULL AND o.delivered_at IS NULL
+           AND o.cancelled_at IS NULL AND o.skipped_at IS NULL AND r.ordered
+         GROUP BY r.name, o.aggregate_id, coalesce(o.aggregate_type, '')
+        HAVING count(*) > 1) w
+  JOIN @extschema@.outbox h ON h.id = w.head;
 
 COMMENT ON VIEW @extschema@.outbox_blocked_keys IS
     'Aggregates whose events wait at an ordered destination: the event that holds them back, its state (due, in flight, backing off, dead) and age, and how many wait';

@@ -643,20 +643,27 @@ def bench_ordered(c, n, keys, nginx_port, batch, conns, delivered, pending, pkey
                     dead_at = CASE WHEN h.aggregate_id::int < %s THEN now() END
                FROM heads h WHERE o.id = h.id""", (blocked, blocked))
     c.sql("VACUUM ANALYZE outbox")
+    # the relay's claims hold the events behind the heads, as they would in
+    # production (outbox_relay() in a session holds them for a second only)
+    t0 = time.time()
+    c.set(settle=False, databases="postgres")
     conn = c.connect()
     cur = conn.cursor()
-    # the claims that meet the events behind the heads hold them
-    t0 = time.time()
-    while True:
-        cur.execute("SELECT * FROM outbox_relay(1000)")
+    while time.time() - t0 < 600:
         cur.execute("""SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND dead_at IS NULL
                           AND next_attempt_at <= now()""")
-        if cur.fetchone()[0] == 0 or time.time() - t0 > 600:
+        if cur.fetchone()[0] == 0:
             break
+        time.sleep(0.1)
+    hold_s = time.time() - t0
+    c.set(databases="")
     cur.execute("SELECT count(*) FROM outbox WHERE held_by IS NOT NULL")
     held = cur.fetchone()[0]
     cur.execute("SELECT count(*) FROM outbox_blocked_keys WHERE state = 'dead'")
     dead_keys = cur.fetchone()[0]
+    # the session's first pass prepares the relay's statements, once per
+    # process: not a pass's cost
+    cur.execute("SELECT * FROM outbox_relay()")
     times = []
     for _ in range(passes):
         t1 = time.perf_counter()
@@ -666,7 +673,7 @@ def bench_ordered(c, n, keys, nginx_port, batch, conns, delivered, pending, pkey
     print(f"parameters: {delivered} delivered events retained, {pending} pending over {pkeys} aggregates of an "
           f"ordered destination, the heads of {blocked} dead-lettered and of the others backing off; "
           f"{passes} passes of outbox_relay() from a session")
-    print(f"  claims to hold the events behind the heads: {time.time() - t0:.1f} s; held {held}, "
+    print(f"  the relay's claims held the events behind the heads in {hold_s:.1f} s; held {held}, "
           f"aggregates held back by a dead event: {dead_keys}")
     print(f"  pass finding nothing due: p50 {pct(times, 50):.3f} ms   p99 {pct(times, 99):.3f} ms"
           f"   max {max(times):.3f} ms (target: at most 2 ms)")
