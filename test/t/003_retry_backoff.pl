@@ -51,9 +51,17 @@ ok( $node->poll_query_until('postgres',
 	'retried while the endpoint is down');
 like( $node->safe_psql('postgres', "SELECT last_error FROM outbox WHERE event_id = '$down'"),
 	qr/^HTTP status 503/, 'last_error keeps the status');
-ok( $node->safe_psql('postgres',
-		"SELECT next_attempt_at > now() OR delivered_at IS NOT NULL FROM outbox WHERE event_id = '$down'") eq 't',
-	'next attempt scheduled in the future');
+# the row's last recorded failure scheduled the next attempt after that
+# attempt's answer (read from the row and the endpoint, not against the
+# clock now: the retry may be under way already),
+my ($failed_attempts, $next_at) = split /\|/, $node->safe_psql('postgres',
+	"SELECT attempts, extract(epoch FROM next_attempt_at) FROM outbox WHERE event_id = '$down'");
+my ($last_failed) = grep { decode_json($_->{body})->{attempt} == $failed_attempts }
+  grep { $_->{webhook_id} eq $down } @{ $sink->requests };
+# at least half of outbox.backoff_base (100 ms here) after it: backoff
+# with equal jitter waits at least half of its delay
+ok(defined $last_failed && $next_at - $last_failed->{answered_at} >= 0.05,
+	'the next attempt is scheduled at least 50 ms after the failed one');
 $sink->control(status => 200);
 ok( $node->poll_query_until('postgres',
 		"SELECT delivered_at IS NOT NULL AND last_error IS NULL FROM outbox WHERE event_id = '$down'"),
