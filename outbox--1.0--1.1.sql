@@ -378,7 +378,6 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
        d.name AS dest_name, d AS dest, o.cut_off_attempts,
-       coalesce(d.ordered AND o.aggregate_id IS NOT NULL, false) AS ordered,
        -- the event before this one of its key that goes to the same
        -- ordered destination: one backward probe of outbox_key_idx. A
        -- subquery in the select list, not a lateral join, so that the

@@ -116,8 +116,6 @@ typedef struct OutboxEvent
 	char	   *event_type;
 	char	   *aggregate_type; /* or NULL */
 	char	   *aggregate_id;	/* or NULL */
-	bool		ordered;		/* its destination is ordered and it has a
-								 * key: its outcome may release the next */
 	int64		blocked_by;		/* not the head of its key: the event before
 								 * it, which it is held for; 0: none */
 	TimestampTz created_at;

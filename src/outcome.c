@@ -246,7 +246,7 @@ OutboxMarkFailed(OutboxEvent **events, int n)
  * Records the outcomes of n events that were in flight, on the row
  * versions their claim read (see recorded_stmt): delivered, or a failed
  * attempt (see failed_attempt); either counts the attempt. A delivery of
- * an event with an ordered key releases the next event of its key
+ * an event with an aggregate id releases the events held for it
  * (OutboxReleaseHeld). Returns how many events that made due.
  * Caller has a transaction open and SPI connected; ERROR if SPI fails.
  */

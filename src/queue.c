@@ -104,7 +104,7 @@ static Oid	ext_nspoid = InvalidOid;
 #define CLAIM_SELECT \
 	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest, p.cut_off_attempts, p.ordered, p.blocked_by" \
+	"       p.dest_name, p.dest, p.cut_off_attempts, p.blocked_by" \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
@@ -145,7 +145,6 @@ enum
 	Anum_claim_dest_name,
 	Anum_claim_dest,
 	Anum_claim_cut_off_attempts,
-	Anum_claim_ordered,
 	Anum_claim_blocked_by,
 	Natts_claim = Anum_claim_blocked_by
 };
@@ -575,7 +574,6 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 													   &isnull));
 	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
 	ev->retry_after_ms = -1;
-	ev->ordered = DatumGetBool(SPI_getbinval(tuple, desc, Anum_claim_ordered, &isnull)) && !isnull;
 	ev->blocked_by = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_blocked_by, &isnull));
 	if (isnull)
 		ev->blocked_by = 0;

@@ -366,7 +366,7 @@ OutboxRecordStep(void *arg)
 	}
 	else if (OutboxRecordOutcomes(events, n) > 0)
 	{
-		/* the next events of ordered keys are due */
+		/* deliveries released held events: they are due now */
 		r->next_due_ms = 0;
 		return;
 	}
