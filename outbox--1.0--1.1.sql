@@ -165,7 +165,7 @@ ALTER TABLE @extschema@.outbox_destinations
     ALTER COLUMN kind SET NOT NULL;
 
 COMMENT ON COLUMN @extschema@.outbox_destinations.kind IS
-    'How events are sent: http (a webhook, to url) or notify (a NOTIFY channel); set from the target when not given, fixed once written';
+    'How events are sent: http (a webhook, to url), notify (a NOTIFY channel) or jetstream (a NATS JetStream stream, at nats_servers); set from the target when not given, fixed once written';
 COMMENT ON COLUMN @extschema@.outbox_destinations.format IS
     'What is sent for an event: envelope (the outbox envelope, JSON)';
 
@@ -221,6 +221,41 @@ ALTER TABLE @extschema@.outbox_destinations
 
 COMMENT ON COLUMN @extschema@.outbox_destinations.ordered IS
     'Deliver the events of one aggregate (aggregate_type, aggregate_id) one at a time, in id order, each after the one before is delivered, skipped or cancelled';
+
+/*
+ * jetstream: a NATS JetStream stream (deliver_jetstream.c). nats_servers
+ * is its target; the subject may be a template of the event's fields. The
+ * credentials, like the secret, are readable by outbox_admin only (the
+ * table's privileges); the files are read by the relay as the server's OS
+ * user, so naming one needs the privileges of pg_read_server_files (the
+ * validation trigger).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN nats_servers text,
+    ADD COLUMN nats_subject text,
+    ADD COLUMN nats_stream text,
+    ADD COLUMN nats_user text,
+    ADD COLUMN nats_password text,
+    ADD COLUMN nats_token text,
+    ADD COLUMN nats_creds_file text,
+    ADD COLUMN nats_ca_file text;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_servers IS
+    'JetStream destinations: the NATS servers, a comma-separated list of nats:// or tls:// URLs (host and port, no credentials)';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_subject IS
+    'JetStream destinations: the subject events are published to, or a template with {event_type}, {aggregate_type}, {aggregate_id}';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_stream IS
+    'JetStream destinations: the stream that stores the subject; every publish expects it (Nats-Expected-Stream), and its duplicate window is checked';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_user IS
+    'JetStream destinations: user name, with nats_password';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_password IS
+    'JetStream destinations: password, with nats_user; readable by outbox_admin only';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_token IS
+    'JetStream destinations: authentication token; readable by outbox_admin only';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_creds_file IS
+    'JetStream destinations: absolute path of a .creds file (user JWT and NKey seed), read by the server''s OS user; needs pg_read_server_files to set';
+COMMENT ON COLUMN @extschema@.outbox_destinations.nats_ca_file IS
+    'JetStream destinations: absolute path of the CA certificates (PEM) that sign the servers'' TLS certificates; needs pg_read_server_files to set';
 
 /*
  * Settings a database owner can change must not change what the extension

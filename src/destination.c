@@ -28,6 +28,7 @@
 static const OutboxDestinationKind *const kinds[] = {
 	&OutboxHttpKind,
 	&OutboxNotifyKind,
+	&OutboxJetStreamKind,
 };
 
 #define NKINDS ((int) lengthof(kinds))

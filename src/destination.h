@@ -207,5 +207,6 @@ extern void OutboxSendAndWait(OutboxEvent **events, int n);
 /* the kinds, each in its own file */
 extern const OutboxDestinationKind OutboxHttpKind;
 extern const OutboxDestinationKind OutboxNotifyKind;
+extern const OutboxDestinationKind OutboxJetStreamKind;
 
 #endif							/* OUTBOX_DESTINATION_H */

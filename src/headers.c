@@ -27,6 +27,7 @@
 
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/formatting.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
@@ -304,4 +305,81 @@ _outbox_valid_headers(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(true);
 	headers = PG_GETARG_JSONB_P(0);
 	PG_RETURN_BOOL(OutboxHeadersCheck(headers, false, &p));
+}
+
+/* One header offered for a message, in OutboxMergeHeaders. */
+typedef struct MergeItem
+{
+	OutboxHeader *header;
+	char	   *lower;			/* name in lower case: HTTP names are not case-sensitive */
+	int			pos;			/* offer order: the destination's come first */
+	bool		keep;
+} MergeItem;
+
+static int
+merge_item_cmp(const void *a, const void *b)
+{
+	const MergeItem *x = *(MergeItem *const *) a;
+	const MergeItem *y = *(MergeItem *const *) b;
+	int			c = strcmp(x->lower, y->lower);
+
+	return c != 0 ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/*
+ * The headers to send with an event, in *out (palloc'd): the destination's
+ * (dest, or NULL), then the event's own (event, or NULL) whose name the
+ * destination does not use, compared without case as HTTP and NATS header
+ * names are; headers whose value is JSON null are left out, and so are the
+ * event's that OutboxEventHeaderAllowed refuses. Returns how many. Sorting
+ * keeps this O(n log n) in the number of headers, which a writer controls.
+ * Interruptible; runs in the relay, any transaction state.
+ */
+int
+OutboxMergeHeaders(Jsonb *dest, Jsonb *event, OutboxHeader **out)
+{
+	OutboxHeader *lists[2] = {NULL, NULL};
+	int			counts[2] = {0, 0};
+	Jsonb	   *sources[2] = {dest, event};
+	MergeItem  *items;
+	MergeItem **sorted;
+	OutboxHeader *merged;
+	int			n = 0;
+	int			nmerged = 0;
+
+	for (int s = 0; s < 2; s++)
+		if (sources[s] != NULL && JB_ROOT_IS_OBJECT(sources[s]))
+			counts[s] = OutboxHeaderList(sources[s], &lists[s]);
+	items = palloc(sizeof(MergeItem) * Max(counts[0] + counts[1], 1));
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < counts[s]; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (lists[s][i].value == NULL)
+				continue;
+			/* an event never sends what events may not carry (checked at claim) */
+			if (s == 1 && !OutboxEventHeaderAllowed(lists[s][i].name))
+				continue;
+			items[n].header = &lists[s][i];
+			items[n].lower = asc_tolower(lists[s][i].name, strlen(lists[s][i].name));
+			items[n].pos = n;
+			items[n].keep = false;
+			n++;
+		}
+	sorted = palloc(sizeof(MergeItem *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		sorted[i] = &items[i];
+	qsort(sorted, n, sizeof(MergeItem *), merge_item_cmp);
+	for (int i = 0; i < n; i++)
+		sorted[i]->keep = i == 0 || strcmp(sorted[i]->lower, sorted[i - 1]->lower) != 0;
+
+	merged = palloc(sizeof(OutboxHeader) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (items[i].keep)
+			merged[nmerged++] = *items[i].header;
+	}
+	*out = merged;
+	return nmerged;
 }

@@ -41,6 +41,7 @@ extern bool OutboxHeaderValueValid(const char *value, size_t len);
 extern bool OutboxHeaderReserved(const char *name);
 extern bool OutboxEventHeaderAllowed(const char *name);
 extern int	OutboxHeaderList(Jsonb *headers, OutboxHeader **list);
+extern int	OutboxMergeHeaders(Jsonb *dest, Jsonb *event, OutboxHeader **out);
 extern bool OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *problem);
 extern void OutboxRaiseProblem(const OutboxProblem *problem);
 

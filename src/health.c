@@ -717,6 +717,49 @@ OutboxHealthNote(const OutboxEvent *ev, const char *error)
 	}
 }
 
+/*
+ * Puts a warning about destination name of the current database in its
+ * last_error (outbox_destination_stats), without counting a failure: a
+ * kind found something wrong with its setup that does not fail an attempt
+ * (a JetStream stream's duplicate window shorter than the retry schedule).
+ * Creates the destination's row if there is room. Called by a relay, with
+ * or without a transaction; a no-op without shared memory.
+ */
+void
+OutboxHealthDestinationWarning(const char *name, const char *text)
+{
+	DestKey		key;
+	DestHealth *d;
+	bool		found;
+
+	if (health == NULL)
+		return;
+	memset(&key, 0, sizeof(key));
+	key.dboid = MyDatabaseId;
+	clip_copy(key.name, name, sizeof(key.name));
+	LWLockAcquire(health->lock, LW_EXCLUSIVE);
+	d = hash_search(dest_hash, &key, HASH_FIND, NULL);
+	if (d == NULL && health->ndests < OUTBOX_MAX_DESTINATION_STATS &&
+		rows_of_database(key.dboid) < OUTBOX_MAX_DESTINATION_STATS_PER_DB)
+	{
+		d = hash_search(dest_hash, &key, HASH_ENTER_NULL, &found);
+		if (d != NULL && !found)
+		{
+			memset(&d->counts, 0, sizeof(d->counts));
+			SpinLockInit(&d->mutex);
+			d->stats_since = GetCurrentTimestamp();
+			health->ndests++;
+		}
+	}
+	if (d != NULL)
+	{
+		SpinLockAcquire(&d->mutex);
+		clip_copy(d->counts.last_error, text, sizeof(d->counts.last_error));
+		SpinLockRelease(&d->mutex);
+	}
+	LWLockRelease(health->lock);
+}
+
 /* ---------------------------------------------------------------------
  * SQL functions
  * ---------------------------------------------------------------------

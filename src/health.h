@@ -54,6 +54,7 @@ extern void OutboxHealthRelayStepOk(void);
 
 /* any process that records outcomes (queue.c) */
 extern void OutboxHealthNote(const OutboxEvent *ev, const char *error);
+extern void OutboxHealthDestinationWarning(const char *name, const char *text);
 
 extern Datum outbox_relay_stats(PG_FUNCTION_ARGS);
 extern Datum outbox_destination_stats(PG_FUNCTION_ARGS);

@@ -1,0 +1,84 @@
+-- JetStream destinations: the rules of a row (deliver_jetstream.c). No
+-- server is needed: rows are checked when written; the relay's side is in
+-- the TAP tests (test/t/09*_jetstream_*.pl).
+
+-- a minimal destination: the kind comes from its one target
+INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
+VALUES ('js', 'none.js', 'nats://127.0.0.1:4222', 'orders.{aggregate_type}.{aggregate_id}', 'ORDERS');
+SELECT name, kind, nats_servers, nats_subject, nats_stream FROM outbox_destinations;
+
+-- servers: nats:// or tls://, host and optional port, no credentials, 1 to 16
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:4222, tls://b:4223,nats://[::1]:4224,nats://c' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'http://a:4222' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://user:secret-pw@a:4222' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:0' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:65536' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:4222/path' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://:4222' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = ' , ' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = E'nats://a\n:4222' WHERE name = 'js'$$);
+SELECT regress.try(format($$UPDATE outbox_destinations SET nats_servers = %L WHERE name = 'js'$$,
+       (SELECT string_agg('nats://h' || g || ':4222', ',') FROM generate_series(1, 17) g)));
+SELECT regress.try(format($$UPDATE outbox_destinations SET nats_servers = %L WHERE name = 'js'$$,
+       'nats://' || repeat('h', 8200)));
+
+-- subjects and templates
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'events' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = '{event_type}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders.*' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders.>' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders..x' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = '.orders' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders x' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = '$JS.API.STREAM.DELETE.{aggregate_id}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = '_INBOX.{aggregate_id}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders.{aggregate}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders.{event_type' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = 'orders.}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_subject = NULL WHERE name = 'js'$$);
+
+-- the stream
+SELECT regress.try($$UPDATE outbox_destinations SET nats_stream = 'ORDERS_2' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_stream = 'ORDERS.A' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_stream = 'a b' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_stream = '' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_stream = NULL WHERE name = 'js'$$);
+
+-- credentials: one way, files by absolute path, no signing secret
+SELECT regress.try($$UPDATE outbox_destinations SET nats_user = 'relay', nats_password = 'pw-1' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_user = NULL WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_token = 'tok' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_user = NULL, nats_password = NULL, nats_token = 'tok' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_token = NULL, nats_creds_file = 'relay.creds' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_token = NULL, nats_creds_file = '/etc/nats/relay.creds', nats_ca_file = '/etc/nats/ca.pem' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = 'ca.pem' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET secret = 'whsec_c2VjcmV0' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET timeout_ms = 2000 WHERE name = 'js'$$);
+SELECT name, nats_user, nats_token, nats_creds_file, nats_ca_file, timeout_ms FROM outbox_destinations;
+
+-- naming a file the relay reads needs pg_read_server_files; other changes do not
+CREATE ROLE regress_js_admin IN ROLE outbox_admin;
+SET ROLE regress_js_admin;
+SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = NULL, nats_creds_file = NULL, nats_token = 'tok' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = '/etc/ssl/private/server.key' WHERE name = 'js'$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, nats_servers, nats_subject, nats_stream, nats_creds_file) VALUES ('x', 'nats://a', 's', 'S', '/var/lib/postgresql/.pgpass')$$);
+RESET ROLE;
+GRANT pg_read_server_files TO regress_js_admin;
+SET ROLE regress_js_admin;
+SELECT regress.try($$UPDATE outbox_destinations SET nats_token = NULL, nats_ca_file = '/etc/nats/ca.pem' WHERE name = 'js'$$);
+RESET ROLE;
+
+-- the kind's columns belong to it: a webhook or a channel cannot have them,
+-- and a JetStream destination has no url or channel
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, nats_subject) VALUES ('x', 'http://127.0.0.1:1/', 's')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, channel, nats_stream) VALUES ('x', 'c', 'S')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, nats_token) VALUES ('x', 'http://127.0.0.1:1/', 't')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, nats_servers, url, nats_subject, nats_stream) VALUES ('x', 'nats://a', 'http://127.0.0.1:1/', 's', 'S')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, url) VALUES ('x', 'jetstream', 'http://127.0.0.1:1/')$$);
+SELECT regress.try($$UPDATE outbox_destinations SET kind = 'http' WHERE name = 'js'$$);
+
+-- an ordered JetStream destination
+SELECT regress.try($$UPDATE outbox_destinations SET ordered = true WHERE name = 'js'$$);
+
+DELETE FROM outbox_destinations;
+DROP ROLE regress_js_admin;

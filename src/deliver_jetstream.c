@@ -1,0 +1,1717 @@
+/*-------------------------------------------------------------------------
+ *
+ * deliver_jetstream.c
+ *	  The JetStream kind of destination: events published to a NATS
+ *	  JetStream stream with the C client library (libnats), deduplicated by
+ *	  the broker on the Nats-Msg-Id header, which is the event_id.
+ *
+ * What counts as delivered is the stream's PubAck (a positive answer that
+ * names the stream and the sequence, or says the message is a duplicate).
+ * An error answer, no responders (no stream takes the subject) and no
+ * answer within the time limit are failed attempts, retried with backoff;
+ * the resend carries the same Nats-Msg-Id, so a message stored before its
+ * PubAck was lost is not stored twice within the stream's duplicate window.
+ *
+ * Publishing is asynchronous (js_PublishMsgAsync): at most
+ * outbox.jetstream_max_pending messages per destination wait for their
+ * PubAck, each with its own time limit, which libnats enforces by
+ * answering the message itself with a timeout. libnats runs its own
+ * threads (reading, flushing, timers, reconnecting, and the thread that
+ * calls the PubAck handler). None of them calls into PostgreSQL: the
+ * handler copies the outcome into a fixed ring under a mutex and sets the
+ * relay's latch; the relay turns outcomes into text in collect. The
+ * connection is made on a thread of this file's own, so a broker that
+ * does not answer never holds the relay up: it waits on its latch, and
+ * SIGTERM ends it at once. Every thread is started with all signals
+ * blocked, so PostgreSQL's signal handlers run on the relay's own thread
+ * only, and threads libnats starts from them inherit that.
+ *
+ * One connection per destination, kept across claims; libnats reconnects
+ * after a broker restart (a message published meanwhile is not buffered:
+ * it waits for the connection up to its time limit, then fails). A
+ * destination whose row changes gets a new connection; the old one is
+ * closed when its last PubAck is in.
+ *
+ * Runs in the relay worker, or in a backend running outbox_relay().
+ *
+ * src/deliver_jetstream.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <nats/nats.h>
+
+#include "catalog/pg_authid.h"
+#include "lib/ilist.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "destination.h"
+#include "envelope.h"
+#include "guc.h"
+#include "headers.h"
+#include "health.h"
+#include "redact.h"
+#include "start_log.h"
+
+/* outbox.jetstream_max_pending: its largest value */
+#define JS_MAX_PENDING_LIMIT 4096
+/* servers of one destination, at most */
+#define JS_MAX_SERVERS 16
+/* the longest nats_servers, nats_subject, stream name, file path */
+#define JS_SERVERS_MAX_BYTES 8192
+#define JS_SUBJECT_MAX_BYTES 1024
+#define JS_BUILT_SUBJECT_MAX_BYTES 4096
+#define JS_STREAM_MAX_BYTES 255
+#define JS_PATH_MAX_BYTES 1024
+/* error text kept from libnats, in the threads' fixed buffers */
+#define JS_TEXT_BYTES 256
+/* a failed connection is tried again after this much, doubling, at most */
+#define JS_RECONNECT_MIN_MS 1000
+#define JS_RECONNECT_MAX_MS 30000
+
+/* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
+static int	js_timeout = 5000;
+static int	js_max_pending = 256;
+
+/* A JetStream destination's own columns (OutboxDestination.options). */
+typedef struct JsDestOptions
+{
+	char	   *servers;		/* nats_servers: comma-separated URLs */
+	char	   *subject;		/* nats_subject: a subject or a template */
+	char	   *stream;			/* nats_stream */
+	char	   *user;			/* nats_user, with nats_password */
+	char	   *password;
+	char	   *token;			/* nats_token */
+	char	   *creds_file;		/* nats_creds_file */
+	char	   *ca_file;		/* nats_ca_file */
+	int			timeout_ms;		/* timeout_ms, or -1: outbox.jetstream_timeout */
+	Jsonb	   *headers;		/* headers (the destination's), or NULL */
+} JsDestOptions;
+
+#define JS_OPTIONS(ev) ((const JsDestOptions *) (ev)->dest.options)
+
+/* The fields of an event a subject template may name. */
+static const char *const template_fields[] = {"event_type", "aggregate_type", "aggregate_id"};
+
+/* ---------------------------------------------------------------------
+ * Subjects
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Whether s[0..len) is a subject the relay may publish to: tokens
+ * separated by dots, none empty, no whitespace or control character, no
+ * wildcard (* or >), and a first token that is not a broker's own: $
+ * (JetStream's API, $JS.API.STREAM.DELETE..., and the system account's)
+ * or _INBOX (other clients' replies). Sets *why when it is not. NATS
+ * subjects are case-sensitive UTF-8; bytes over 0x7f are allowed (NATS
+ * subject naming rules, docs.nats.io "Subject-Based Messaging").
+ */
+static bool
+subject_valid(const char *s, size_t len, const char **why)
+{
+	size_t		token_start = 0;
+
+	if (len == 0)
+	{
+		*why = "it is empty";
+		return false;
+	}
+	if (s[0] == '$' || (len >= 6 && strncmp(s, "_INBOX", 6) == 0 && (len == 6 || s[6] == '.')))
+	{
+		*why = "it begins with $ or _INBOX, which are the broker's own";
+		return false;
+	}
+	for (size_t i = 0; i <= len; i++)
+	{
+		unsigned char c = i < len ? (unsigned char) s[i] : '.';
+
+		if (c == '.')
+		{
+			if (i == token_start)
+			{
+				*why = "it has an empty token (a dot at either end, or two in a row)";
+				return false;
+			}
+			token_start = i + 1;
+		}
+		else if (c <= 0x20 || c == 0x7f)
+		{
+			*why = "it has a space or a control character";
+			return false;
+		}
+		else if (c == '*' || c == '>')
+		{
+			*why = "it has a wildcard (* or >)";
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Walks subject template t: calls emit for each literal run and each
+ * {field}, field being the index in template_fields. Returns false with
+ * *why on a brace that opens no known field or is not closed.
+ */
+typedef void (*template_emit) (void *arg, const char *literal, size_t len, int field);
+
+static bool
+template_walk(const char *t, template_emit emit, void *arg, const char **why)
+{
+	const char *p = t;
+
+	while (*p != '\0')
+	{
+		const char *brace = strpbrk(p, "{}");
+		int			field = -1;
+
+		if (brace == NULL)
+		{
+			emit(arg, p, strlen(p), -1);
+			break;
+		}
+		if (brace > p)
+			emit(arg, p, brace - p, -1);
+		if (*brace == '{')
+			for (int i = 0; i < (int) lengthof(template_fields); i++)
+			{
+				size_t		n = strlen(template_fields[i]);
+
+				if (strncmp(brace + 1, template_fields[i], n) == 0 && brace[1 + n] == '}')
+				{
+					field = i;
+					p = brace + n + 2;
+					break;
+				}
+			}
+		if (field < 0)
+		{
+			*why = "a brace opens none of {event_type}, {aggregate_type}, {aggregate_id}, or is not closed";
+			return false;
+		}
+		emit(arg, NULL, 0, field);
+	}
+	return true;
+}
+
+/* template_emit for checking a template: each field stands for "x" */
+static void
+emit_sample(void *arg, const char *literal, size_t len, int field)
+{
+	if (field >= 0)
+		appendStringInfoChar((StringInfo) arg, 'x');
+	else
+		appendBinaryStringInfo((StringInfo) arg, literal, len);
+}
+
+typedef struct BuildState
+{
+	StringInfoData buf;
+	const OutboxEvent *ev;
+	const char *missing;		/* a field the template names that is NULL */
+} BuildState;
+
+/* template_emit for building an event's subject */
+static void
+emit_event(void *arg, const char *literal, size_t len, int field)
+{
+	BuildState *b = arg;
+	const char *value = NULL;
+
+	if (field < 0)
+	{
+		appendBinaryStringInfo(&b->buf, literal, len);
+		return;
+	}
+	switch (field)
+	{
+		case 0:
+			value = b->ev->event_type;
+			break;
+		case 1:
+			value = b->ev->aggregate_type;
+			break;
+		case 2:
+			value = b->ev->aggregate_id;
+			break;
+	}
+	if (value == NULL || value[0] == '\0')
+	{
+		if (b->missing == NULL)
+			b->missing = template_fields[field];
+		return;
+	}
+	appendStringInfoString(&b->buf, value);
+}
+
+/*
+ * The subject ev is published to, palloc'd; or NULL with *error set (for
+ * last_error: it names the field, and quotes no value, which the writer
+ * chose) when the template names an empty field or the result is not a
+ * valid subject (subject_valid).
+ */
+static char *
+event_subject(const OutboxEvent *ev, char **error)
+{
+	BuildState	b;
+	const char *why = NULL;
+
+	initStringInfo(&b.buf);
+	b.ev = ev;
+	b.missing = NULL;
+	if (!template_walk(JS_OPTIONS(ev)->subject, emit_event, &b, &why))
+	{
+		*error = psprintf("destination nats_subject is not valid: %s", why);
+		return NULL;
+	}
+	if (b.missing != NULL)
+	{
+		*error = psprintf("the subject template uses %s, which the event does not have", b.missing);
+		return NULL;
+	}
+	if (b.buf.len > JS_BUILT_SUBJECT_MAX_BYTES)
+	{
+		*error = psprintf("the subject built for the event is longer than %d bytes",
+						  JS_BUILT_SUBJECT_MAX_BYTES);
+		return NULL;
+	}
+	if (!subject_valid(b.buf.data, b.buf.len, &why))
+	{
+		*error = psprintf("the subject built from the event's fields is not a valid NATS subject: %s", why);
+		return NULL;
+	}
+	return b.buf.data;
+}
+
+/* ---------------------------------------------------------------------
+ * Connections, shared with libnats's threads
+ * ---------------------------------------------------------------------
+ */
+
+typedef enum JsState
+{
+	JS_IDLE,					/* no connection, none being made */
+	JS_CONNECTING,				/* connect_main is running */
+	JS_READY,					/* connected, stream checked */
+	JS_FAILED					/* the last connection attempt failed */
+} JsState;
+
+/* An outcome, as the PubAck handler records it. */
+typedef struct JsAck
+{
+	natsMsg    *msg;			/* the message published */
+	natsStatus	status;			/* NATS_OK: a PubAck */
+	jsErrCode	code;			/* JetStream's error code, or 0 */
+	bool		duplicate;
+	char		text[JS_TEXT_BYTES];	/* libnats's or the stream's error */
+} JsAck;
+
+/* An event waiting to be published. */
+typedef struct JsWaiting
+{
+	dlist_node	node;
+	OutboxEvent *ev;
+	TimestampTz deadline;		/* fails if not published by then */
+} JsWaiting;
+
+/* A published message whose PubAck is not collected. */
+typedef struct JsInFlight
+{
+	natsMsg    *msg;			/* the key */
+	OutboxEvent *ev;			/* NULL: abandoned */
+	char	   *subject;
+} JsInFlight;
+
+typedef struct JsConn
+{
+	/* relay thread only */
+	char	   *name;			/* the destination */
+	char	   *fingerprint;	/* its options as one string: a change reconnects */
+	MemoryContext cxt;
+	bool		retiring;		/* superseded: closes when its PubAcks are in */
+	dlist_head	waiting;
+	int			nwaiting;
+	HTAB	   *in_flight;		/* natsMsg * -> JsInFlight */
+	int			outstanding;	/* published, outcome not collected */
+	int			live;			/* events taken and not returned */
+	int			cap;			/* its max pending, fixed at creation */
+	int			timeout_ms;
+	int			failures;		/* connection attempts failed in a row */
+	TimestampTz retry_at;		/* no new attempt before */
+	bool		thread_started;
+	pthread_t	thread;
+	char	   *stream;
+	char	   *servers_text;	/* for messages: host:port list, no credentials */
+	bool		checked;		/* the stream's window was looked at */
+	char	   *last_failure;	/* palloc'd text of the last failed connection */
+
+	/* the connection thread's input, set before it starts */
+	char	  **server_list;
+	int			nservers;
+	char	   *user;
+	char	   *password;
+	char	   *token;
+	char	   *creds_file;
+	char	   *ca_file;
+
+	/* shared with the threads, under mu */
+	pthread_mutex_t mu;
+	JsState		state;
+	char		error[JS_TEXT_BYTES];	/* why the last attempt failed */
+	natsConnection *nc;
+	jsCtx	   *js;
+	bool		stream_found;
+	bool		no_ack;
+	int64		duplicates_ns;
+	int64		max_age_ns;
+	JsAck	   *acks;			/* a ring of cap entries */
+	int			ack_head;
+	int			nacks;
+	bool		closed;			/* libnats closed the connection */
+} JsConn;
+
+static MemoryContext js_cxt = NULL;
+static List *conns = NIL;		/* of JsConn, in js_cxt */
+
+/* Copies src into dst[size], cut; for threads, which must not call PostgreSQL. */
+static void
+copy_text(char *dst, const char *src, size_t size)
+{
+	size_t		n = src ? strlen(src) : 0;
+
+	if (n >= size)
+		n = size - 1;
+	if (n > 0)
+		memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* Appends src to dst[size], cut. */
+static void
+append_text(char *dst, const char *src, size_t size)
+{
+	size_t		have = strlen(dst);
+
+	copy_text(dst + have, src, size - have);
+}
+
+/*
+ * Blocks every signal in the calling thread (saving the mask in *old), so
+ * that a thread started now inherits a full mask and PostgreSQL's handlers
+ * run on the relay's thread only.
+ */
+static void
+block_signals(sigset_t *old)
+{
+	sigset_t	all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+static void
+restore_signals(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/*
+ * libnats's PubAck handler, on the thread of the reply subscription: it
+ * records the outcome in c's ring and wakes the relay. The ring has room:
+ * a connection has at most cap messages published and not collected, and
+ * each is answered once (libnats answers a timeout itself). Calls nothing
+ * of PostgreSQL's but SetLatch, which is safe from any thread of the
+ * process (it only sets a flag and wakes the process).
+ */
+static void
+ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
+			jsPubAckErr *pae, void *closure)
+{
+	JsConn	   *c = closure;
+	JsAck	   *a;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->nacks < c->cap)
+	{
+		a = &c->acks[(c->ack_head + c->nacks) % c->cap];
+		c->nacks++;
+		a->msg = msg;
+		a->duplicate = false;
+		a->code = 0;
+		a->text[0] = '\0';
+		if (pa != NULL)
+		{
+			a->status = NATS_OK;
+			a->duplicate = pa->Duplicate;
+		}
+		else
+		{
+			a->status = pae != NULL ? pae->Err : NATS_ERR;
+			a->code = pae != NULL ? pae->ErrCode : 0;
+			copy_text(a->text, pae != NULL ? pae->ErrText : NULL, sizeof(a->text));
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	SetLatch(MyLatch);
+}
+
+/* libnats's closed-connection callback: notes it and wakes the relay. */
+static void
+closed_handler(natsConnection *nc pg_attribute_unused(), void *closure)
+{
+	JsConn	   *c = closure;
+
+	pthread_mutex_lock(&c->mu);
+	c->closed = true;
+	pthread_mutex_unlock(&c->mu);
+	SetLatch(MyLatch);
+}
+
+/* Reconnected: wakes the relay, whose waiting events can go now. */
+static void
+reconnected_handler(natsConnection *nc pg_attribute_unused(), void *closure pg_attribute_unused())
+{
+	SetLatch(MyLatch);
+}
+
+/*
+ * libnats's asynchronous error callback (a slow consumer, a permission
+ * violation): nothing to do, the PubAck or its timeout says the rest; set
+ * so that libnats does not print to the server's stderr.
+ */
+static void
+error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg_attribute_unused(),
+			  natsStatus err pg_attribute_unused(), void *closure pg_attribute_unused())
+{
+}
+
+/*
+ * The connection thread: connects to the destination's servers, gets a
+ * JetStream context, and reads the stream's configuration; then records
+ * the result in c (state JS_READY or JS_FAILED with c->error) and wakes
+ * the relay. Calls libnats only (and SetLatch). Started with every signal
+ * blocked, which libnats's own threads, started from here, inherit.
+ */
+static void *
+connect_main(void *arg)
+{
+	JsConn	   *c = arg;
+	natsOptions *o = NULL;
+	natsConnection *nc = NULL;
+	jsCtx	   *js = NULL;
+	jsStreamInfo *si = NULL;
+	jsErrCode	jerr = 0;
+	jsOptions	jo;
+	natsStatus	s;
+	char		error[JS_TEXT_BYTES] = "";
+
+	s = natsOptions_Create(&o);
+	if (s == NATS_OK)
+		s = natsOptions_SetServers(o, (const char **) c->server_list, c->nservers);
+	if (s == NATS_OK)
+		s = natsOptions_SetName(o, "outbox relay");
+	if (s == NATS_OK)
+		s = natsOptions_SetTimeout(o, c->timeout_ms);
+	if (s == NATS_OK)
+		s = natsOptions_SetNoRandomize(o, false);
+	if (s == NATS_OK)
+		s = natsOptions_SetMaxReconnect(o, -1);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectWait(o, 500);
+	if (s == NATS_OK)
+		s = natsOptions_SetPingInterval(o, 5000);
+	if (s == NATS_OK)
+		s = natsOptions_SetClosedCB(o, closed_handler, c);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectedCB(o, reconnected_handler, c);
+	if (s == NATS_OK)
+		s = natsOptions_SetErrorHandler(o, error_handler, c);
+	if (s == NATS_OK && c->user != NULL)
+		s = natsOptions_SetUserInfo(o, c->user, c->password);
+	if (s == NATS_OK && c->token != NULL)
+		s = natsOptions_SetToken(o, c->token);
+	if (s == NATS_OK && c->creds_file != NULL)
+		s = natsOptions_SetUserCredentialsFromFiles(o, c->creds_file, NULL);
+	if (s == NATS_OK && c->ca_file != NULL)
+	{
+		s = natsOptions_SetSecure(o, true);
+		if (s == NATS_OK)
+			s = natsOptions_LoadCATrustedCertificates(o, c->ca_file);
+	}
+	if (s != NATS_OK)
+		copy_text(error, "the connection options are not valid: ", sizeof(error));
+	else
+	{
+		s = natsConnection_Connect(&nc, o);
+		if (s != NATS_OK)
+			copy_text(error, "cannot connect: ", sizeof(error));
+	}
+	if (s == NATS_OK)
+	{
+		s = jsOptions_Init(&jo);
+		jo.Wait = c->timeout_ms;
+		jo.PublishAsync.AckHandler = ack_handler;
+		jo.PublishAsync.AckHandlerClosure = c;
+		jo.PublishAsync.MaxPending = c->cap;
+		if (s == NATS_OK)
+			s = natsConnection_JetStream(&js, nc, &jo);
+		if (s != NATS_OK)
+			copy_text(error, "cannot use JetStream: ", sizeof(error));
+	}
+	if (s == NATS_OK)
+	{
+		s = js_GetStreamInfo(&si, js, c->stream, NULL, &jerr);
+		if (s != NATS_OK && jerr == JSStreamNotFoundErr)
+			copy_text(error, "the stream does not exist", sizeof(error));
+		else if (s != NATS_OK)
+			copy_text(error, "cannot read the stream's configuration: ", sizeof(error));
+		else if (si->Config->NoAck)
+		{
+			copy_text(error, "the stream is created with no_ack: it does not acknowledge what it stores", sizeof(error));
+			s = NATS_ERR;
+		}
+	}
+	if (s != NATS_OK && error[strlen(error) - 1] == ' ')
+	{
+		const char *text = nats_GetLastError(NULL);
+
+		append_text(error, text != NULL && text[0] != '\0' ? text : natsStatus_GetText(s),
+					sizeof(error));
+	}
+
+	pthread_mutex_lock(&c->mu);
+	if (s == NATS_OK)
+	{
+		c->state = JS_READY;
+		c->nc = nc;
+		c->js = js;
+		c->stream_found = true;
+		c->duplicates_ns = si->Config->Duplicates;
+		c->max_age_ns = si->Config->MaxAge;
+		c->closed = false;
+	}
+	else
+	{
+		c->state = JS_FAILED;
+		copy_text(c->error, error, sizeof(c->error));
+	}
+	pthread_mutex_unlock(&c->mu);
+
+	jsStreamInfo_Destroy(si);
+	if (s != NATS_OK)
+	{
+		jsCtx_Destroy(js);
+		if (nc != NULL)
+		{
+			natsConnection_Close(nc);
+			natsConnection_Destroy(nc);
+		}
+	}
+	natsOptions_Destroy(o);
+	SetLatch(MyLatch);
+	return NULL;
+}
+
+/* The state of c, read under its mutex. */
+static JsState
+conn_state(JsConn *c)
+{
+	JsState		s;
+
+	pthread_mutex_lock(&c->mu);
+	s = c->state;
+	pthread_mutex_unlock(&c->mu);
+	return s;
+}
+
+/* Starts a connection attempt of c on a thread of its own. */
+static void
+start_connect(JsConn *c)
+{
+	sigset_t	old;
+	int			rc;
+
+	Assert(!c->thread_started);
+	pthread_mutex_lock(&c->mu);
+	c->state = JS_CONNECTING;
+	c->error[0] = '\0';
+	pthread_mutex_unlock(&c->mu);
+	block_signals(&old);
+	rc = pthread_create(&c->thread, NULL, connect_main, c);
+	restore_signals(&old);
+	if (rc != 0)
+	{
+		pthread_mutex_lock(&c->mu);
+		c->state = JS_FAILED;
+		copy_text(c->error, "cannot start a thread to connect", sizeof(c->error));
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	c->thread_started = true;
+}
+
+/* Frees libnats's objects of c; no thread of c's is running. */
+static void
+close_conn(JsConn *c)
+{
+	natsConnection *nc;
+	jsCtx	   *js;
+
+	pthread_mutex_lock(&c->mu);
+	nc = c->nc;
+	js = c->js;
+	c->nc = NULL;
+	c->js = NULL;
+	c->state = JS_IDLE;
+	pthread_mutex_unlock(&c->mu);
+	if (nc != NULL)
+		natsConnection_Close(nc);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+}
+
+/*
+ * The host:port list of a nats_servers value, for messages: the URLs with
+ * their scheme, and without what a URL can carry before an @.
+ */
+static char *
+servers_for_messages(char **list, int n)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < n; i++)
+	{
+		const char *u = list[i];
+		const char *at = strrchr(u, '@');
+		const char *scheme = strstr(u, "://");
+
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		if (scheme != NULL)
+			appendBinaryStringInfo(&buf, u, scheme + 3 - u);
+		appendStringInfoString(&buf, at != NULL ? at + 1 : (scheme != NULL ? scheme + 3 : u));
+	}
+	return buf.data;
+}
+
+/* Splits a comma-separated list into trimmed, non-empty items; *n of them. */
+static char **
+split_servers(const char *servers, int *n)
+{
+	char	   *copy = pstrdup(servers);
+	char	  **list = palloc(sizeof(char *) * (JS_MAX_SERVERS + 1));
+	char	   *save = NULL;
+
+	*n = 0;
+	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
+	{
+		while (*tok == ' ')
+			tok++;
+		for (char *e = tok + strlen(tok); e > tok && e[-1] == ' '; e--)
+			e[-1] = '\0';
+		if (*tok == '\0')
+			continue;
+		if (*n == JS_MAX_SERVERS)
+			break;
+		list[(*n)++] = tok;
+	}
+	return list;
+}
+
+static char *
+nullable(const char *s)
+{
+	return s != NULL ? pstrdup(s) : NULL;
+}
+
+/* The options of a destination as one string, to see a change. */
+static char *
+fingerprint(const JsDestOptions *o, int timeout_ms)
+{
+	return psprintf("%s\n%s\n%s\n%s%c%s\n%s%c%s\n%s%c%s\n%s%c%s\n%s%c%s\n%d",
+					o->servers, o->subject, o->stream,
+					o->user ? "u" : "-", ' ', o->user ? o->user : "",
+					o->password ? "p" : "-", ' ', o->password ? o->password : "",
+					o->token ? "t" : "-", ' ', o->token ? o->token : "",
+					o->creds_file ? "c" : "-", ' ', o->creds_file ? o->creds_file : "",
+					o->ca_file ? "a" : "-", ' ', o->ca_file ? o->ca_file : "",
+					timeout_ms);
+}
+
+/* Creates the connection of a destination, not yet connecting. */
+static JsConn *
+new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_ms)
+{
+	MemoryContext cxt = AllocSetContextCreate(js_cxt, "outbox jetstream connection",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	JsConn	   *c = palloc0(sizeof(JsConn));
+	HASHCTL		info;
+
+	c->cxt = cxt;
+	c->name = pstrdup(name);
+	c->fingerprint = pstrdup(fp);
+	dlist_init(&c->waiting);
+	c->cap = js_max_pending;
+	c->timeout_ms = timeout_ms;
+	c->acks = palloc0(sizeof(JsAck) * c->cap);
+	c->stream = pstrdup(o->stream);
+	c->server_list = split_servers(o->servers, &c->nservers);
+	c->servers_text = servers_for_messages(c->server_list, c->nservers);
+	c->user = nullable(o->user);
+	c->password = nullable(o->password);
+	c->token = nullable(o->token);
+	c->creds_file = nullable(o->creds_file);
+	c->ca_file = nullable(o->ca_file);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(natsMsg *);
+	info.entrysize = sizeof(JsInFlight);
+	info.hcxt = cxt;
+	c->in_flight = hash_create("outbox jetstream in flight", 64, &info,
+							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	pthread_mutex_init(&c->mu, NULL);
+	c->state = JS_IDLE;
+	MemoryContextSwitchTo(old);
+	return c;
+}
+
+/* The live connection of ev's destination; a new one if its options changed. */
+static JsConn *
+conn_for(OutboxEvent *ev)
+{
+	const JsDestOptions *o = JS_OPTIONS(ev);
+	int			timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
+	char	   *fp;
+	ListCell   *lc;
+	JsConn	   *c;
+	MemoryContext old;
+
+	if (js_cxt == NULL)
+		js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
+									   ALLOCSET_DEFAULT_SIZES);
+	fp = fingerprint(o, timeout_ms);
+	foreach(lc, conns)
+	{
+		c = lfirst(lc);
+		if (c->retiring || strcmp(c->name, ev->dest.name) != 0)
+			continue;
+		if (strcmp(c->fingerprint, fp) == 0)
+		{
+			pfree(fp);
+			return c;
+		}
+		c->retiring = true;
+	}
+	c = new_conn(ev->dest.name, o, fp, timeout_ms);
+	pfree(fp);
+	old = MemoryContextSwitchTo(js_cxt);
+	conns = lappend(conns, c);
+	MemoryContextSwitchTo(old);
+	return c;
+}
+
+/* ---------------------------------------------------------------------
+ * The kind's callbacks
+ * ---------------------------------------------------------------------
+ */
+
+/* Sets ev's outcome to a failure with error (palloc'd). */
+static void
+fail(OutboxEvent *ev, char *error, bool permanent)
+{
+	ev->ok = false;
+	ev->permanent = permanent;
+	ev->error = error;
+}
+
+/*
+ * enqueue: the event waits for its connection, at most its time limit;
+ * collect publishes it.
+ */
+static void
+js_enqueue(OutboxEvent *ev)
+{
+	JsConn	   *c = conn_for(ev);
+	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
+
+	w->ev = ev;
+	w->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
+	dlist_push_tail(&c->waiting, &w->node);
+	c->nwaiting++;
+	c->live++;
+}
+
+/* Adds header name: value to m if the value is a valid header value. */
+static natsStatus
+add_header(natsMsg *m, const char *name, const char *value)
+{
+	if (value == NULL || !OutboxHeaderValueValid(value, strlen(value)))
+		return NATS_OK;
+	return natsMsgHeader_Set(m, name, value);
+}
+
+/*
+ * Whether an event's or a destination's header may go to the broker: no
+ * name of the Nats-* family, which steers it (Nats-Msg-Id,
+ * Nats-Expected-Stream, Nats-Rollup...), nor one ending in nats-msg-id,
+ * nor the ones this kind sets itself.
+ */
+static bool
+header_forwarded(const char *name)
+{
+	size_t		len = strlen(name);
+
+	return pg_strncasecmp(name, "nats-", 5) != 0 &&
+		!(len >= 11 && pg_strcasecmp(name + len - 11, "nats-msg-id") == 0) &&
+		pg_strncasecmp(name, "outbox-", 7) != 0 &&
+		pg_strcasecmp(name, "content-type") != 0;
+}
+
+/*
+ * The message for ev: its envelope as the body, its metadata and headers
+ * as NATS headers. Returns NULL with the outcome set on failure.
+ */
+static natsMsg *
+build_message(OutboxEvent *ev, const char *subject)
+{
+	natsMsg    *m = NULL;
+	natsStatus	s;
+	OutboxHeader *headers;
+	int			nheaders = OutboxMergeHeaders(JS_OPTIONS(ev)->headers, ev->headers, &headers);
+	char	   *attempt = psprintf("%d", ev->attempts + 1);
+
+	s = natsMsg_Create(&m, subject, NULL, ev->body, (int) strlen(ev->body));
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "Content-Type", "application/json");
+	if (s == NATS_OK)
+		s = add_header(m, "Outbox-Event-Id", ev->event_id);
+	if (s == NATS_OK)
+		s = add_header(m, "Outbox-Event-Type", ev->event_type);
+	if (s == NATS_OK)
+		s = add_header(m, "Outbox-Aggregate-Type", ev->aggregate_type);
+	if (s == NATS_OK)
+		s = add_header(m, "Outbox-Aggregate-Id", ev->aggregate_id);
+	if (s == NATS_OK)
+		s = add_header(m, "Outbox-Attempt", attempt);
+	for (int i = 0; s == NATS_OK && i < nheaders; i++)
+		if (header_forwarded(headers[i].name))
+			s = add_header(m, headers[i].name, headers[i].value);
+	if (s != NATS_OK)
+	{
+		natsMsg_Destroy(m);
+		fail(ev, psprintf("cannot build the NATS message: %s", natsStatus_GetText(s)), false);
+		return NULL;
+	}
+	return m;
+}
+
+/* The text of a failed publish's status, for last_error. */
+static char *
+publish_error(natsStatus s, const char *text)
+{
+	return psprintf("cannot publish to JetStream: %s",
+					OutboxRedact(text && text[0] ? text : natsStatus_GetText(s),
+								 strlen(text && text[0] ? text : natsStatus_GetText(s))));
+}
+
+/*
+ * Publishes c's waiting events while it has room, each with its own time
+ * limit (jsPubOptions.MaxWait), the event_id as Nats-Msg-Id and the stream
+ * as Nats-Expected-Stream. Each is noted in the start log first. Events
+ * that fail at once go to *done.
+ */
+static void
+publish_waiting(JsConn *c, List **done)
+{
+	List	   *batch = NIL;
+	ListCell   *lc;
+	sigset_t	old;
+
+	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap)
+	{
+		JsWaiting  *w = dlist_container(JsWaiting, node, dlist_pop_head_node(&c->waiting));
+
+		c->nwaiting--;
+		batch = lappend(batch, w->ev);
+		pfree(w);
+	}
+	if (batch == NIL)
+		return;
+	foreach(lc, batch)
+		OutboxStartLogNote(lfirst(lc));
+	OutboxStartLogFlush();
+
+	/* the first publish starts the thread of the PubAck handler */
+	block_signals(&old);
+	foreach(lc, batch)
+	{
+		OutboxEvent *ev = lfirst(lc);
+		char	   *error = NULL;
+		char	   *subject = event_subject(ev, &error);
+		natsMsg    *m;
+		natsMsg    *key;
+		jsPubOptions po;
+		natsStatus	s;
+
+		if (subject == NULL)
+		{
+			fail(ev, error, true);
+			c->live--;
+			*done = lappend(*done, ev);
+			continue;
+		}
+		m = build_message(ev, subject);
+		if (m == NULL)
+		{
+			pfree(subject);
+			c->live--;
+			*done = lappend(*done, ev);
+			continue;
+		}
+		jsPubOptions_Init(&po);
+		po.MsgId = ev->event_id;
+		po.ExpectStream = c->stream;
+		po.MaxWait = c->timeout_ms;
+		key = m;
+		s = js_PublishMsgAsync(c->js, &m, &po);
+		if (s == NATS_OK)
+		{
+			bool		found;
+			JsInFlight *f = hash_search(c->in_flight, &key, HASH_ENTER, &found);
+
+			f->ev = ev;
+			f->subject = MemoryContextStrdup(c->cxt, subject);
+			c->outstanding++;
+		}
+		else
+		{
+			const char *text = nats_GetLastError(NULL);
+
+			natsMsg_Destroy(m);
+			if (s == NATS_MAX_PAYLOAD)
+				fail(ev, psprintf("the envelope of %zu bytes is larger than the broker's max_payload",
+								  strlen(ev->body)), true);
+			else
+				fail(ev, publish_error(s, text), false);
+			c->live--;
+			*done = lappend(*done, ev);
+		}
+		pfree(subject);
+	}
+	restore_signals(&old);
+	list_free(batch);
+}
+
+/* The outcome of a PubAck (or its absence) for ev, published to subject. */
+static void
+ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, int timeout_ms)
+{
+	if (a->status == NATS_OK)
+	{
+		ev->ok = true;
+		return;
+	}
+	if (a->status == NATS_TIMEOUT)
+		fail(ev, psprintf("no PubAck from JetStream within %d ms (the message may be stored: the retry carries the same Nats-Msg-Id)",
+						  timeout_ms), false);
+	else if (a->status == NATS_NO_RESPONDERS)
+		fail(ev, psprintf("no JetStream stream takes subject \"%s\" (no responders)",
+						  OutboxPrintable(subject, strlen(subject))), false);
+	else if (a->code != 0)
+		fail(ev, psprintf("JetStream refused the message (error %d): %s", (int) a->code,
+						  OutboxRedact(a->text, strlen(a->text))), false);
+	else
+		fail(ev, publish_error(a->status, a->text), false);
+}
+
+/* Collects the PubAcks c's handler recorded; events with an outcome go to *done. */
+static void
+collect_acks(JsConn *c, List **done)
+{
+	JsAck	   *copy;
+	int			n;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->nacks;
+	if (n == 0)
+	{
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	copy = palloc(sizeof(JsAck) * n);
+	for (int i = 0; i < n; i++)
+		copy[i] = c->acks[(c->ack_head + i) % c->cap];
+	c->ack_head = (c->ack_head + n) % c->cap;
+	c->nacks = 0;
+	pthread_mutex_unlock(&c->mu);
+
+	for (int i = 0; i < n; i++)
+	{
+		JsInFlight *f = hash_search(c->in_flight, &copy[i].msg, HASH_FIND, NULL);
+
+		if (f != NULL)
+		{
+			c->outstanding--;
+			if (f->ev != NULL)
+			{
+				ack_outcome(f->ev, &copy[i], f->subject, c->timeout_ms);
+				c->live--;
+				*done = lappend(*done, f->ev);
+			}
+			pfree(f->subject);
+			hash_search(c->in_flight, &copy[i].msg, HASH_REMOVE, NULL);
+		}
+		natsMsg_Destroy(copy[i].msg);
+	}
+	pfree(copy);
+}
+
+/*
+ * Takes back from libnats the messages of c's closed connection that wait
+ * for a PubAck, which will not come, and fails their events.
+ */
+static void
+take_back_pending(JsConn *c, List **done)
+{
+	natsMsgList pending;
+
+	if (c->js == NULL || js_PublishAsyncGetPendingList(&pending, c->js) != NATS_OK)
+		return;
+	for (int i = 0; i < pending.Count; i++)
+	{
+		natsMsg    *key = pending.Msgs[i];
+		JsInFlight *f = hash_search(c->in_flight, &key, HASH_FIND, NULL);
+
+		if (f == NULL)
+			continue;
+		c->outstanding--;
+		if (f->ev != NULL)
+		{
+			fail(f->ev, psprintf("the connection to NATS at %s was closed before the PubAck came (the message may be stored: the retry carries the same Nats-Msg-Id)",
+								 c->servers_text), false);
+			c->live--;
+			*done = lappend(*done, f->ev);
+		}
+		pfree(f->subject);
+		hash_search(c->in_flight, &key, HASH_REMOVE, NULL);
+	}
+	natsMsgList_Destroy(&pending);
+}
+
+/* Fails the waiting events of c: those past their deadline, or all. */
+static void
+fail_waiting(JsConn *c, bool all, const char *why, List **done)
+{
+	dlist_mutable_iter iter;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach_modify(iter, &c->waiting)
+	{
+		JsWaiting  *w = dlist_container(JsWaiting, node, iter.cur);
+
+		if (!all && w->deadline > now)
+			continue;
+		dlist_delete(&w->node);
+		c->nwaiting--;
+		c->live--;
+		fail(w->ev, pstrdup(why), false);
+		*done = lappend(*done, w->ev);
+		pfree(w);
+	}
+}
+
+/* Human units for a duration in ms: "2 min", "90 s", "1.5 h". */
+static char *
+duration_text(double ms)
+{
+	if (ms >= 2 * 3600 * 1000.0)
+		return psprintf("%.1f h", ms / 3600000.0);
+	if (ms >= 120 * 1000.0)
+		return psprintf("%.0f min", ms / 60000.0);
+	return psprintf("%.0f s", ms / 1000.0);
+}
+
+/*
+ * The longest time from an event's first attempt to its last resend under
+ * the current retry settings: each attempt may take the time limit, and
+ * each backoff its longest (outbox.backoff_base doubling, capped at
+ * outbox.backoff_max: outcome.c). A PubAck lost after the first attempt
+ * stored the message is deduplicated only if the resend that succeeds
+ * comes within the stream's duplicate window.
+ */
+static double
+retry_span_ms(int timeout_ms)
+{
+	double		span = timeout_ms;
+
+	for (int k = 1; k < outbox_max_attempts; k++)
+		span += Min((double) outbox_backoff_base * pow(2.0, Min(k - 1, 60)),
+					(double) outbox_backoff_max) + timeout_ms;
+	return span;
+}
+
+/*
+ * After a connection: compares the stream's duplicate window (and its
+ * max_age, past which a stored message and its id are gone) with the
+ * retry span, and warns in the log and in the destination's last_error
+ * when a resend can come later than the window.
+ */
+static void
+check_window(JsConn *c)
+{
+	double		window_ms = c->duplicates_ns / 1000000.0;
+	double		span;
+	char	   *text;
+
+	if (c->max_age_ns > 0 && c->max_age_ns < c->duplicates_ns)
+		window_ms = c->max_age_ns / 1000000.0;
+	span = retry_span_ms(c->timeout_ms);
+	c->checked = true;
+	if (span <= window_ms)
+		return;
+	text = psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
+					c->stream, duration_text(window_ms), duration_text(span));
+	ereport(WARNING,
+			(errmsg("outbox destination \"%s\": %s", c->name, text),
+			 errhint("Raise the stream's duplicate_window to %s or more, or lower outbox.max_attempts or outbox.backoff_max.",
+					 duration_text(span))));
+	OutboxHealthDestinationWarning(c->name, text);
+}
+
+/*
+ * Moves connection c along: joins its finished connection thread, and
+ * after a failure fails its waiting events with the reason; starts an
+ * attempt when events wait and none is running; publishes while it is
+ * connected; fails events that waited their time limit.
+ */
+static void
+service_conn(JsConn *c, List **done)
+{
+	JsState		state = conn_state(c);
+	bool		closed;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (c->thread_started && state != JS_CONNECTING)
+	{
+		pthread_join(c->thread, NULL);
+		c->thread_started = false;
+		if (state == JS_READY)
+		{
+			c->failures = 0;
+			ereport(LOG,
+					(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
+							c->servers_text, c->name)));
+			check_window(c);
+		}
+		else
+		{
+			char		error[JS_TEXT_BYTES];
+
+			pthread_mutex_lock(&c->mu);
+			memcpy(error, c->error, sizeof(error));
+			pthread_mutex_unlock(&c->mu);
+			if (c->last_failure != NULL)
+				pfree(c->last_failure);
+			c->last_failure = MemoryContextStrdup(c->cxt,
+												  psprintf("NATS at %s, stream \"%s\": %s", c->servers_text, c->stream,
+														   OutboxRedact(error, strlen(error))));
+			c->failures++;
+			c->retry_at = TimestampTzPlusMilliseconds(now,
+													  Min(JS_RECONNECT_MIN_MS << Min(c->failures - 1, 8),
+														  JS_RECONNECT_MAX_MS));
+			fail_waiting(c, true, c->last_failure, done);
+		}
+	}
+
+	pthread_mutex_lock(&c->mu);
+	closed = c->closed;
+	pthread_mutex_unlock(&c->mu);
+	if (state == JS_READY && closed)
+	{
+		/*
+		 * libnats gave up (an authorization error on reconnect). Its PubAck
+		 * subscription is closed with it: take the messages still waiting
+		 * for one back, fail them, and start over once none is left.
+		 */
+		take_back_pending(c, done);
+		if (c->outstanding == 0)
+		{
+			close_conn(c);
+			state = JS_IDLE;
+		}
+	}
+
+	if (c->retiring && c->nwaiting == 0)
+		return;
+	if ((state == JS_IDLE || state == JS_FAILED) && c->nwaiting > 0)
+	{
+		if (state == JS_FAILED && now < c->retry_at)
+			fail_waiting(c, true, c->last_failure, done);
+		else
+			start_connect(c);
+	}
+	else if (state == JS_READY &&
+			 natsConnection_Status(c->nc) == NATS_CONN_STATUS_CONNECTED)
+		publish_waiting(c, done);
+
+	if (c->nwaiting > 0)
+	{
+		char	   *why = psprintf("not connected to NATS at %s within %d ms%s",
+								   c->servers_text, c->timeout_ms,
+								   state == JS_READY ? " (reconnecting)" : "");
+
+		fail_waiting(c, false, why, done);
+	}
+}
+
+/*
+ * collect: records PubAcks, publishes what waits, and returns the events
+ * whose outcome is known. Closes the connections superseded by a changed
+ * destination once their last PubAck is in. Interruptible.
+ */
+static List *
+js_collect(void)
+{
+	List	   *done = NIL;
+	ListCell   *lc;
+
+	foreach(lc, conns)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		collect_acks(c, &done);
+		service_conn(c, &done);
+		if (c->retiring && c->outstanding == 0 && c->nwaiting == 0 && !c->thread_started)
+		{
+			close_conn(c);
+			pthread_mutex_destroy(&c->mu);
+			MemoryContextDelete(c->cxt);
+			conns = foreach_delete_current(conns, lc);
+		}
+	}
+	CHECK_FOR_INTERRUPTS();
+	return done;
+}
+
+/* pending: events taken whose outcome is not returned yet. */
+static int
+js_pending(void)
+{
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, conns)
+		n += ((JsConn *) lfirst(lc))->live;
+	return n;
+}
+
+static bool
+js_busy(void)
+{
+	return js_pending() > 0;
+}
+
+/* full: destinations that have outbox.jetstream_max_pending events taken. */
+static List *
+js_full(void)
+{
+	List	   *full = NIL;
+	ListCell   *lc;
+
+	foreach(lc, conns)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		if (!c->retiring && c->live >= c->cap)
+			full = lappend(full, c->name);
+	}
+	return full;
+}
+
+/*
+ * timeout_ms: when the first waiting event's time limit ends, or when a
+ * failed connection may be tried again; -1 otherwise (PubAcks, their
+ * timeouts and connection attempts set the latch).
+ */
+static long
+js_timeout_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz due = 0;
+	ListCell   *lc;
+
+	foreach(lc, conns)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		if (c->nwaiting > 0)
+		{
+			JsWaiting  *w = dlist_head_element(JsWaiting, node, &c->waiting);
+
+			if (due == 0 || w->deadline < due)
+				due = w->deadline;
+			if (conn_state(c) == JS_FAILED && (due == 0 || c->retry_at < due))
+				due = c->retry_at;
+		}
+	}
+	if (due == 0)
+		return -1;
+	if (due <= now)
+		return 0;
+	return (long) Min((due - now + 999) / 1000, (TimestampTz) PG_INT32_MAX);
+}
+
+/*
+ * abandon: forgets every event taken. Waiting ones are dropped; published
+ * ones keep their place until their PubAck (or its timeout) comes, so
+ * that the count of messages waiting for one stays right. Must not throw.
+ */
+static void
+js_abandon(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, conns)
+	{
+		JsConn	   *c = lfirst(lc);
+		dlist_mutable_iter iter;
+		HASH_SEQ_STATUS seq;
+		JsInFlight *f;
+
+		dlist_foreach_modify(iter, &c->waiting)
+		{
+			dlist_delete(iter.cur);
+			pfree(dlist_container(JsWaiting, node, iter.cur));
+		}
+		c->nwaiting = 0;
+		hash_seq_init(&seq, c->in_flight);
+		while ((f = hash_seq_search(&seq)) != NULL)
+			f->ev = NULL;
+		c->live = 0;
+	}
+}
+
+/*
+ * prepare: the event's own headers follow the rules for headers, and its
+ * subject can be built; the body is the envelope.
+ */
+static Size
+js_prepare(OutboxEvent *ev)
+{
+	OutboxProblem p;
+	char	   *error = NULL;
+	char	   *subject;
+
+	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
+	{
+		fail(ev, p.message, true);
+		return 0;
+	}
+	subject = event_subject(ev, &error);
+	if (subject == NULL)
+	{
+		fail(ev, error, true);
+		return 0;
+	}
+	pfree(subject);
+	return OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
+}
+
+/* ---------------------------------------------------------------------
+ * Destination rows
+ * ---------------------------------------------------------------------
+ */
+
+/* Column c of row as text, or NULL; its size must be at most max bytes. */
+static bool
+column_text(const OutboxDestinationRow *row, const char *name, int max,
+			char **value, OutboxProblem *p)
+{
+	*value = OutboxDestinationText(row, name);
+	if (*value != NULL && strlen(*value) > (size_t) max)
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+								psprintf("destination %s is longer than %d bytes", name, max), NULL);
+	return true;
+}
+
+/*
+ * One server URL: nats:// or tls://, a host, an optional port from 1 to
+ * 65535, nothing after it, and no user or password in it (those have
+ * columns of their own, kept from messages).
+ */
+static bool
+server_url_valid(const char *u, const char **why)
+{
+	const char *host;
+	const char *colon;
+
+	if (pg_strncasecmp(u, "nats://", 7) == 0)
+		host = u + 7;
+	else if (pg_strncasecmp(u, "tls://", 6) == 0)
+		host = u + 6;
+	else
+	{
+		*why = "Each server is a nats:// or tls:// URL.";
+		return false;
+	}
+	if (strchr(host, '@') != NULL)
+	{
+		*why = "A server URL has no user or password: they go in nats_user and nats_password, or nats_token.";
+		return false;
+	}
+	if (strpbrk(host, "/?#") != NULL)
+	{
+		*why = "A server URL is a scheme, a host and a port, with nothing after them.";
+		return false;
+	}
+	colon = host[0] == '[' ? strstr(host, "]:") : strrchr(host, ':');
+	if (colon != NULL && host[0] == '[')
+		colon++;
+	if ((colon != NULL ? colon - host : (ptrdiff_t) strlen(host)) == 0)
+	{
+		*why = "A server URL names a host.";
+		return false;
+	}
+	if (colon != NULL)
+	{
+		char	   *end;
+		long		port = strtol(colon + 1, &end, 10);
+
+		if (colon[1] == '\0' || *end != '\0' || port < 1 || port > 65535)
+		{
+			*why = "The port must be a number between 1 and 65535.";
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A stream name: 1 to 255 bytes, none of space, control, . * > / \ (nats-server). */
+static bool
+stream_name_valid(const char *s)
+{
+	if (s[0] == '\0')
+		return false;
+	for (const char *c = s; *c; c++)
+		if ((unsigned char) *c <= 0x20 || *c == 0x7f || strchr(".*>/\\", *c) != NULL)
+			return false;
+	return true;
+}
+
+/* A file named by a destination: an absolute path. */
+static bool
+path_valid(const char *s)
+{
+	if (!is_absolute_path(s))
+		return false;
+	for (const char *c = s; *c; c++)
+		if ((unsigned char) *c < 0x20 || *c == 0x7f)
+			return false;
+	return true;
+}
+
+/*
+ * check_destination: nats_servers, nats_subject (a subject or a template
+ * of one), nats_stream, and the credentials: user and password together,
+ * or a token, or a creds file, one way only; files named by absolute path,
+ * which only a role with the privileges of pg_read_server_files may write
+ * (the relay reads them as the server's OS user). No secret: messages are
+ * not signed, the broker authenticates the relay.
+ */
+static bool
+js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
+{
+	char	   *servers,
+			   *subject,
+			   *stream,
+			   *user,
+			   *password,
+			   *token,
+			   *creds,
+			   *ca;
+	char	  **list;
+	int			n;
+	const char *why = NULL;
+	StringInfoData sample;
+	bool		isnull;
+
+	if (!column_text(row, "nats_servers", JS_SERVERS_MAX_BYTES, &servers, p) ||
+		!column_text(row, "nats_subject", JS_SUBJECT_MAX_BYTES, &subject, p) ||
+		!column_text(row, "nats_stream", JS_STREAM_MAX_BYTES, &stream, p) ||
+		!column_text(row, "nats_user", 1024, &user, p) ||
+		!column_text(row, "nats_password", 1024, &password, p) ||
+		!column_text(row, "nats_token", 1024, &token, p) ||
+		!column_text(row, "nats_creds_file", JS_PATH_MAX_BYTES, &creds, p) ||
+		!column_text(row, "nats_ca_file", JS_PATH_MAX_BYTES, &ca, p))
+		return false;
+
+	for (const char *c = servers; *c; c++)
+		if ((unsigned char) *c < 0x20 || *c == 0x7f)
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									pstrdup("destination nats_servers is not valid"),
+									pstrdup("It has a control character."));
+	list = split_servers(servers, &n);
+	if (n == 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_servers is not valid"),
+								psprintf("It is a comma-separated list of 1 to %d nats:// or tls:// URLs.",
+										 JS_MAX_SERVERS));
+	{
+		/* more than JS_MAX_SERVERS: split_servers stopped */
+		int			commas = 0;
+
+		for (const char *c = servers; *c; c++)
+			commas += *c == ',';
+		if (commas >= JS_MAX_SERVERS && n == JS_MAX_SERVERS)
+			return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+									psprintf("destination nats_servers has more than %d servers",
+											 JS_MAX_SERVERS), NULL);
+	}
+	for (int i = 0; i < n; i++)
+		if (!server_url_valid(list[i], &why))
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									pstrdup("destination nats_servers is not valid"),
+									pstrdup(why));
+
+	if (subject == NULL)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_subject is missing"),
+								pstrdup("A JetStream destination has a subject, or a template of one such as orders.{aggregate_id}."));
+	initStringInfo(&sample);
+	if (!template_walk(subject, emit_sample, &sample, &why) ||
+		!subject_valid(sample.data, sample.len, &why))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_subject is not valid"),
+								psprintf("As a subject, %s.", why));
+
+	if (stream == NULL)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_stream is missing"),
+								pstrdup("A JetStream destination names the stream that stores its subject."));
+	if (!stream_name_valid(stream))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_stream is not valid"),
+								pstrdup("A stream name has no spaces, control characters, or any of . * > / \\."));
+
+	if ((user == NULL) != (password == NULL))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_user and nats_password go together"), NULL);
+	if ((user != NULL) + (token != NULL) + (creds != NULL) > 1)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination has more than one kind of NATS credentials"),
+								pstrdup("It has nats_user and nats_password, or nats_token, or nats_creds_file."));
+	if ((creds != NULL && !path_valid(creds)) || (ca != NULL && !path_valid(ca)))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								psprintf("destination %s is not valid", creds != NULL && !path_valid(creds) ? "nats_creds_file" : "nats_ca_file"),
+								pstrdup("It is an absolute path."));
+	if ((creds != NULL || ca != NULL) &&
+		!has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
+								pstrdup("permission denied to name a file in a destination"),
+								pstrdup("Only roles with the privileges of pg_read_server_files may set nats_creds_file or nats_ca_file: the relay reads them as the server's operating system user."));
+
+	(void) OutboxDestinationColumn(row, "secret", &isnull);
+	if (!isnull)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination secret is for a webhook or a NOTIFY channel"),
+								pstrdup("JetStream messages are not signed: the broker authenticates the relay (nats_user, nats_token or nats_creds_file)."));
+	return true;
+}
+
+/* decode: the nats_* columns, timeout_ms and headers into a JsDestOptions. */
+static Size
+js_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
+{
+	JsDestOptions *o = palloc0(sizeof(JsDestOptions));
+	Size		bytes = sizeof(JsDestOptions);
+	bool		isnull;
+	Datum		d;
+	char	  **texts[] = {&o->servers, &o->subject, &o->stream, &o->user, &o->password,
+	&o->token, &o->creds_file, &o->ca_file};
+	const char *names[] = {"nats_servers", "nats_subject", "nats_stream", "nats_user",
+	"nats_password", "nats_token", "nats_creds_file", "nats_ca_file"};
+
+	for (int i = 0; i < (int) lengthof(names); i++)
+	{
+		*texts[i] = OutboxDestinationText(row, names[i]);
+		bytes += *texts[i] ? strlen(*texts[i]) + 1 : 0;
+	}
+	d = OutboxDestinationColumn(row, "timeout_ms", &isnull);
+	o->timeout_ms = isnull ? -1 : DatumGetInt32(d);
+	d = OutboxDestinationColumn(row, "headers", &isnull);
+	if (!isnull)
+	{
+		o->headers = DatumGetJsonbPCopy(d);
+		bytes += VARSIZE(o->headers);
+	}
+	dest->options = o;
+	return bytes;
+}
+
+/* init: the outbox.jetstream_* settings. */
+static void
+js_define_settings(void)
+{
+	DefineCustomIntVariable("outbox.jetstream_timeout",
+							"Sets the default time limit of a JetStream destination's connection attempt and of each PubAck.",
+							"A destination's timeout_ms overrides it.",
+							&js_timeout,
+							5000, 1, OUTBOX_MAX_TIMEOUT_MS,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.jetstream_max_pending",
+							"Sets the maximum number of events a relay has published to one JetStream destination without their PubAck.",
+							"A change applies to connections made after it.",
+							&js_max_pending,
+							256, 1, JS_MAX_PENDING_LIMIT,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+}
+
+/* The JetStream kind: sent after COMMIT, libnats's threads report PubAcks. */
+const OutboxDestinationKind OutboxJetStreamKind = {
+	.name = "jetstream",
+	.description = "a JetStream stream",
+	.target_column = "nats_servers",
+	.own_columns = (const OutboxKindColumn[]) {
+		{"nats_subject", NULL},
+		{"nats_stream", NULL},
+		{"nats_user", NULL},
+		{"nats_password", NULL},
+		{"nats_token", NULL},
+		{"nats_creds_file", NULL},
+		{"nats_ca_file", NULL},
+		{NULL}
+	},
+	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.check_destination = js_check_destination,
+	.decode = js_decode,
+	.init = js_define_settings,
+	.prepare = js_prepare,
+	.enqueue = js_enqueue,
+	.collect = js_collect,
+	.pending = js_pending,
+	.busy = js_busy,
+	.full = js_full,
+	.timeout_ms = js_timeout_ms,
+	.abandon = js_abandon,
+};
