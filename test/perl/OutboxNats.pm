@@ -1,0 +1,188 @@
+# Real nats-server processes on 127.0.0.1 for the JetStream tests, one
+# server or a cluster of them, and test/nats_tool.c (built here with
+# libnats) to create streams and read what they stored.
+package OutboxNats;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Spec;
+use IPC::Run ();
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use OutboxTest;
+
+our @EXPORT = qw(start_nats start_nats_cluster nats_tool);
+
+my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
+my $tool;
+
+# The path of nats_tool, built once per test file.
+sub nats_tool
+{
+	return $tool if defined $tool;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	$tool = "$dir/nats_tool";
+	my ($out, $err) = run_command([ $ENV{CC} // 'cc', '-O2', '-o', $tool,
+		"$test_dir/nats_tool.c", '-lnats' ]);
+	die "cannot build nats_tool: $err" unless -x $tool;
+	return $tool;
+}
+
+# Starts one server with JetStream (file storage); %opts: auth => 'user:pw'
+# or token => 't', name/cluster settings used by start_nats_cluster.
+sub start_nats
+{
+	my (%opts) = @_;
+	my $self = bless {
+		dir => PostgreSQL::Test::Utils::tempdir(),
+		port => PostgreSQL::Test::Cluster::get_free_port(),
+		%opts,
+	}, 'OutboxNats::Server';
+	$self->_write_conf;
+	$self->start;
+	return $self;
+}
+
+# Starts $n servers routed together as one JetStream cluster; returns them.
+sub start_nats_cluster
+{
+	my ($n) = @_;
+	my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n;
+	my @cports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n;
+	my @servers;
+	for my $i (0 .. $n - 1)
+	{
+		my $self = bless {
+			dir => PostgreSQL::Test::Utils::tempdir(),
+			port => $ports[$i],
+			name => "n$i",
+			cluster_port => $cports[$i],
+			routes => [ map { "nats-route://127.0.0.1:$_" } grep { $_ != $cports[$i] } @cports ],
+		}, 'OutboxNats::Server';
+		$self->_write_conf;
+		$self->start(no_wait => 1);
+		push @servers, $self;
+	}
+	$_->wait_ready for @servers;
+	return @servers;
+}
+
+package OutboxNats::Server;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use JSON::PP;
+
+sub _write_conf
+{
+	my ($self) = @_;
+	my $conf = "listen: 127.0.0.1:$self->{port}\n"
+	  . "jetstream { store_dir: \"$self->{dir}/store\", max_memory_store: 64MB, max_file_store: 2GB }\n";
+	$conf .= "server_name: $self->{name}\n" if $self->{name};
+	$conf .= "cluster { name: outbox_test, listen: 127.0.0.1:$self->{cluster_port}, routes: ["
+	  . join(', ', @{ $self->{routes} }) . "] }\n"
+	  if $self->{cluster_port};
+	if ($self->{auth})
+	{
+		my ($u, $p) = split /:/, $self->{auth}, 2;
+		$conf .= "authorization { user: \"$u\", password: \"$p\" }\n";
+	}
+	$conf .= "authorization { token: \"$self->{token}\" }\n" if $self->{token};
+	open my $fh, '>', "$self->{dir}/nats.conf" or die $!;
+	print $fh $conf;
+	close $fh;
+}
+
+# The URL of this server, with the credentials the test set (for nats_tool).
+sub url
+{
+	my ($self) = @_;
+	my $cred = $self->{auth} ? "$self->{auth}\@" : $self->{token} ? "$self->{token}\@" : '';
+	return "nats://${cred}127.0.0.1:$self->{port}";
+}
+
+# The URL without credentials (for a destination).
+sub plain_url { my ($self) = @_; return "nats://127.0.0.1:$self->{port}"; }
+
+sub start
+{
+	my ($self, %opts) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open STDOUT, '>>', "$self->{dir}/nats.log";
+		open STDERR, '>&', \*STDOUT;
+		exec('nats-server', '-c', "$self->{dir}/nats.conf") or die "exec nats-server: $!";
+	}
+	$self->{pid} = $pid;
+	$self->wait_ready unless $opts{no_wait};
+}
+
+# Waits until JetStream answers on this server.
+sub wait_ready
+{
+	my ($self) = @_;
+	OutboxTest::wait_until(sub { ($self->tool('ping'))[0] == 0 })
+	  or die "nats-server on port $self->{port} did not start: "
+	  . slurp_file("$self->{dir}/nats.log");
+}
+
+# Stops the server: TERM (a clean shutdown), or KILL with $signal 'KILL'.
+sub stop
+{
+	my ($self, $signal) = @_;
+	return unless $self->{pid};
+	kill $signal // 'TERM', $self->{pid};
+	waitpid($self->{pid}, 0);
+	$self->{pid} = undef;
+}
+
+# Runs nats_tool $cmd against this server; returns (exit status, stdout, stderr).
+sub tool
+{
+	my ($self, $cmd, @args) = @_;
+	my ($out, $err) = ('', '');
+	my $rc = IPC::Run::run([ OutboxNats::nats_tool(), $cmd, $self->url, @args ],
+		'>', \$out, '2>', \$err) ? 0 : ($? >> 8);
+	return ($rc, $out, $err);
+}
+
+# Creates stream $name on $subject; %opts: replicas, duplicates_ms, noack.
+sub add_stream
+{
+	my ($self, $name, $subject, %opts) = @_;
+	my ($rc, $out, $err) = $self->tool('add-stream', $name, $subject,
+		$opts{replicas} // 1, $opts{duplicates_ms} // 120000,
+		$opts{noack} ? ('noack') : ());
+	die "add-stream $name: $err" if $rc;
+}
+
+# The messages of stream $name: a list of {seq, subject, headers, bytes[, data]}.
+sub messages
+{
+	my ($self, $name, $with_data) = @_;
+	my ($rc, $out, $err) = $self->tool('dump', $name, $with_data ? ('data') : ());
+	die "dump $name: $err" if $rc;
+	return [ map { decode_json($_) } split /\n/, $out ];
+}
+
+# The number of messages stream $name holds ('' when it cannot be read).
+sub count
+{
+	my ($self, $name) = @_;
+	my ($rc, $out) = $self->tool('info', $name);
+	return $rc == 0 && $out =~ /msgs=(\d+)/ ? $1 : '';
+}
+
+sub log_text { my ($self) = @_; return slurp_file("$self->{dir}/nats.log"); }
+
+sub DESTROY { my ($self) = @_; local $?; $self->stop('KILL'); }
+
+1;
