@@ -373,6 +373,7 @@ typedef struct JsConn
 	pthread_mutex_t mu;
 	JsState		state;
 	char		error[JS_TEXT_BYTES];	/* why the last attempt failed */
+	char		lib_error[JS_TEXT_BYTES];	/* and libnats's words, if any */
 	natsConnection *nc;
 	jsCtx	   *js;
 	bool		stream_found;
@@ -519,6 +520,7 @@ connect_main(void *arg)
 	jsOptions	jo;
 	natsStatus	s;
 	char		error[JS_TEXT_BYTES] = "";
+	char		lib_error[JS_TEXT_BYTES] = "";
 
 	s = natsOptions_Create(&o);
 	if (s == NATS_OK)
@@ -590,8 +592,17 @@ connect_main(void *arg)
 	{
 		const char *text = nats_GetLastError(NULL);
 
-		append_text(error, text != NULL && text[0] != '\0' ? text : natsStatus_GetText(s),
-					sizeof(error));
+		if (text == NULL || text[0] == '\0')
+			text = natsStatus_GetText(s);
+		/* libnats puts where it failed first: "(conn.c:1905): " */
+		if (text[0] == '(' && strstr(text, "): ") != NULL)
+			text = strstr(text, "): ") + 3;
+		/* the server's words, which the masking of credentials would cut */
+		if (s == NATS_CONNECTION_AUTH_FAILED || strstr(text, "Authorization Violation") != NULL)
+			append_text(error, "the server refused the credentials (Authorization Violation)",
+						sizeof(error));
+		else
+			copy_text(lib_error, text, sizeof(lib_error));
 	}
 
 	pthread_mutex_lock(&c->mu);
@@ -609,6 +620,7 @@ connect_main(void *arg)
 	{
 		c->state = JS_FAILED;
 		copy_text(c->error, error, sizeof(c->error));
+		copy_text(c->lib_error, lib_error, sizeof(c->lib_error));
 	}
 	pthread_mutex_unlock(&c->mu);
 
@@ -650,6 +662,7 @@ start_connect(JsConn *c)
 	pthread_mutex_lock(&c->mu);
 	c->state = JS_CONNECTING;
 	c->error[0] = '\0';
+	c->lib_error[0] = '\0';
 	pthread_mutex_unlock(&c->mu);
 	block_signals(&old);
 	rc = pthread_create(&c->thread, NULL, connect_main, c);
@@ -1222,15 +1235,18 @@ service_conn(JsConn *c, List **done)
 		else
 		{
 			char		error[JS_TEXT_BYTES];
+			char		lib_error[JS_TEXT_BYTES];
 
 			pthread_mutex_lock(&c->mu);
 			memcpy(error, c->error, sizeof(error));
+			memcpy(lib_error, c->lib_error, sizeof(lib_error));
 			pthread_mutex_unlock(&c->mu);
 			if (c->last_failure != NULL)
 				pfree(c->last_failure);
+			/* libnats's words may quote a URL with its credentials */
 			c->last_failure = MemoryContextStrdup(c->cxt,
-												  psprintf("NATS at %s, stream \"%s\": %s", c->servers_text, c->stream,
-														   OutboxRedact(error, strlen(error))));
+												  psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text, c->stream,
+														   error, OutboxRedact(lib_error, strlen(lib_error))));
 			c->failures++;
 			c->retry_at = TimestampTzPlusMilliseconds(now,
 													  Min(JS_RECONNECT_MIN_MS << Min(c->failures - 1, 8),

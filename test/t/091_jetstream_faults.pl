@@ -1,0 +1,178 @@
+# JetStream destinations when things fail, against real nats-server
+# processes on 127.0.0.1:
+#   a. kill -9 of the relay during a 10,000-event flow: a crash restart,
+#      resends under the same Nats-Msg-Id, and still exactly 10,000
+#      messages, one per event_id
+#   b. the broker stopped for 10 s mid-flow and started again: attempts
+#      fail and back off, the relay reconnects, nothing is lost or stored
+#      twice
+#   c. bad credentials, a missing stream, a stream created with no_ack, a
+#      subject no stream takes, a subject of another stream: each a failed
+#      attempt with its reason in last_error, the relay running on (no
+#      crash loop), and delivery once the cause is fixed
+#   d. SIGTERM ends the relay at once while it connects to a server that
+#      never answers
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use IO::Socket::INET;
+use Time::HiRes qw(time);
+use OutboxNats;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $nats = start_nats();
+$nats->add_stream('FLOW', 'flow.>');
+my $url = $nats->plain_url;
+
+# the framework turns restart_after_crash off; a relay killed by a signal
+# must bring the server through a crash restart, as in production
+my $node = outbox_node('jsfaults', restart_after_crash => 'on', 'outbox.batch_size' => 200);
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
+	VALUES ('flow', 'flow.*', '$url', 'flow.{event_type}', 'FLOW');
+});
+
+# Emits $n events of type $type in transactions of 100.
+sub emit_events
+{
+	my ($type, $n) = @_;
+	for (my $i = 0; $i < $n; $i += 100)
+	{
+		$node->safe_psql('postgres',
+			"SELECT count(outbox_emit('$type', jsonb_build_object('n', g))) FROM generate_series(1, 100) g");
+	}
+}
+
+# Checks that the stream's messages of subject flow.$type are exactly one
+# per event of that type.
+sub exactly_once
+{
+	my ($type, $what) = @_;
+	my @msgs = grep { $_->{subject} eq "flow.$type" } @{ $nats->messages('FLOW') };
+	my %stored;
+	$stored{ $_->{headers}{'Nats-Msg-Id'} }++ for @msgs;
+	my @ids = split /\n/,
+	  $node->safe_psql('postgres', "SELECT event_id FROM outbox WHERE event_type = '$type' ORDER BY id");
+	is(scalar @msgs, scalar @ids, "$what: one message per event (" . scalar(@ids) . ')');
+	is_deeply([ sort keys %stored ], [ sort @ids ], "$what: the messages are the events'");
+	is((grep { $_ != 1 } values %stored), 0, "$what: no event_id stored twice");
+}
+
+# a. kill -9 of the relay mid-flow.
+my $pid = wait_relay($node, 'postgres');
+my $bg = $node->background_psql('postgres');
+$bg->query_until(qr/started/, q{
+	\echo started
+	SELECT count(outbox_emit('flow.crash', jsonb_build_object('n', g))) FROM generate_series(1, 10000) g;
+});
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) >= 2000 FROM outbox WHERE event_type = 'flow.crash' AND delivered_at IS NOT NULL"),
+	'a: the flow is under way');
+kill 'KILL', $pid;
+$bg->quit;
+ok($node->poll_query_until('postgres', 'SELECT true'), 'a: the server is back after the crash restart');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 10000 FROM outbox WHERE event_type = 'flow.crash' AND delivered_at IS NOT NULL"),
+	'a: all 10,000 events delivered after the crash');
+exactly_once('flow.crash', 'a');
+my $sends = $node->safe_psql('postgres',
+	"SELECT sum(attempts) || ' attempts, ' || count(*) FILTER (WHERE attempts > 1) || ' events sent more than once' FROM outbox WHERE event_type = 'flow.crash'");
+diag("a: 10,000 messages in the stream; the relay recorded $sends");
+
+# b. The broker stopped for 10 s mid-flow.
+$pid = wait_relay($node, 'postgres');
+emit_events('flow.outage', 3000);
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) >= 500 FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NOT NULL"),
+	'b: the flow is under way');
+my $stopped_at = time();
+$nats->stop;
+emit_events('flow.outage', 3000);
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NULL AND attempts > 0"),
+	'b: attempts fail while the broker is down');
+# the outage lasts 10 s: the scenario's length, not a wait for a condition
+my $left = 10 - (time() - $stopped_at);
+Time::HiRes::sleep($left) if $left > 0;
+like( $node->safe_psql('postgres',
+		"SELECT last_error FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NULL AND attempts > 0 LIMIT 1"),
+	qr/^(not connected to NATS at nats:\/\/127\.0\.0\.1:\d+ within 5000 ms \(reconnecting\)|no PubAck from JetStream within 5000 ms \(the message may be stored: the retry carries the same Nats-Msg-Id\))$/,
+	'b: the failure says why');
+$nats->start;
+emit_events('flow.outage', 4000);
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 10000 FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NOT NULL"),
+	'b: all 10,000 events delivered after the broker came back');
+exactly_once('flow.outage', 'b');
+is(relay_pid($node, 'postgres'), $pid, 'b: the same relay throughout (reconnected, not restarted)');
+
+# c. Errors: each a failed attempt with its reason; no crash loop.
+my $secured = start_nats(auth => 'relay:right-password');
+$secured->add_stream('SAFE', 'safe.>');
+$nats->add_stream('NOACK', 'noack.>', noack => 1);
+$nats->add_stream('OTHER', 'other.>');
+my $surl = $secured->plain_url;
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, nats_user, nats_password) VALUES
+	    ('c_auth', 'c.auth', '$surl', 'safe.x', 'SAFE', 'relay', 'wrong-password');
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream) VALUES
+	    ('c_missing', 'c.missing', '$url', 'missing.x', 'MISSING'),
+	    ('c_noack', 'c.noack', '$url', 'noack.x', 'NOACK'),
+	    ('c_nostream', 'c.nostream', '$url', 'nowhere.x', 'FLOW'),
+	    ('c_other', 'c.other', '$url', 'other.x', 'FLOW');
+	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['c.auth', 'c.missing', 'c.noack', 'c.nostream', 'c.other']) t;
+});
+my $port = $nats->{port};
+my $sport = $secured->{port};
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 5 FROM outbox WHERE event_type LIKE 'c.%' AND attempts >= 2 AND delivered_at IS NULL AND dead_at IS NULL"),
+	'c: each failed twice, and is retried');
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(event_type || ': ' || last_error, E'\\n' ORDER BY event_type) FROM outbox WHERE event_type LIKE 'c.%'"),
+	join("\n",
+		"c.auth: NATS at nats://127.0.0.1:$sport, stream \"SAFE\": cannot connect: the server refused the credentials (Authorization Violation)",
+		"c.missing: NATS at nats://127.0.0.1:$port, stream \"MISSING\": the stream does not exist",
+		"c.noack: NATS at nats://127.0.0.1:$port, stream \"NOACK\": the stream is created with no_ack: it does not acknowledge what it stores",
+		"c.nostream: no JetStream stream takes subject \"nowhere.x\" (no responders)",
+		"c.other: JetStream refused the message (error 10060): expected stream does not match"),
+	'c: the reason of each');
+is(relay_pid($node, 'postgres'), $pid, 'c: the same relay: no crash loop');
+is((grep { /\[$pid\]/ && /wrong-password|right-password/ } split /\n/, slurp_file($node->logfile)), 0,
+	"c: no password in the relay's log lines");
+
+# fixed: each is delivered on a later attempt
+$node->safe_psql('postgres', q{
+	UPDATE outbox_destinations SET nats_password = 'right-password' WHERE name = 'c_auth';
+	UPDATE outbox_destinations SET nats_subject = 'flow.nostream' WHERE name = 'c_nostream';
+	UPDATE outbox_destinations SET nats_stream = 'OTHER' WHERE name = 'c_other';
+	UPDATE outbox_destinations SET nats_subject = 'other.noack', nats_stream = 'OTHER' WHERE name = 'c_noack';
+});
+$nats->add_stream('MISSING', 'missing.>');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 5 FROM outbox WHERE event_type LIKE 'c.%' AND delivered_at IS NOT NULL"),
+	'c: delivered once the cause is fixed');
+is($secured->count('SAFE'), 1, 'c: the message is in the secured server\'s stream');
+
+# d. SIGTERM while connecting to a server that accepts and never answers.
+my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
+  or die "listen: $!";
+my $silent_port = $silent->sockport;
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, timeout_ms)
+	VALUES ('d_silent', 'd.silent', 'nats://127.0.0.1:$silent_port', 'silent.x', 'SILENT', 60000);
+	SELECT outbox_emit('d.silent', '{}');
+});
+ok( $node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox_in_flight f JOIN outbox e ON e.id = ANY (f.ids) WHERE e.event_type = 'd.silent'"),
+	'd: the event is in flight, its connection being made');
+my $t0 = time();
+kill 'TERM', $pid;
+ok(wait_until(sub { !kill(0, $pid) }), 'd: the relay ended');
+my $took = time() - $t0;
+cmp_ok($took, '<', 10, "d: within the 60 s the connection may take (took ${took} s)");
+
+done_testing();
