@@ -24,6 +24,11 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      ordered and to an unordered destination, and a pass that finds
      nothing due with 1,000,000 delivered and 100,000 pending events over
      10,000 aggregates, 1,000 of them held back by a dead event
+  9. JetStream: draining 100,000 events into a single-node file-storage
+     stream (nats-server on 127.0.0.1, sharing the cores), at the default
+     and a larger outbox.batch_size, beside the broker's own ceiling: a C
+     publisher with libnats (test/nats_tool.c) publishing asynchronously
+     with message ids, as the relay does
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections; --pg-bin DIR uses the PostgreSQL (and the outbox
@@ -685,11 +690,70 @@ def bench_ordered(c, n, keys, nginx_port, batch, conns, delivered, pending, pkey
     c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
+# 9 ------------------------------------------------------------------------
+def start_nats(tmp):
+    port = free_port()
+    store = os.path.join(tmp, "nats-store")
+    conf = os.path.join(tmp, "nats.conf")
+    with open(conf, "w") as f:
+        f.write(f'listen: 127.0.0.1:{port}\njetstream {{ store_dir: "{store}" }}\n')
+    log = open(os.path.join(tmp, "nats.log"), "w")
+    proc = subprocess.Popen(["nats-server", "-c", conf], stdout=log, stderr=subprocess.STDOUT)
+    tool = os.path.join(tmp, "nats_tool")
+    subprocess.run(["cc", "-O2", "-o", tool, os.path.join(HERE, "..", "test", "nats_tool.c"), "-lnats"],
+                   check=True)
+    url = f"nats://127.0.0.1:{port}"
+    for _ in range(200):
+        if subprocess.run([tool, "ping", url], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    return proc, url, tool
+
+
+def bench_jetstream(c, tmp, n, runs):
+    section("9. JetStream (nats-server on 127.0.0.1, file storage)")
+    nats, url, tool = start_nats(tmp)
+    try:
+        print(f"parameters: {n} events, one relay, "
+              f"nats-server, PostgreSQL and the relay on the same {os.cpu_count()} cores")
+        rates = {}
+        size = 0
+        for batch, pending in runs:
+            stream = f"DRAIN{batch}_{pending}"
+            label = f"batch_size {batch}, jetstream_max_pending {pending}"
+            subprocess.run([tool, "add-stream", url, stream, f"{stream}.>", "1", "120000"], check=True)
+            c.set(batch_size=batch, jetstream_max_pending=pending, poll_interval="10ms")
+            print(f"  {label}:")
+            drain(c, n, "bench.js",
+                  f"INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream) "
+                  f"VALUES ('js', 'bench.*', '{url}', '{stream}.events', '{stream}')",
+                  "")
+            info = subprocess.run([tool, "info", url, stream], capture_output=True, text=True).stdout
+            msgs, nbytes = (int(x) for x in re.search(r"msgs=(\d+) .*bytes=(\d+)", info).groups())
+            size = nbytes // max(msgs, 1)
+            rates[label] = c.sql("SELECT count(*) / extract(epoch FROM max(delivered_at) - min(delivered_at)) "
+                                 "FROM outbox")[0][0]
+            print(f"  {'':8s} the stream holds {msgs} messages, {size} bytes each on average")
+        subprocess.run([tool, "add-stream", url, "CEILING", "ceiling.>", "1", "120000"], check=True)
+        out = subprocess.run([tool, "bench", url, "ceiling.x", str(n), str(size)],
+                             capture_output=True, text=True, check=True).stdout
+        ceiling = float(out.strip())
+        print(f"  broker ceiling: {n} asynchronous publishes with Nats-Msg-Id by libnats, 1024 pending, "
+              f"{size} bytes: {ceiling:8.0f} messages/s")
+        for label, rate in rates.items():
+            print(f"  {label}: first to last delivery {float(rate):8.0f} events/s "
+                  f"= {float(rate) / ceiling:.2f} of the ceiling")
+        c.set(batch_size=100, jetstream_max_pending=1024, poll_interval="1s")
+    finally:
+        nats.send_signal(signal.SIGTERM)
+        nats.wait()
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="12345678", help="which sections to run, e.g. 23")
+    ap.add_argument("--only", default="123456789", help="which sections to run, e.g. 23")
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
@@ -725,6 +789,8 @@ def main():
             bench_ordered(c, 5000 if q else 100000, 1000, nginx_port, 1000, 32,
                           20000 if q else 1000000, 2000 if q else 100000, 200 if q else 10000,
                           20 if q else 1000, 20 if q else 200)
+        if "9" in args.only:
+            bench_jetstream(c, tmp, 5000 if q else 100000, ((100, 1024), (1000, 1024), (1000, 4096)))
     finally:
         for p in (sink, nginx):
             if p:

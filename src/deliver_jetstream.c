@@ -85,7 +85,7 @@
 
 /* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
 static int	js_timeout = 5000;
-static int	js_max_pending = 256;
+static int	js_max_pending = 1024;
 
 /* A JetStream destination's own columns (OutboxDestination.options). */
 typedef struct JsDestOptions
@@ -1697,7 +1697,7 @@ js_define_settings(void)
 							"Sets the maximum number of events a relay has published to one JetStream destination without their PubAck.",
 							"A change applies to connections made after it.",
 							&js_max_pending,
-							256, 1, JS_MAX_PENDING_LIMIT,
+							1024, 1, JS_MAX_PENDING_LIMIT,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

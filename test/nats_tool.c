@@ -5,7 +5,7 @@
  *   nats_tool ping URL                       JetStream answers (exit 0)
  *   nats_tool add-stream URL NAME SUBJECT REPLICAS DUP_MS [noack] [memory]
  *   nats_tool delete-stream URL NAME
- *   nats_tool info URL NAME                  msgs, last seq, duplicate window (ms)
+ *   nats_tool info URL NAME                  msgs, last seq, bytes, duplicate window (ms)
  *   nats_tool dump URL NAME [data]           one JSON line per stored message
  *   nats_tool bench URL SUBJECT N BYTES      async publishes with Nats-Msg-Id,
  *                                            prints messages/s when all are acked
@@ -110,7 +110,7 @@ main(int argc, char **argv)
 		memset(data, 'x', bytes);
 		jsOptions_Init(&jo);
 		jo.PublishAsync.ErrHandler = bench_error;
-		jo.PublishAsync.MaxPending = 256;
+		jo.PublishAsync.MaxPending = 1024;
 		natsOptions_Create(&o);
 		natsOptions_SetURL(o, argv[2]);
 		if ((s = natsConnection_Connect(&nc, o)) != NATS_OK)
@@ -176,8 +176,9 @@ main(int argc, char **argv)
 	{
 		if ((s = js_GetStreamInfo(&si, js, argv[3], NULL, &jerr)) != NATS_OK)
 			die("stream info", s, jerr);
-		printf("msgs=%llu last_seq=%llu duplicates_ms=%lld replicas=%lld\n",
+		printf("msgs=%llu last_seq=%llu bytes=%llu duplicates_ms=%lld replicas=%lld\n",
 			   (unsigned long long) si->State.Msgs, (unsigned long long) si->State.LastSeq,
+			   (unsigned long long) si->State.Bytes,
 			   (long long) (si->Config->Duplicates / 1000000), (long long) si->Config->Replicas);
 	}
 	else if (strcmp(argv[1], "dump") == 0 && argc >= 4)
