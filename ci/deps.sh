@@ -10,7 +10,7 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libnats-dev nats-server
+packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libnats-dev nats-server openssl
     libipc-run-perl make gcc python3 debootstrap ca-certificates)
 
 if [ "$(id -u)" != 0 ]; then

@@ -43,7 +43,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # -- packages -----------------------------------------------------------------
-packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" libcurl4-openssl-dev libnats-dev nats-server
+packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" libcurl4-openssl-dev libnats-dev nats-server openssl
           libipc-run-perl make gcc libasan8 libubsan1 binutils python3)
 missing=()
 for p in "${packages[@]}"; do

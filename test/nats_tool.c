@@ -10,7 +10,8 @@
  *   nats_tool bench URL SUBJECT N BYTES      async publishes with Nats-Msg-Id,
  *                                            prints messages/s when all are acked
  *
- * URL may carry user:password@. Errors go to stderr with exit status 1.
+ * URL may carry user:password@ (or token@); a tls:// URL is verified with the
+ * CA file named by NATS_TOOL_CA. Errors go to stderr with exit status 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,12 @@ connect_to(const char *url)
 		s = natsOptions_SetURL(o, url);
 	if (s == NATS_OK)
 		s = natsOptions_SetTimeout(o, 2000);
+	if (s == NATS_OK && getenv("NATS_TOOL_CA") != NULL)
+	{
+		s = natsOptions_SetSecure(o, true);
+		if (s == NATS_OK)
+			s = natsOptions_LoadCATrustedCertificates(o, getenv("NATS_TOOL_CA"));
+	}
 	if (s == NATS_OK)
 		s = natsConnection_Connect(&nc, o);
 	if (s != NATS_OK)

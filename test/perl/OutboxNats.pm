@@ -17,7 +17,7 @@ use Test::More;
 
 use OutboxTest;
 
-our @EXPORT = qw(start_nats start_nats_cluster nats_tool);
+our @EXPORT = qw(start_nats start_nats_cluster nats_tool make_certificates);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 my $tool;
@@ -35,7 +35,8 @@ sub nats_tool
 }
 
 # Starts one server with JetStream (file storage); %opts: auth => 'user:pw'
-# or token => 't', name/cluster settings used by start_nats_cluster.
+# or token => 't'; tls => { cert, key, ca } (the server's certificate and
+# key, and the CA that signed them, for nats_tool).
 sub start_nats
 {
 	my (%opts) = @_;
@@ -73,6 +74,33 @@ sub start_nats_cluster
 	return @servers;
 }
 
+# A CA and a certificate for 127.0.0.1 signed by it, made with the openssl
+# command line in a new directory: returns { ca, cert, key } (paths).
+sub make_certificates
+{
+	my ($name) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	my @openssl = ('openssl');
+	for my $cmd (
+		[ 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/ca.key", '-out', "$dir/ca.pem",
+			'-days', '2', '-subj', "/CN=$name test CA" ],
+		[ 'req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/server.key", '-out', "$dir/server.csr",
+			'-subj', '/CN=127.0.0.1' ],
+		[ 'x509', '-req', '-in', "$dir/server.csr", '-CA', "$dir/ca.pem", '-CAkey', "$dir/ca.key",
+			'-CAcreateserial', '-out', "$dir/server.pem", '-days', '2', '-extfile', "$dir/san.cnf" ])
+	{
+		if ($cmd->[0] eq 'x509')
+		{
+			open my $fh, '>', "$dir/san.cnf" or die $!;
+			print $fh "subjectAltName = IP:127.0.0.1, DNS:127.0.0.1, DNS:localhost\n";
+			close $fh;
+		}
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ @openssl, @$cmd ], '>', \$out, '2>', \$err) or die "openssl @$cmd: $err";
+	}
+	return { ca => "$dir/ca.pem", cert => "$dir/server.pem", key => "$dir/server.key" };
+}
+
 package OutboxNats::Server;
 
 use PostgreSQL::Test::Utils;
@@ -94,6 +122,8 @@ sub _write_conf
 		$conf .= "authorization { user: \"$u\", password: \"$p\" }\n";
 	}
 	$conf .= "authorization { token: \"$self->{token}\" }\n" if $self->{token};
+	$conf .= "tls { cert_file: \"$self->{tls}{cert}\", key_file: \"$self->{tls}{key}\" }\n"
+	  if $self->{tls};
 	open my $fh, '>', "$self->{dir}/nats.conf" or die $!;
 	print $fh $conf;
 	close $fh;
@@ -104,11 +134,16 @@ sub url
 {
 	my ($self) = @_;
 	my $cred = $self->{auth} ? "$self->{auth}\@" : $self->{token} ? "$self->{token}\@" : '';
-	return "nats://${cred}127.0.0.1:$self->{port}";
+	my $scheme = $self->{tls} ? 'tls' : 'nats';
+	return "$scheme://${cred}127.0.0.1:$self->{port}";
 }
 
 # The URL without credentials (for a destination).
-sub plain_url { my ($self) = @_; return "nats://127.0.0.1:$self->{port}"; }
+sub plain_url
+{
+	my ($self) = @_;
+	return ($self->{tls} ? 'tls' : 'nats') . "://127.0.0.1:$self->{port}";
+}
 
 sub start
 {
@@ -149,6 +184,7 @@ sub tool
 {
 	my ($self, $cmd, @args) = @_;
 	my ($out, $err) = ('', '');
+	local $ENV{NATS_TOOL_CA} = $self->{tls}{ca} if $self->{tls};
 	my $rc = IPC::Run::run([ OutboxNats::nats_tool(), $cmd, $self->url, @args ],
 		'>', \$out, '2>', \$err) ? 0 : ($? >> 8);
 	return ($rc, $out, $err);

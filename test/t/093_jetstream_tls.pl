@@ -1,0 +1,59 @@
+# A JetStream destination over TLS with a token: a server whose certificate
+# a private CA signed (made here with the openssl command line), the CA
+# named by nats_ca_file. Then what goes wrong, each a failed attempt with a
+# clear reason and the relay running on: a CA that did not sign the
+# server's certificate, a nats:// URL to a server that requires TLS, a
+# wrong token. The token never reaches the log or last_error.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use OutboxNats;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $certs = make_certificates('outbox');
+my $other = make_certificates('other');
+my $token = 'tok-9f8e7d6c5b4a';
+my $nats = start_nats(tls => $certs, token => $token);
+$nats->add_stream('SECURE', 'secure.>');
+my $port = $nats->{port};
+
+my $node = outbox_node('jstls');
+my $pid = wait_relay($node, 'postgres');
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, nats_token, nats_ca_file) VALUES
+	    ('good', 'tls.good', 'tls://127.0.0.1:$port', 'secure.good', 'SECURE', '$token', '$certs->{ca}'),
+	    ('wrong_ca', 'tls.wrong_ca', 'tls://127.0.0.1:$port', 'secure.wrong', 'SECURE', '$token', '$other->{ca}'),
+	    ('plain', 'tls.plain', 'nats://127.0.0.1:$port', 'secure.plain', 'SECURE', '$token', NULL),
+	    ('bad_token', 'tls.bad_token', 'tls://127.0.0.1:$port', 'secure.bad', 'SECURE', 'not-the-token', '$certs->{ca}');
+	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['tls.good', 'tls.wrong_ca', 'tls.plain', 'tls.bad_token']) t;
+});
+
+ok( $node->poll_query_until('postgres',
+		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'tls.good'"),
+	'delivered over TLS, the server verified with the CA file, the token accepted');
+is($nats->count('SECURE'), 1, 'the stream holds it');
+
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 3 FROM outbox WHERE event_type <> 'tls.good' AND attempts >= 2 AND dead_at IS NULL"),
+	'the others fail, and are retried');
+my %errors = map { split /\|/, $_, 2 } split /\n/,
+  $node->safe_psql('postgres', "SELECT event_type, last_error FROM outbox WHERE event_type <> 'tls.good'");
+like($errors{'tls.wrong_ca'},
+	qr/^NATS at tls:\/\/127\.0\.0\.1:$port, stream "SECURE": cannot connect: SSL handshake error: .*(unable to get local issuer certificate|certificate verify failed)/,
+	'a CA that did not sign the certificate: the verification failed');
+like($errors{'tls.plain'},
+	qr/^NATS at nats:\/\/127\.0\.0\.1:$port, stream "SECURE": cannot connect: .*(secure|TLS|SSL)/i,
+	'a nats:// URL to a server that requires TLS');
+is($errors{'tls.bad_token'},
+	"NATS at tls://127.0.0.1:$port, stream \"SECURE\": cannot connect: the server refused the credentials (Authorization Violation)",
+	'a wrong token');
+is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
+is((grep { /\[$pid\]/ && /\Q$token\E|not-the-token/ } split /\n/, slurp_file($node->logfile)), 0,
+	"no token in the relay's log lines");
+is((grep { /\Q$token\E|not-the-token/ } values %errors), 0, 'nor in last_error');
+
+done_testing();
