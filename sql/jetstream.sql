@@ -8,7 +8,9 @@ VALUES ('js', 'none.js', 'nats://127.0.0.1:4222', 'orders.{aggregate_type}.{aggr
 SELECT name, kind, nats_servers, nats_subject, nats_stream FROM outbox_destinations;
 
 -- servers: nats:// or tls://, host and optional port, no credentials, 1 to 16
-SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:4222, tls://b:4223,nats://[::1]:4224,nats://c' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:4222, nats://b:4223,nats://[::1]:4224,nats://c' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'tls://a:4222,tls://b' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:4222,tls://b' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'http://a:4222' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://user:secret-pw@a:4222' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = 'nats://a:0' WHERE name = 'js'$$);
@@ -19,6 +21,8 @@ SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = ' , ' WHERE n
 SELECT regress.try($$UPDATE outbox_destinations SET nats_servers = E'nats://a\n:4222' WHERE name = 'js'$$);
 SELECT regress.try(format($$UPDATE outbox_destinations SET nats_servers = %L WHERE name = 'js'$$,
        (SELECT string_agg('nats://h' || g || ':4222', ',') FROM generate_series(1, 17) g)));
+SELECT regress.try(format($$UPDATE outbox_destinations SET nats_servers = %L WHERE name = 'js'$$,
+       (SELECT string_agg('nats://h' || g || ':4222', ',') FROM generate_series(1, 16) g) || ', ,'));
 SELECT regress.try(format($$UPDATE outbox_destinations SET nats_servers = %L WHERE name = 'js'$$,
        'nats://' || repeat('h', 8200)));
 

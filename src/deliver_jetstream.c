@@ -15,22 +15,26 @@
  * Publishing is asynchronous (js_PublishMsgAsync): at most
  * outbox.jetstream_max_pending messages per destination wait for their
  * PubAck, each with its own time limit, which libnats enforces by
- * answering the message itself with a timeout. libnats runs its own
- * threads (reading, flushing, timers, reconnecting, and the thread that
- * calls the PubAck handler). None of them calls into PostgreSQL: the
- * handler copies the outcome into a fixed ring under a mutex and sets the
- * relay's latch; the relay turns outcomes into text in collect. The
- * connection is made on a thread of this file's own, so a broker that
- * does not answer never holds the relay up: it waits on its latch, and
- * SIGTERM ends it at once. Every thread is started with all signals
- * blocked, so PostgreSQL's signal handlers run on the relay's own thread
- * only, and threads libnats starts from them inherit that.
+ * answering the message itself with a timeout.
  *
- * One connection per destination, kept across claims; libnats reconnects
- * after a broker restart (a message published meanwhile is not buffered:
- * it waits for the connection up to its time limit, then fails). A
- * destination whose row changes gets a new connection; the old one is
- * closed when its last PubAck is in.
+ * Each destination's connection has a thread of this file's own, which
+ * connects, then publishes the messages the relay queues, then closes the
+ * connection: the relay never calls libnats's connection functions, which
+ * wait on the connection's lock while libnats reconnects (the lock is held
+ * across a connection attempt), so a broker that does not answer never
+ * holds the relay up, and SIGTERM ends it at once. libnats runs threads of
+ * its own (reading, flushing, timers, reconnecting, and the thread that
+ * calls the PubAck handler). None of these threads calls into PostgreSQL:
+ * they record outcomes in a fixed ring under a mutex and set the relay's
+ * latch; the relay turns them into text in collect. Every thread starts
+ * with all signals blocked, so PostgreSQL's handlers run on the relay's
+ * own thread only.
+ *
+ * Connections are kept across claims; libnats reconnects after a broker
+ * restart (messages published meanwhile wait in its reconnect buffer and
+ * time out like any other). A destination whose row changes gets a new
+ * connection; the old one, and one unused for five minutes, is closed
+ * when nothing it published waits for an answer.
  *
  * Runs in the relay worker, or in a backend running outbox_relay().
  *
@@ -74,7 +78,8 @@
 /* the longest nats_servers, nats_subject, stream name, file path */
 #define JS_SERVERS_MAX_BYTES 8192
 #define JS_SUBJECT_MAX_BYTES 1024
-#define JS_BUILT_SUBJECT_MAX_BYTES 4096
+/* nats-server's max_control_line is 4096: room for HPUB's reply and sizes */
+#define JS_BUILT_SUBJECT_MAX_BYTES 3840
 #define JS_STREAM_MAX_BYTES 255
 #define JS_PATH_MAX_BYTES 1024
 /* error text kept from libnats, in the threads' fixed buffers */
@@ -299,37 +304,45 @@ event_subject(const OutboxEvent *ev, char **error)
 }
 
 /* ---------------------------------------------------------------------
- * Connections, shared with libnats's threads
+ * Connections, shared with the threads
  * ---------------------------------------------------------------------
  */
 
 typedef enum JsState
 {
-	JS_IDLE,					/* no connection, none being made */
-	JS_CONNECTING,				/* connect_main is running */
-	JS_READY,					/* connected, stream checked */
-	JS_FAILED					/* the last connection attempt failed */
+	JS_IDLE,					/* no thread */
+	JS_CONNECTING,				/* the connection's thread is connecting */
+	JS_READY,					/* connected, stream checked: publishing */
+	JS_FAILED					/* the connection attempt failed */
 } JsState;
 
-/* An outcome, as the PubAck handler records it. */
+/* An outcome, as the PubAck handler or the publishing thread records it. */
 typedef struct JsAck
 {
 	natsMsg    *msg;			/* the message published */
 	natsStatus	status;			/* NATS_OK: a PubAck */
 	jsErrCode	code;			/* JetStream's error code, or 0 */
-	bool		duplicate;
+	bool		not_puback;		/* an answer, but no PubAck of the stream */
 	char		text[JS_TEXT_BYTES];	/* libnats's or the stream's error */
 } JsAck;
+
+/* A message for the connection's thread to publish; malloc'd. */
+typedef struct JsPublish
+{
+	struct JsPublish *next;
+	natsMsg    *msg;
+	char		msg_id[40];		/* the event_id: a uuid's text */
+} JsPublish;
 
 /* An event waiting to be published. */
 typedef struct JsWaiting
 {
 	dlist_node	node;
 	OutboxEvent *ev;
-	TimestampTz deadline;		/* fails if not published by then */
+	TimestampTz deadline;		/* while not connected: fails then */
 } JsWaiting;
 
-/* A published message whose PubAck is not collected. */
+/* A published message whose outcome is not collected. */
 typedef struct JsInFlight
 {
 	natsMsg    *msg;			/* the key */
@@ -337,32 +350,44 @@ typedef struct JsInFlight
 	char	   *subject;
 } JsInFlight;
 
+/*
+ * A destination's connection. Its thread (conn_main) connects, then
+ * publishes what the relay queues, and at the end closes and frees
+ * libnats's objects; so the relay never calls libnats's connection
+ * functions, which wait on the connection's lock while libnats reconnects.
+ * The relay frees the struct only after joining the thread with nothing
+ * published left unanswered: no libnats callback has it as closure then
+ * (the PubAck handler is the only one that does).
+ */
 typedef struct JsConn
 {
 	/* relay thread only */
 	char	   *name;			/* the destination */
 	char	   *fingerprint;	/* its options as one string: a change reconnects */
 	MemoryContext cxt;
-	bool		retiring;		/* superseded: closes when its PubAcks are in */
+	bool		retiring;		/* superseded or unused: closes when idle */
 	dlist_head	waiting;
 	int			nwaiting;
 	HTAB	   *in_flight;		/* natsMsg * -> JsInFlight */
-	int			outstanding;	/* published, outcome not collected */
+	int			outstanding;	/* queued or published, outcome not collected */
 	int			live;			/* events taken and not returned */
-	int			cap;			/* its max pending, fixed at creation */
 	int			timeout_ms;
 	int			failures;		/* connection attempts failed in a row */
 	TimestampTz retry_at;		/* no new attempt before */
+	TimestampTz last_used;		/* the last event taken */
 	bool		thread_started;
+	bool		stopping;		/* its thread was asked to stop */
+	bool		ready_seen;		/* this thread's connection was reported */
 	pthread_t	thread;
-	char	   *stream;
-	char	   *servers_text;	/* for messages: host:port list, no credentials */
-	bool		checked;		/* the stream's window was looked at */
-	char	   *last_failure;	/* palloc'd text of the last failed connection */
+	char	   *servers_text;	/* for messages: the URLs, no credentials */
+	char	   *last_failure;	/* text of the last failed connection */
 
-	/* the connection thread's input, set before it starts */
+	/* set before a thread starts, read-only while it runs */
+	int			cap;			/* at most this many outstanding */
+	char	   *stream;
 	char	  **server_list;
 	int			nservers;
+	bool		secure;			/* tls:// or a CA file */
 	char	   *user;
 	char	   *password;
 	char	   *token;
@@ -371,20 +396,25 @@ typedef struct JsConn
 
 	/* shared with the threads, under mu */
 	pthread_mutex_t mu;
+	pthread_cond_t cond;		/* the queue has messages, or stop is set */
 	JsState		state;
-	char		error[JS_TEXT_BYTES];	/* why the last attempt failed */
+	bool		stop;			/* close the connection and end */
+	bool		finished;		/* the thread ended */
+	bool		closed;			/* libnats closed the connection for good */
+	char		error[JS_TEXT_BYTES];	/* why the attempt failed */
 	char		lib_error[JS_TEXT_BYTES];	/* and libnats's words, if any */
-	natsConnection *nc;
-	jsCtx	   *js;
-	bool		stream_found;
-	bool		no_ack;
 	int64		duplicates_ns;
 	int64		max_age_ns;
+	jsCtx	   *js;				/* while READY, until the relay asks to stop */
+	JsPublish  *queue;			/* to publish, in order */
+	JsPublish  *queue_tail;
 	JsAck	   *acks;			/* a ring of cap entries */
 	int			ack_head;
 	int			nacks;
-	bool		closed;			/* libnats closed the connection */
 } JsConn;
+
+/* connections unused this long are closed (a destination deleted, renamed) */
+#define JS_IDLE_CLOSE_MS (5 * 60 * 1000)
 
 static MemoryContext js_cxt = NULL;
 static List *conns = NIL;		/* of JsConn, in js_cxt */
@@ -412,32 +442,32 @@ append_text(char *dst, const char *src, size_t size)
 }
 
 /*
- * Blocks every signal in the calling thread (saving the mask in *old), so
- * that a thread started now inherits a full mask and PostgreSQL's handlers
- * run on the relay's thread only.
+ * Records an outcome in c's ring (c->mu held). The ring has room: every
+ * message counted in c->outstanding (at most c->cap) gets one outcome,
+ * from the PubAck handler (libnats answers a timeout itself, and drops an
+ * answer to a message it already answered) or from the thread when the
+ * publish failed.
  */
-static void
-block_signals(sigset_t *old)
+static JsAck *
+ring_push(JsConn *c)
 {
-	sigset_t	all;
+	JsAck	   *a;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, old);
-}
-
-static void
-restore_signals(const sigset_t *old)
-{
-	pthread_sigmask(SIG_SETMASK, old, NULL);
+	if (c->nacks >= c->cap)
+		return NULL;
+	a = &c->acks[(c->ack_head + c->nacks) % c->cap];
+	c->nacks++;
+	memset(a, 0, offsetof(JsAck, text) + 1);
+	return a;
 }
 
 /*
- * libnats's PubAck handler, on the thread of the reply subscription: it
- * records the outcome in c's ring and wakes the relay. The ring has room:
- * a connection has at most cap messages published and not collected, and
- * each is answered once (libnats answers a timeout itself). Calls nothing
- * of PostgreSQL's but SetLatch, which is safe from any thread of the
- * process (it only sets a flag and wakes the process).
+ * libnats's PubAck handler, on the thread of the reply subscription: a
+ * positive answer counts only if it names the destination's stream and a
+ * sequence (or a duplicate): libnats takes any JSON answer without an
+ * error for one. Records the outcome and wakes the relay. Calls nothing of
+ * PostgreSQL's but SetLatch, which is safe from any thread of the process
+ * (it sets a flag and wakes the process).
  */
 static void
 ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
@@ -447,18 +477,17 @@ ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
 	JsAck	   *a;
 
 	pthread_mutex_lock(&c->mu);
-	if (c->nacks < c->cap)
+	a = ring_push(c);
+	if (a != NULL)
 	{
-		a = &c->acks[(c->ack_head + c->nacks) % c->cap];
-		c->nacks++;
 		a->msg = msg;
-		a->duplicate = false;
-		a->code = 0;
-		a->text[0] = '\0';
-		if (pa != NULL)
-		{
+		if (pa != NULL && pa->Stream != NULL && strcmp(pa->Stream, c->stream) == 0 &&
+			(pa->Sequence > 0 || pa->Duplicate))
 			a->status = NATS_OK;
-			a->duplicate = pa->Duplicate;
+		else if (pa != NULL)
+		{
+			a->status = NATS_ERR;
+			a->not_puback = true;
 		}
 		else
 		{
@@ -471,19 +500,7 @@ ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
 	SetLatch(MyLatch);
 }
 
-/* libnats's closed-connection callback: notes it and wakes the relay. */
-static void
-closed_handler(natsConnection *nc pg_attribute_unused(), void *closure)
-{
-	JsConn	   *c = closure;
-
-	pthread_mutex_lock(&c->mu);
-	c->closed = true;
-	pthread_mutex_unlock(&c->mu);
-	SetLatch(MyLatch);
-}
-
-/* Reconnected: wakes the relay, whose waiting events can go now. */
+/* Reconnected: wakes the relay. Its closure is NULL: it may come late. */
 static void
 reconnected_handler(natsConnection *nc pg_attribute_unused(), void *closure pg_attribute_unused())
 {
@@ -492,8 +509,8 @@ reconnected_handler(natsConnection *nc pg_attribute_unused(), void *closure pg_a
 
 /*
  * libnats's asynchronous error callback (a slow consumer, a permission
- * violation): nothing to do, the PubAck or its timeout says the rest; set
- * so that libnats does not print to the server's stderr.
+ * violation): the PubAck or its timeout says what matters; set so that
+ * libnats does not print to the server's stderr.
  */
 static void
 error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg_attribute_unused(),
@@ -502,16 +519,13 @@ error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg
 }
 
 /*
- * The connection thread: connects to the destination's servers, gets a
- * JetStream context, and reads the stream's configuration; then records
- * the result in c (state JS_READY or JS_FAILED with c->error) and wakes
- * the relay. Calls libnats only (and SetLatch). Started with every signal
- * blocked, which libnats's own threads, started from here, inherit.
+ * Connects c (on its thread): the servers, a JetStream context, and the
+ * stream's configuration. Returns the status; on failure error and
+ * lib_error say why, and nothing is left open.
  */
-static void *
-connect_main(void *arg)
+static natsStatus
+conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *lib_error)
 {
-	JsConn	   *c = arg;
 	natsOptions *o = NULL;
 	natsConnection *nc = NULL;
 	jsCtx	   *js = NULL;
@@ -519,8 +533,6 @@ connect_main(void *arg)
 	jsErrCode	jerr = 0;
 	jsOptions	jo;
 	natsStatus	s;
-	char		error[JS_TEXT_BYTES] = "";
-	char		lib_error[JS_TEXT_BYTES] = "";
 
 	s = natsOptions_Create(&o);
 	if (s == NATS_OK)
@@ -529,8 +541,9 @@ connect_main(void *arg)
 		s = natsOptions_SetName(o, "outbox relay");
 	if (s == NATS_OK)
 		s = natsOptions_SetTimeout(o, c->timeout_ms);
+	/* a server that stops reading must not hold the flusher forever */
 	if (s == NATS_OK)
-		s = natsOptions_SetNoRandomize(o, false);
+		s = natsOptions_SetWriteDeadline(o, c->timeout_ms);
 	if (s == NATS_OK)
 		s = natsOptions_SetMaxReconnect(o, -1);
 	if (s == NATS_OK)
@@ -538,30 +551,27 @@ connect_main(void *arg)
 	if (s == NATS_OK)
 		s = natsOptions_SetPingInterval(o, 5000);
 	if (s == NATS_OK)
-		s = natsOptions_SetClosedCB(o, closed_handler, c);
+		s = natsOptions_SetReconnectedCB(o, reconnected_handler, NULL);
 	if (s == NATS_OK)
-		s = natsOptions_SetReconnectedCB(o, reconnected_handler, c);
-	if (s == NATS_OK)
-		s = natsOptions_SetErrorHandler(o, error_handler, c);
+		s = natsOptions_SetErrorHandler(o, error_handler, NULL);
 	if (s == NATS_OK && c->user != NULL)
 		s = natsOptions_SetUserInfo(o, c->user, c->password);
 	if (s == NATS_OK && c->token != NULL)
 		s = natsOptions_SetToken(o, c->token);
 	if (s == NATS_OK && c->creds_file != NULL)
 		s = natsOptions_SetUserCredentialsFromFiles(o, c->creds_file, NULL);
-	if (s == NATS_OK && c->ca_file != NULL)
-	{
+	/* libnats takes tls:// for nats:// unless told: never send credentials in clear */
+	if (s == NATS_OK && c->secure)
 		s = natsOptions_SetSecure(o, true);
-		if (s == NATS_OK)
-			s = natsOptions_LoadCATrustedCertificates(o, c->ca_file);
-	}
+	if (s == NATS_OK && c->ca_file != NULL)
+		s = natsOptions_LoadCATrustedCertificates(o, c->ca_file);
 	if (s != NATS_OK)
-		copy_text(error, "the connection options are not valid: ", sizeof(error));
+		copy_text(error, "the connection options are not valid: ", JS_TEXT_BYTES);
 	else
 	{
 		s = natsConnection_Connect(&nc, o);
 		if (s != NATS_OK)
-			copy_text(error, "cannot connect: ", sizeof(error));
+			copy_text(error, "cannot connect: ", JS_TEXT_BYTES);
 	}
 	if (s == NATS_OK)
 	{
@@ -573,19 +583,27 @@ connect_main(void *arg)
 		if (s == NATS_OK)
 			s = natsConnection_JetStream(&js, nc, &jo);
 		if (s != NATS_OK)
-			copy_text(error, "cannot use JetStream: ", sizeof(error));
+			copy_text(error, "cannot use JetStream: ", JS_TEXT_BYTES);
 	}
 	if (s == NATS_OK)
 	{
 		s = js_GetStreamInfo(&si, js, c->stream, NULL, &jerr);
 		if (s != NATS_OK && jerr == JSStreamNotFoundErr)
-			copy_text(error, "the stream does not exist", sizeof(error));
+			copy_text(error, "the stream does not exist", JS_TEXT_BYTES);
 		else if (s != NATS_OK)
-			copy_text(error, "cannot read the stream's configuration: ", sizeof(error));
+			copy_text(error, "cannot read the stream's configuration: ", JS_TEXT_BYTES);
 		else if (si->Config->NoAck)
 		{
-			copy_text(error, "the stream is created with no_ack: it does not acknowledge what it stores", sizeof(error));
+			copy_text(error, "the stream is created with no_ack: it does not acknowledge what it stores",
+					  JS_TEXT_BYTES);
 			s = NATS_ERR;
+		}
+		else
+		{
+			pthread_mutex_lock(&c->mu);
+			c->duplicates_ns = si->Config->Duplicates;
+			c->max_age_ns = si->Config->MaxAge;
+			pthread_mutex_unlock(&c->mu);
 		}
 	}
 	if (s != NATS_OK && error[strlen(error) - 1] == ' ')
@@ -600,30 +618,10 @@ connect_main(void *arg)
 		/* the server's words, which the masking of credentials would cut */
 		if (s == NATS_CONNECTION_AUTH_FAILED || strstr(text, "Authorization Violation") != NULL)
 			append_text(error, "the server refused the credentials (Authorization Violation)",
-						sizeof(error));
+						JS_TEXT_BYTES);
 		else
-			copy_text(lib_error, text, sizeof(lib_error));
+			copy_text(lib_error, text, JS_TEXT_BYTES);
 	}
-
-	pthread_mutex_lock(&c->mu);
-	if (s == NATS_OK)
-	{
-		c->state = JS_READY;
-		c->nc = nc;
-		c->js = js;
-		c->stream_found = true;
-		c->duplicates_ns = si->Config->Duplicates;
-		c->max_age_ns = si->Config->MaxAge;
-		c->closed = false;
-	}
-	else
-	{
-		c->state = JS_FAILED;
-		copy_text(c->error, error, sizeof(c->error));
-		copy_text(c->lib_error, lib_error, sizeof(c->lib_error));
-	}
-	pthread_mutex_unlock(&c->mu);
-
 	jsStreamInfo_Destroy(si);
 	if (s != NATS_OK)
 	{
@@ -633,74 +631,188 @@ connect_main(void *arg)
 			natsConnection_Close(nc);
 			natsConnection_Destroy(nc);
 		}
+		js = NULL;
+		nc = NULL;
 	}
 	natsOptions_Destroy(o);
-	SetLatch(MyLatch);
-	return NULL;
-}
-
-/* The state of c, read under its mutex. */
-static JsState
-conn_state(JsConn *c)
-{
-	JsState		s;
-
-	pthread_mutex_lock(&c->mu);
-	s = c->state;
-	pthread_mutex_unlock(&c->mu);
+	*ncp = nc;
+	*jsp = js;
 	return s;
 }
 
-/* Starts a connection attempt of c on a thread of its own. */
-static void
-start_connect(JsConn *c)
+/*
+ * The connection's thread: connects, then publishes what the relay queues
+ * (each with its own time limit, the event_id as Nats-Msg-Id and the
+ * stream as Nats-Expected-Stream) until the relay sets stop; then closes
+ * the connection. Calls libnats only, and SetLatch; started with every
+ * signal blocked, which libnats's threads, started from here, inherit.
+ */
+static void *
+conn_main(void *arg)
 {
-	sigset_t	old;
-	int			rc;
-
-	Assert(!c->thread_started);
-	pthread_mutex_lock(&c->mu);
-	c->state = JS_CONNECTING;
-	c->error[0] = '\0';
-	c->lib_error[0] = '\0';
-	pthread_mutex_unlock(&c->mu);
-	block_signals(&old);
-	rc = pthread_create(&c->thread, NULL, connect_main, c);
-	restore_signals(&old);
-	if (rc != 0)
-	{
-		pthread_mutex_lock(&c->mu);
-		c->state = JS_FAILED;
-		copy_text(c->error, "cannot start a thread to connect", sizeof(c->error));
-		pthread_mutex_unlock(&c->mu);
-		return;
-	}
-	c->thread_started = true;
-}
-
-/* Frees libnats's objects of c; no thread of c's is running. */
-static void
-close_conn(JsConn *c)
-{
+	JsConn	   *c = arg;
 	natsConnection *nc;
 	jsCtx	   *js;
+	char		error[JS_TEXT_BYTES] = "";
+	char		lib_error[JS_TEXT_BYTES] = "";
+	natsStatus	s = conn_connect(c, &nc, &js, error, lib_error);
 
 	pthread_mutex_lock(&c->mu);
-	nc = c->nc;
-	js = c->js;
-	c->nc = NULL;
+	if (s == NATS_OK)
+	{
+		c->state = JS_READY;
+		c->js = js;
+	}
+	else
+	{
+		c->state = JS_FAILED;
+		copy_text(c->error, error, sizeof(c->error));
+		copy_text(c->lib_error, lib_error, sizeof(c->lib_error));
+	}
+	pthread_mutex_unlock(&c->mu);
+	SetLatch(MyLatch);
+
+	while (s == NATS_OK)
+	{
+		JsPublish  *batch;
+		bool		stop;
+
+		pthread_mutex_lock(&c->mu);
+		if (c->queue == NULL && !c->stop)
+		{
+			struct timespec until;
+
+			/* wake at least every second to see whether libnats gave up */
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += 1;
+			pthread_cond_timedwait(&c->cond, &c->mu, &until);
+		}
+		batch = c->queue;
+		c->queue = c->queue_tail = NULL;
+		stop = c->stop;
+		pthread_mutex_unlock(&c->mu);
+
+		while (batch != NULL)
+		{
+			JsPublish  *p = batch;
+			natsMsg    *key = p->msg;
+			jsPubOptions po;
+
+			batch = p->next;
+			jsPubOptions_Init(&po);
+			po.MsgId = p->msg_id;
+			po.ExpectStream = c->stream;
+			po.MaxWait = c->timeout_ms;
+			s = js_PublishMsgAsync(js, &p->msg, &po);
+			if (s != NATS_OK)
+			{
+				const char *text = nats_GetLastError(NULL);
+
+				pthread_mutex_lock(&c->mu);
+				{
+					JsAck	   *a = ring_push(c);
+
+					if (a != NULL)
+					{
+						a->msg = key;
+						a->status = s;
+						copy_text(a->text, text, sizeof(a->text));
+					}
+				}
+				pthread_mutex_unlock(&c->mu);
+				/* the relay destroys it with the outcome */
+				p->msg = NULL;
+				SetLatch(MyLatch);
+			}
+			free(p);
+		}
+		s = NATS_OK;
+		if (natsConnection_Status(nc) == NATS_CONN_STATUS_CLOSED)
+		{
+			pthread_mutex_lock(&c->mu);
+			c->closed = true;
+			pthread_mutex_unlock(&c->mu);
+			SetLatch(MyLatch);
+		}
+		if (stop)
+			break;
+	}
+
+	pthread_mutex_lock(&c->mu);
 	c->js = NULL;
-	c->state = JS_IDLE;
 	pthread_mutex_unlock(&c->mu);
 	if (nc != NULL)
 		natsConnection_Close(nc);
 	jsCtx_Destroy(js);
 	natsConnection_Destroy(nc);
+	pthread_mutex_lock(&c->mu);
+	c->finished = true;
+	pthread_mutex_unlock(&c->mu);
+	SetLatch(MyLatch);
+	return NULL;
 }
 
 /*
- * The host:port list of a nats_servers value, for messages: the URLs with
- * their scheme, and without what a URL can carry before an @.
+ * Starts c's thread. Signals are blocked around pthread_create only (no
+ * ERROR can come in between), so that the thread and libnats's threads
+ * inherit a full mask.
+ */
+static void
+start_connect(JsConn *c)
+{
+	sigset_t	all;
+	sigset_t	old;
+	int			rc;
+
+	Assert(!c->thread_started && c->outstanding == 0);
+	if (c->cap != js_max_pending)
+	{
+		/* outbox.jetstream_max_pending changed: applies to the new connection */
+		c->cap = js_max_pending;
+		pfree(c->acks);
+		c->acks = MemoryContextAllocZero(c->cxt, sizeof(JsAck) * c->cap);
+	}
+	pthread_mutex_lock(&c->mu);
+	c->state = JS_CONNECTING;
+	c->stop = false;
+	c->finished = false;
+	c->closed = false;
+	c->error[0] = '\0';
+	c->lib_error[0] = '\0';
+	c->ack_head = 0;
+	c->nacks = 0;
+	pthread_mutex_unlock(&c->mu);
+	c->ready_seen = false;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&c->thread, NULL, conn_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+	{
+		pthread_mutex_lock(&c->mu);
+		c->state = JS_FAILED;
+		c->finished = true;
+		copy_text(c->error, "cannot start a thread to connect", sizeof(c->error));
+		pthread_mutex_unlock(&c->mu);
+		c->retry_at = 0;
+		return;
+	}
+	c->thread_started = true;
+}
+
+/* Asks c's thread to close the connection and end. */
+static void
+request_stop(JsConn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * The URLs of a nats_servers value, for messages: without anything a URL
+ * can carry before an @ (the rules refuse it; this is a second guard).
  */
 static char *
 servers_for_messages(char **list, int n)
@@ -723,15 +835,19 @@ servers_for_messages(char **list, int n)
 	return buf.data;
 }
 
-/* Splits a comma-separated list into trimmed, non-empty items; *n of them. */
+/*
+ * Splits a comma-separated list into trimmed, non-empty items: at most
+ * JS_MAX_SERVERS in the list, *n of them; *total counts them all.
+ */
 static char **
-split_servers(const char *servers, int *n)
+split_servers(const char *servers, int *n, int *total)
 {
 	char	   *copy = pstrdup(servers);
 	char	  **list = palloc(sizeof(char *) * (JS_MAX_SERVERS + 1));
 	char	   *save = NULL;
 
 	*n = 0;
+	*total = 0;
 	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
 	{
 		while (*tok == ' ')
@@ -740,9 +856,9 @@ split_servers(const char *servers, int *n)
 			e[-1] = '\0';
 		if (*tok == '\0')
 			continue;
-		if (*n == JS_MAX_SERVERS)
-			break;
-		list[(*n)++] = tok;
+		(*total)++;
+		if (*n < JS_MAX_SERVERS)
+			list[(*n)++] = tok;
 	}
 	return list;
 }
@@ -776,6 +892,7 @@ new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_m
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	JsConn	   *c = palloc0(sizeof(JsConn));
 	HASHCTL		info;
+	int			total;
 
 	c->cxt = cxt;
 	c->name = pstrdup(name);
@@ -785,13 +902,17 @@ new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_m
 	c->timeout_ms = timeout_ms;
 	c->acks = palloc0(sizeof(JsAck) * c->cap);
 	c->stream = pstrdup(o->stream);
-	c->server_list = split_servers(o->servers, &c->nservers);
+	c->server_list = split_servers(o->servers, &c->nservers, &total);
 	c->servers_text = servers_for_messages(c->server_list, c->nservers);
+	c->secure = o->ca_file != NULL;
+	for (int i = 0; i < c->nservers; i++)
+		c->secure |= pg_strncasecmp(c->server_list[i], "tls://", 6) == 0;
 	c->user = nullable(o->user);
 	c->password = nullable(o->password);
 	c->token = nullable(o->token);
 	c->creds_file = nullable(o->creds_file);
 	c->ca_file = nullable(o->ca_file);
+	c->last_used = GetCurrentTimestamp();
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(natsMsg *);
 	info.entrysize = sizeof(JsInFlight);
@@ -799,6 +920,7 @@ new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_m
 	c->in_flight = hash_create("outbox jetstream in flight", 64, &info,
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cond, NULL);
 	c->state = JS_IDLE;
 	MemoryContextSwitchTo(old);
 	return c;
@@ -854,8 +976,8 @@ fail(OutboxEvent *ev, char *error, bool permanent)
 }
 
 /*
- * enqueue: the event waits for its connection, at most its time limit;
- * collect publishes it.
+ * enqueue: the event waits for room on its connection (and for the
+ * connection, at most its time limit); collect publishes it.
  */
 static void
 js_enqueue(OutboxEvent *ev)
@@ -863,8 +985,9 @@ js_enqueue(OutboxEvent *ev)
 	JsConn	   *c = conn_for(ev);
 	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
 
+	c->last_used = GetCurrentTimestamp();
 	w->ev = ev;
-	w->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
+	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
 	dlist_push_tail(&c->waiting, &w->node);
 	c->nwaiting++;
 	c->live++;
@@ -944,17 +1067,18 @@ publish_error(natsStatus s, const char *text)
 }
 
 /*
- * Publishes c's waiting events while it has room, each with its own time
- * limit (jsPubOptions.MaxWait), the event_id as Nats-Msg-Id and the stream
- * as Nats-Expected-Stream. Each is noted in the start log first. Events
- * that fail at once go to *done.
+ * Queues c's waiting events for its thread while there is room: each
+ * message is built here, noted in the start log, and entered in the
+ * in-flight hash before the thread can publish it (its PubAck can come at
+ * once). Events whose message cannot be built go to *done.
  */
 static void
 publish_waiting(JsConn *c, List **done)
 {
 	List	   *batch = NIL;
 	ListCell   *lc;
-	sigset_t	old;
+	JsPublish  *head = NULL;
+	JsPublish  *tail = NULL;
 
 	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap)
 	{
@@ -970,17 +1094,15 @@ publish_waiting(JsConn *c, List **done)
 		OutboxStartLogNote(lfirst(lc));
 	OutboxStartLogFlush();
 
-	/* the first publish starts the thread of the PubAck handler */
-	block_signals(&old);
 	foreach(lc, batch)
 	{
 		OutboxEvent *ev = lfirst(lc);
 		char	   *error = NULL;
 		char	   *subject = event_subject(ev, &error);
 		natsMsg    *m;
-		natsMsg    *key;
-		jsPubOptions po;
-		natsStatus	s;
+		JsPublish  *p;
+		JsInFlight *f;
+		bool		found;
 
 		if (subject == NULL)
 		{
@@ -990,62 +1112,67 @@ publish_waiting(JsConn *c, List **done)
 			continue;
 		}
 		m = build_message(ev, subject);
-		if (m == NULL)
+		p = m != NULL ? malloc(sizeof(JsPublish)) : NULL;
+		if (p == NULL)
 		{
+			if (m != NULL)
+			{
+				natsMsg_Destroy(m);
+				fail(ev, pstrdup("out of memory"), false);
+			}
 			pfree(subject);
 			c->live--;
 			*done = lappend(*done, ev);
 			continue;
 		}
-		jsPubOptions_Init(&po);
-		po.MsgId = ev->event_id;
-		po.ExpectStream = c->stream;
-		po.MaxWait = c->timeout_ms;
-		key = m;
-		s = js_PublishMsgAsync(c->js, &m, &po);
-		if (s == NATS_OK)
-		{
-			bool		found;
-			JsInFlight *f = hash_search(c->in_flight, &key, HASH_ENTER, &found);
-
-			f->ev = ev;
-			f->subject = MemoryContextStrdup(c->cxt, subject);
-			c->outstanding++;
-		}
-		else
-		{
-			const char *text = nats_GetLastError(NULL);
-
-			natsMsg_Destroy(m);
-			if (s == NATS_MAX_PAYLOAD)
-				fail(ev, psprintf("the envelope of %zu bytes is larger than the broker's max_payload",
-								  strlen(ev->body)), true);
-			else
-				fail(ev, publish_error(s, text), false);
-			c->live--;
-			*done = lappend(*done, ev);
-		}
+		p->next = NULL;
+		p->msg = m;
+		strlcpy(p->msg_id, ev->event_id, sizeof(p->msg_id));
+		f = hash_search(c->in_flight, &m, HASH_ENTER, &found);
+		f->ev = ev;
+		f->subject = MemoryContextStrdup(c->cxt, subject);
+		c->outstanding++;
 		pfree(subject);
+		if (tail != NULL)
+			tail->next = p;
+		else
+			head = p;
+		tail = p;
 	}
-	restore_signals(&old);
 	list_free(batch);
+	if (head == NULL)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (c->queue_tail != NULL)
+		c->queue_tail->next = head;
+	else
+		c->queue = head;
+	c->queue_tail = tail;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->mu);
 }
 
 /* The outcome of a PubAck (or its absence) for ev, published to subject. */
 static void
-ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, int timeout_ms)
+ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, const JsConn *c)
 {
 	if (a->status == NATS_OK)
 	{
 		ev->ok = true;
 		return;
 	}
-	if (a->status == NATS_TIMEOUT)
+	if (a->not_puback)
+		fail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\": something else answers it",
+						  c->stream, OutboxPrintable(subject, strlen(subject))), false);
+	else if (a->status == NATS_TIMEOUT)
 		fail(ev, psprintf("no PubAck from JetStream within %d ms (the message may be stored: the retry carries the same Nats-Msg-Id)",
-						  timeout_ms), false);
+						  c->timeout_ms), false);
 	else if (a->status == NATS_NO_RESPONDERS)
 		fail(ev, psprintf("no JetStream stream takes subject \"%s\" (no responders)",
 						  OutboxPrintable(subject, strlen(subject))), false);
+	else if (a->status == NATS_MAX_PAYLOAD)
+		fail(ev, psprintf("the envelope of %zu bytes is larger than the server's max_payload",
+						  strlen(ev->body)), true);
 	else if (a->code != 0)
 		fail(ev, psprintf("JetStream refused the message (error %d): %s", (int) a->code,
 						  OutboxRedact(a->text, strlen(a->text))), false);
@@ -1053,7 +1180,18 @@ ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, int timeout_ms
 		fail(ev, publish_error(a->status, a->text), false);
 }
 
-/* Collects the PubAcks c's handler recorded; events with an outcome go to *done. */
+/* Forgets in-flight entry f of c (found by key), its outcome collected. */
+static void
+forget_in_flight(JsConn *c, JsInFlight *f)
+{
+	natsMsg    *key = f->msg;
+
+	c->outstanding--;
+	pfree(f->subject);
+	hash_search(c->in_flight, &key, HASH_REMOVE, NULL);
+}
+
+/* Collects the outcomes c's threads recorded; events with one go to *done. */
 static void
 collect_acks(JsConn *c, List **done)
 {
@@ -1080,15 +1218,13 @@ collect_acks(JsConn *c, List **done)
 
 		if (f != NULL)
 		{
-			c->outstanding--;
 			if (f->ev != NULL)
 			{
-				ack_outcome(f->ev, &copy[i], f->subject, c->timeout_ms);
+				ack_outcome(f->ev, &copy[i], f->subject, c);
 				c->live--;
 				*done = lappend(*done, f->ev);
 			}
-			pfree(f->subject);
-			hash_search(c->in_flight, &copy[i].msg, HASH_REMOVE, NULL);
+			forget_in_flight(c, f);
 		}
 		natsMsg_Destroy(copy[i].msg);
 	}
@@ -1097,14 +1233,20 @@ collect_acks(JsConn *c, List **done)
 
 /*
  * Takes back from libnats the messages of c's closed connection that wait
- * for a PubAck, which will not come, and fails their events.
+ * for a PubAck, which will not come, and fails their events. (The ones
+ * still queued for the thread fail when it publishes them.)
  */
 static void
 take_back_pending(JsConn *c, List **done)
 {
 	natsMsgList pending;
+	jsCtx	   *js;
 
-	if (c->js == NULL || js_PublishAsyncGetPendingList(&pending, c->js) != NATS_OK)
+	/* the thread keeps the context until the relay asks it to stop */
+	pthread_mutex_lock(&c->mu);
+	js = c->js;
+	pthread_mutex_unlock(&c->mu);
+	if (js == NULL || js_PublishAsyncGetPendingList(&pending, js) != NATS_OK)
 		return;
 	for (int i = 0; i < pending.Count; i++)
 	{
@@ -1113,7 +1255,6 @@ take_back_pending(JsConn *c, List **done)
 
 		if (f == NULL)
 			continue;
-		c->outstanding--;
 		if (f->ev != NULL)
 		{
 			fail(f->ev, psprintf("the connection to NATS at %s was closed before the PubAck came (the message may be stored: the retry carries the same Nats-Msg-Id)",
@@ -1121,8 +1262,7 @@ take_back_pending(JsConn *c, List **done)
 			c->live--;
 			*done = lappend(*done, f->ev);
 		}
-		pfree(f->subject);
-		hash_search(c->in_flight, &key, HASH_REMOVE, NULL);
+		forget_in_flight(c, f);
 	}
 	natsMsgList_Destroy(&pending);
 }
@@ -1195,7 +1335,6 @@ check_window(JsConn *c)
 	if (c->max_age_ns > 0 && c->max_age_ns < c->duplicates_ns)
 		window_ms = c->max_age_ns / 1000000.0;
 	span = retry_span_ms(c->timeout_ms);
-	c->checked = true;
 	if (span <= window_ms)
 		return;
 	text = psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
@@ -1208,31 +1347,35 @@ check_window(JsConn *c)
 }
 
 /*
- * Moves connection c along: joins its finished connection thread, and
- * after a failure fails its waiting events with the reason; starts an
- * attempt when events wait and none is running; publishes while it is
- * connected; fails events that waited their time limit.
+ * Moves connection c along: joins its thread when it ended (after a
+ * failed attempt, whose reason fails the waiting events, or when asked to
+ * stop); reports a new connection and checks its stream's window; after
+ * libnats closed the connection for good, takes back what waits for a
+ * PubAck; stops the thread when c is retired or closed and nothing is
+ * outstanding; starts an attempt when events wait and no thread runs;
+ * queues the waiting events while connected; fails those that waited
+ * their time limit for a connection.
  */
 static void
 service_conn(JsConn *c, List **done)
 {
-	JsState		state = conn_state(c);
+	JsState		state;
+	bool		finished;
 	bool		closed;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (c->thread_started && state != JS_CONNECTING)
+	pthread_mutex_lock(&c->mu);
+	state = c->state;
+	finished = c->finished;
+	closed = c->closed;
+	pthread_mutex_unlock(&c->mu);
+
+	if (c->thread_started && finished)
 	{
 		pthread_join(c->thread, NULL);
 		c->thread_started = false;
-		if (state == JS_READY)
-		{
-			c->failures = 0;
-			ereport(LOG,
-					(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
-							c->servers_text, c->name)));
-			check_window(c);
-		}
-		else
+		c->stopping = false;
+		if (state == JS_FAILED)
 		{
 			char		error[JS_TEXT_BYTES];
 			char		lib_error[JS_TEXT_BYTES];
@@ -1253,70 +1396,81 @@ service_conn(JsConn *c, List **done)
 														  JS_RECONNECT_MAX_MS));
 			fail_waiting(c, true, c->last_failure, done);
 		}
+		else
+		{
+			pthread_mutex_lock(&c->mu);
+			c->state = state = JS_IDLE;
+			pthread_mutex_unlock(&c->mu);
+		}
 	}
 
-	pthread_mutex_lock(&c->mu);
-	closed = c->closed;
-	pthread_mutex_unlock(&c->mu);
-	if (state == JS_READY && closed)
+	if (state == JS_READY && !c->ready_seen)
 	{
-		/*
-		 * libnats gave up (an authorization error on reconnect). Its PubAck
-		 * subscription is closed with it: take the messages still waiting
-		 * for one back, fail them, and start over once none is left.
-		 */
+		c->ready_seen = true;
+		c->failures = 0;
+		ereport(LOG,
+				(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
+						c->servers_text, c->name)));
+		check_window(c);
+	}
+	if (state == JS_READY && closed && !c->stopping)
 		take_back_pending(c, done);
-		if (c->outstanding == 0)
-		{
-			close_conn(c);
-			state = JS_IDLE;
-		}
+	if (c->thread_started && !c->stopping && state == JS_READY && c->outstanding == 0 &&
+		(closed || (c->retiring && c->nwaiting == 0)))
+	{
+		request_stop(c);
+		c->stopping = true;
 	}
 
 	if (c->retiring && c->nwaiting == 0)
 		return;
-	if ((state == JS_IDLE || state == JS_FAILED) && c->nwaiting > 0)
+	if (!c->thread_started && c->nwaiting > 0)
 	{
 		if (state == JS_FAILED && now < c->retry_at)
 			fail_waiting(c, true, c->last_failure, done);
 		else
 			start_connect(c);
 	}
-	else if (state == JS_READY &&
-			 natsConnection_Status(c->nc) == NATS_CONN_STATUS_CONNECTED)
+	else if (state == JS_READY && !closed && !c->stopping)
 		publish_waiting(c, done);
 
-	if (c->nwaiting > 0)
+	/* connected, events wait for room only: PubAcks and their limits free it */
+	if (state != JS_READY && c->nwaiting > 0)
 	{
-		char	   *why = psprintf("not connected to NATS at %s within %d ms%s",
-								   c->servers_text, c->timeout_ms,
-								   state == JS_READY ? " (reconnecting)" : "");
+		char	   *why = psprintf("not connected to NATS at %s within %d ms",
+								   c->servers_text, c->timeout_ms);
 
 		fail_waiting(c, false, why, done);
+		pfree(why);
 	}
 }
 
 /*
- * collect: records PubAcks, publishes what waits, and returns the events
- * whose outcome is known. Closes the connections superseded by a changed
- * destination once their last PubAck is in. Interruptible.
+ * collect: records outcomes, queues what waits, and returns the events
+ * whose outcome is known. Retires connections unused for
+ * JS_IDLE_CLOSE_MS (a destination deleted, renamed or disabled), and frees
+ * retired ones once their thread has ended. Interruptible.
  */
 static List *
 js_collect(void)
 {
 	List	   *done = NIL;
 	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
 
 	foreach(lc, conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
 		collect_acks(c, &done);
+		if (!c->retiring && c->live == 0 && c->outstanding == 0 &&
+			TimestampDifferenceExceeds(c->last_used, now, JS_IDLE_CLOSE_MS))
+			c->retiring = true;
 		service_conn(c, &done);
-		if (c->retiring && c->outstanding == 0 && c->nwaiting == 0 && !c->thread_started)
+		if (c->retiring && !c->thread_started && c->outstanding == 0 && c->nwaiting == 0)
 		{
-			close_conn(c);
 			pthread_mutex_destroy(&c->mu);
+			pthread_cond_destroy(&c->cond);
 			MemoryContextDelete(c->cxt);
 			conns = foreach_delete_current(conns, lc);
 		}
@@ -1337,10 +1491,20 @@ js_pending(void)
 	return n;
 }
 
+/* busy: events taken, or messages (abandoned ones too) not answered yet. */
 static bool
 js_busy(void)
 {
-	return js_pending() > 0;
+	ListCell   *lc;
+
+	foreach(lc, conns)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		if (c->live > 0 || c->outstanding > 0)
+			return true;
+	}
+	return false;
 }
 
 /* full: destinations that have outbox.jetstream_max_pending events taken. */
@@ -1361,9 +1525,9 @@ js_full(void)
 }
 
 /*
- * timeout_ms: when the first waiting event's time limit ends, or when a
- * failed connection may be tried again; -1 otherwise (PubAcks, their
- * timeouts and connection attempts set the latch).
+ * timeout_ms: while not connected, when the first waiting event's time
+ * limit ends, or when a failed connection may be tried again; -1
+ * otherwise (outcomes and the threads set the latch).
  */
 static long
 js_timeout_ms(void)
@@ -1375,16 +1539,22 @@ js_timeout_ms(void)
 	foreach(lc, conns)
 	{
 		JsConn	   *c = lfirst(lc);
+		JsState		state;
 
-		if (c->nwaiting > 0)
+		if (c->nwaiting == 0)
+			continue;
+		pthread_mutex_lock(&c->mu);
+		state = c->state;
+		pthread_mutex_unlock(&c->mu);
+		if (state != JS_READY)
 		{
 			JsWaiting  *w = dlist_head_element(JsWaiting, node, &c->waiting);
 
 			if (due == 0 || w->deadline < due)
 				due = w->deadline;
-			if (conn_state(c) == JS_FAILED && (due == 0 || c->retry_at < due))
-				due = c->retry_at;
 		}
+		if (state == JS_FAILED && !c->thread_started && (due == 0 || c->retry_at < due))
+			due = c->retry_at;
 	}
 	if (due == 0)
 		return -1;
@@ -1394,9 +1564,9 @@ js_timeout_ms(void)
 }
 
 /*
- * abandon: forgets every event taken. Waiting ones are dropped; published
- * ones keep their place until their PubAck (or its timeout) comes, so
- * that the count of messages waiting for one stays right. Must not throw.
+ * abandon: forgets every event taken. Waiting ones are dropped; queued
+ * and published ones keep their place until their outcome comes, so that
+ * the count of messages waiting for one stays right. Must not throw.
  */
 static void
 js_abandon(void)
@@ -1563,6 +1733,8 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 			   *ca;
 	char	  **list;
 	int			n;
+	int			total;
+	int			tls = 0;
 	const char *why = NULL;
 	StringInfoData sample;
 	bool		isnull;
@@ -1582,28 +1754,29 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 									pstrdup("destination nats_servers is not valid"),
 									pstrdup("It has a control character."));
-	list = split_servers(servers, &n);
+	list = split_servers(servers, &n, &total);
 	if (n == 0)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination nats_servers is not valid"),
 								psprintf("It is a comma-separated list of 1 to %d nats:// or tls:// URLs.",
 										 JS_MAX_SERVERS));
-	{
-		/* more than JS_MAX_SERVERS: split_servers stopped */
-		int			commas = 0;
-
-		for (const char *c = servers; *c; c++)
-			commas += *c == ',';
-		if (commas >= JS_MAX_SERVERS && n == JS_MAX_SERVERS)
-			return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-									psprintf("destination nats_servers has more than %d servers",
-											 JS_MAX_SERVERS), NULL);
-	}
+	if (total > JS_MAX_SERVERS)
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+								psprintf("destination nats_servers has more than %d servers",
+										 JS_MAX_SERVERS), NULL);
 	for (int i = 0; i < n; i++)
+	{
 		if (!server_url_valid(list[i], &why))
 			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 									pstrdup("destination nats_servers is not valid"),
 									pstrdup(why));
+		tls += pg_strncasecmp(list[i], "tls://", 6) == 0;
+	}
+	/* libnats has one TLS setting per connection */
+	if (tls > 0 && tls < n)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination nats_servers is not valid"),
+								pstrdup("Its servers are all nats:// or all tls://."));
 
 	if (subject == NULL)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,

@@ -9,6 +9,9 @@
  *   nats_tool dump URL NAME [data]           one JSON line per stored message
  *   nats_tool bench URL SUBJECT N BYTES      async publishes with Nats-Msg-Id,
  *                                            prints messages/s when all are acked
+ *   nats_tool respond URL SUBJECT ANSWER     answers every request on SUBJECT with
+ *                                            ANSWER (a core NATS responder, no stream);
+ *                                            prints "ready" once subscribed
  *
  * URL may carry user:password@ (or token@); a tls:// URL is verified with the
  * CA file named by NATS_TOOL_CA. Errors go to stderr with exit status 1.
@@ -173,6 +176,29 @@ main(int argc, char **argv)
 		}
 		if ((s = js_AddStream(&si, js, &cfg, NULL, &jerr)) != NATS_OK)
 			die("add stream", s, jerr);
+	}
+	else if (strcmp(argv[1], "respond") == 0 && argc >= 5)
+	{
+		natsSubscription *sub = NULL;
+
+		if ((s = natsConnection_SubscribeSync(&sub, nc, argv[3])) != NATS_OK ||
+			(s = natsConnection_Flush(nc)) != NATS_OK)
+			die("subscribe", s, 0);
+		printf("ready\n");
+		fflush(stdout);
+		for (;;)
+		{
+			natsMsg    *m = NULL;
+
+			s = natsSubscription_NextMsg(&m, sub, 60000);
+			if (s == NATS_TIMEOUT)
+				continue;
+			if (s != NATS_OK)
+				die("next message", s, 0);
+			if (natsMsg_GetReply(m) != NULL)
+				natsConnection_PublishString(nc, natsMsg_GetReply(m), argv[4]);
+			natsMsg_Destroy(m);
+		}
 	}
 	else if (strcmp(argv[1], "delete-stream") == 0 && argc >= 4)
 	{

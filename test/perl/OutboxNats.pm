@@ -217,6 +217,18 @@ sub count
 	return $rc == 0 && $out =~ /msgs=(\d+)/ ? $1 : '';
 }
 
+# Starts a core NATS responder that answers every message on $subject with
+# $answer; returns its IPC::Run harness (kill_kill it when done).
+sub responder
+{
+	my ($self, $subject, $answer) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start([ OutboxNats::nats_tool(), 'respond', $self->url, $subject, $answer ],
+		'>', \$out, '2>', \$err);
+	OutboxTest::wait_until(sub { $h->pump_nb; $out =~ /ready/ }) or die "responder did not start: $err";
+	return $h;
+}
+
 sub log_text { my ($self) = @_; return slurp_file("$self->{dir}/nats.log"); }
 
 sub DESTROY { my ($self) = @_; local $?; $self->stop('KILL'); }

@@ -130,6 +130,21 @@ is( $node->safe_psql('postgres',
 		"1 the subject built from the event's fields is not a valid NATS subject: it has a space or a control character"),
 	'each with its reason, after one attempt');
 
+# A subject over nats-server's control line: a long template and the
+# longest fields an event may have.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
+	VALUES ('long', 'long.*', '$url', 'keyed.' || repeat('p', 960) || '.{event_type}.{aggregate_type}.{aggregate_id}', 'KEYED');
+	SELECT outbox_emit('long.' || repeat('e', 1019), '{}', repeat('t', 1024), repeat('i', 1024));
+	SELECT outbox_emit('long.' || repeat('e', 1019), '{}', repeat('t', 1024), repeat('i', 823))});
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox WHERE event_type LIKE 'long.%' AND (dead_at IS NOT NULL OR delivered_at IS NOT NULL)"),
+	'events with long subjects are done');
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(coalesce(last_error, 'delivered'), ' / ' ORDER BY id) FROM outbox WHERE event_type LIKE 'long.%'"),
+	'the subject built for the event is longer than 3840 bytes / delivered',
+	'a subject of 4,041 bytes is dead-lettered, one of 3,840 delivered');
+
 # 5. A stream whose duplicate window is shorter than the retry schedule:
 # a warning in the log and in the destination's last_error; delivery goes on.
 my $log_at = -s $node->logfile;

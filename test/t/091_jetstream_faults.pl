@@ -7,7 +7,8 @@
 #      fail and back off, the relay reconnects, nothing is lost or stored
 #      twice
 #   c. bad credentials, a missing stream, a stream created with no_ack, a
-#      subject no stream takes, a subject of another stream: each a failed
+#      subject no stream takes, a subject of another stream, a subject a
+#      core NATS subscriber answers instead of a stream: each a failed
 #      attempt with its reason in last_error, the relay running on (no
 #      crash loop), and delivery once the cause is fixed
 #   d. SIGTERM ends the relay at once while it connects to a server that
@@ -124,17 +125,22 @@ $node->safe_psql('postgres', qq{
 	    ('c_missing', 'c.missing', '$url', 'missing.x', 'MISSING'),
 	    ('c_noack', 'c.noack', '$url', 'noack.x', 'NOACK'),
 	    ('c_nostream', 'c.nostream', '$url', 'nowhere.x', 'FLOW'),
-	    ('c_other', 'c.other', '$url', 'other.x', 'FLOW');
-	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['c.auth', 'c.missing', 'c.noack', 'c.nostream', 'c.other']) t;
+	    ('c_other', 'c.other', '$url', 'other.x', 'FLOW'),
+	    ('c_answered', 'c.answered', '$url', 'answered.x', 'FLOW');
+	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['c.auth', 'c.missing', 'c.noack', 'c.nostream', 'c.other', 'c.answered']) t;
 });
+# a core NATS subscriber answers with JSON that has no error: libnats takes
+# it for a PubAck, the relay does not
+my $responder = $nats->responder('answered.x', '{}');
 my $port = $nats->{port};
 my $sport = $secured->{port};
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 5 FROM outbox WHERE event_type LIKE 'c.%' AND attempts >= 2 AND delivered_at IS NULL AND dead_at IS NULL"),
+		"SELECT count(*) = 6 FROM outbox WHERE event_type LIKE 'c.%' AND attempts >= 2 AND delivered_at IS NULL AND dead_at IS NULL"),
 	'c: each failed twice, and is retried');
 is( $node->safe_psql('postgres',
 		"SELECT string_agg(event_type || ': ' || last_error, E'\\n' ORDER BY event_type) FROM outbox WHERE event_type LIKE 'c.%'"),
 	join("\n",
+		"c.answered: an answer that is no PubAck of stream \"FLOW\" came for subject \"answered.x\": something else answers it",
 		"c.auth: NATS at nats://127.0.0.1:$sport, stream \"SAFE\": cannot connect: the server refused the credentials (Authorization Violation)",
 		"c.missing: NATS at nats://127.0.0.1:$port, stream \"MISSING\": the stream does not exist",
 		"c.noack: NATS at nats://127.0.0.1:$port, stream \"NOACK\": the stream is created with no_ack: it does not acknowledge what it stores",
@@ -151,10 +157,12 @@ $node->safe_psql('postgres', q{
 	UPDATE outbox_destinations SET nats_subject = 'flow.nostream' WHERE name = 'c_nostream';
 	UPDATE outbox_destinations SET nats_stream = 'OTHER' WHERE name = 'c_other';
 	UPDATE outbox_destinations SET nats_subject = 'other.noack', nats_stream = 'OTHER' WHERE name = 'c_noack';
+	UPDATE outbox_destinations SET nats_subject = 'flow.answered' WHERE name = 'c_answered';
 });
+$responder->kill_kill;
 $nats->add_stream('MISSING', 'missing.>');
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 5 FROM outbox WHERE event_type LIKE 'c.%' AND delivered_at IS NOT NULL"),
+		"SELECT count(*) = 6 FROM outbox WHERE event_type LIKE 'c.%' AND delivered_at IS NOT NULL"),
 	'c: delivered once the cause is fixed');
 is($secured->count('SAFE'), 1, 'c: the message is in the secured server\'s stream');
 

@@ -3,7 +3,9 @@
 # named by nats_ca_file. Then what goes wrong, each a failed attempt with a
 # clear reason and the relay running on: a CA that did not sign the
 # server's certificate, a nats:// URL to a server that requires TLS, a
-# wrong token. The token never reaches the log or last_error.
+# wrong token, a tls:// URL to a server without TLS (the token is not sent
+# in clear: libnats would take tls:// for nats:// if not told). The token
+# never reaches the log or last_error.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -20,6 +22,9 @@ my $token = 'tok-9f8e7d6c5b4a';
 my $nats = start_nats(tls => $certs, token => $token);
 $nats->add_stream('SECURE', 'secure.>');
 my $port = $nats->{port};
+my $plain = start_nats(token => $token);
+$plain->add_stream('PLAIN', 'plain.>');
+my $plain_port = $plain->{port};
 
 my $node = outbox_node('jstls');
 my $pid = wait_relay($node, 'postgres');
@@ -28,8 +33,9 @@ $node->safe_psql('postgres', qq{
 	    ('good', 'tls.good', 'tls://127.0.0.1:$port', 'secure.good', 'SECURE', '$token', '$certs->{ca}'),
 	    ('wrong_ca', 'tls.wrong_ca', 'tls://127.0.0.1:$port', 'secure.wrong', 'SECURE', '$token', '$other->{ca}'),
 	    ('plain', 'tls.plain', 'nats://127.0.0.1:$port', 'secure.plain', 'SECURE', '$token', NULL),
-	    ('bad_token', 'tls.bad_token', 'tls://127.0.0.1:$port', 'secure.bad', 'SECURE', 'not-the-token', '$certs->{ca}');
-	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['tls.good', 'tls.wrong_ca', 'tls.plain', 'tls.bad_token']) t;
+	    ('bad_token', 'tls.bad_token', 'tls://127.0.0.1:$port', 'secure.bad', 'SECURE', 'not-the-token', '$certs->{ca}'),
+	    ('no_tls', 'tls.no_tls', 'tls://127.0.0.1:$plain_port', 'plain.x', 'PLAIN', '$token', NULL);
+	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['tls.good', 'tls.wrong_ca', 'tls.plain', 'tls.bad_token', 'tls.no_tls']) t;
 });
 
 ok( $node->poll_query_until('postgres',
@@ -38,7 +44,7 @@ ok( $node->poll_query_until('postgres',
 is($nats->count('SECURE'), 1, 'the stream holds it');
 
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 3 FROM outbox WHERE event_type <> 'tls.good' AND attempts >= 2 AND dead_at IS NULL"),
+		"SELECT count(*) = 4 FROM outbox WHERE event_type <> 'tls.good' AND attempts >= 2 AND dead_at IS NULL"),
 	'the others fail, and are retried');
 my %errors = map { split /\|/, $_, 2 } split /\n/,
   $node->safe_psql('postgres', "SELECT event_type, last_error FROM outbox WHERE event_type <> 'tls.good'");
@@ -51,6 +57,10 @@ like($errors{'tls.plain'},
 is($errors{'tls.bad_token'},
 	"NATS at tls://127.0.0.1:$port, stream \"SECURE\": cannot connect: the server refused the credentials (Authorization Violation)",
 	'a wrong token');
+like($errors{'tls.no_tls'},
+	qr/^NATS at tls:\/\/127\.0\.0\.1:$plain_port, stream "PLAIN": cannot connect: .*(secure|TLS|SSL)/i,
+	'a tls:// URL to a server without TLS: refused, not sent in clear');
+is($plain->count('PLAIN'), 0, 'nothing reached the server without TLS');
 is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
 is((grep { /\[$pid\]/ && /\Q$token\E|not-the-token/ } split /\n/, slurp_file($node->logfile)), 0,
 	"no token in the relay's log lines");
