@@ -714,15 +714,16 @@ def bench_jetstream(c, tmp, n, runs):
     section("9. JetStream (nats-server on 127.0.0.1, file storage)")
     nats, url, tool = start_nats(tmp)
     try:
-        print(f"parameters: {n} events, one relay, "
-              f"nats-server, PostgreSQL and the relay on the same {os.cpu_count()} cores")
+        print(f"parameters: {n} events, "
+              f"nats-server, PostgreSQL and the relays on the same {os.cpu_count()} cores")
         rates = {}
         size = 0
-        for batch, pending in runs:
-            stream = f"DRAIN{batch}_{pending}"
-            label = f"batch_size {batch}, jetstream_max_pending {pending}"
+        for batch, pending, relays in runs:
+            stream = f"DRAIN{batch}_{pending}_{relays}"
+            label = f"batch_size {batch}, jetstream_max_pending {pending}, {relays} relay{'s' if relays > 1 else ''}"
             subprocess.run([tool, "add-stream", url, stream, f"{stream}.>", "1", "120000"], check=True)
-            c.set(batch_size=batch, jetstream_max_pending=pending, poll_interval="10ms")
+            c.set(batch_size=batch, jetstream_max_pending=pending, relays_per_database=relays,
+                  poll_interval="10ms")
             print(f"  {label}:")
             drain(c, n, "bench.js",
                   f"INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream) "
@@ -743,7 +744,7 @@ def bench_jetstream(c, tmp, n, runs):
         for label, rate in rates.items():
             print(f"  {label}: first to last delivery {float(rate):8.0f} events/s "
                   f"= {float(rate) / ceiling:.2f} of the ceiling")
-        c.set(batch_size=100, jetstream_max_pending=1024, poll_interval="1s")
+        c.set(batch_size=100, jetstream_max_pending=1024, relays_per_database=1, poll_interval="1s")
     finally:
         nats.send_signal(signal.SIGTERM)
         nats.wait()
@@ -790,7 +791,8 @@ def main():
                           20000 if q else 1000000, 2000 if q else 100000, 200 if q else 10000,
                           20 if q else 1000, 20 if q else 200)
         if "9" in args.only:
-            bench_jetstream(c, tmp, 5000 if q else 100000, ((100, 1024), (1000, 1024), (1000, 4096)))
+            bench_jetstream(c, tmp, 5000 if q else 100000,
+                            ((100, 1024, 1), (1000, 1024, 1), (1000, 4096, 1), (1000, 1024, 2)))
     finally:
         for p in (sink, nginx):
             if p:
