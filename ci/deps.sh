@@ -1,8 +1,9 @@
 #!/bin/bash
 # ci/deps.sh - installs what building and testing the extension needs on
-# Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, libcurl, the
-# Perl modules of the TAP tests, Python for the test webhook endpoint, and
-# debootstrap for the PostgreSQL 17/18 chroots. Says first what it installs
+# Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, libcurl,
+# libnats and nats-server (JetStream destinations and their tests), openssl
+# (the tests' certificates), the Perl modules of the TAP tests, Python for
+# the test webhook endpoint, and debootstrap for the PostgreSQL 17/18 chroots. Says first what it installs
 # and which installed packages that upgrades (postgresql-server-dev-15 can
 # bring a newer postgresql-15); apt's output goes to $OUTBOX_LOG_DIR/deps.log.
 # Quiet when everything is already there.

@@ -51,7 +51,10 @@ SELECT regress.try($$UPDATE outbox_destinations SET nats_stream = NULL WHERE nam
 -- credentials: one way, files by absolute path, no signing secret
 SELECT regress.try($$UPDATE outbox_destinations SET nats_user = 'relay', nats_password = 'pw-1' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_user = NULL WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_password = E'pw\n2' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_user = 'relay', nats_password = 'pw-ü' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_token = 'tok' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_user = NULL, nats_password = NULL, nats_token = E'tok\t' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_user = NULL, nats_password = NULL, nats_token = 'tok' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_token = NULL, nats_creds_file = 'relay.creds' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_token = NULL, nats_creds_file = '/etc/nats/relay.creds', nats_ca_file = '/etc/nats/ca.pem' WHERE name = 'js'$$);
@@ -60,12 +63,19 @@ SELECT regress.try($$UPDATE outbox_destinations SET secret = 'whsec_c2VjcmV0' WH
 SELECT regress.try($$UPDATE outbox_destinations SET timeout_ms = 2000 WHERE name = 'js'$$);
 SELECT name, nats_user, nats_token, nats_creds_file, nats_ca_file, timeout_ms FROM outbox_destinations;
 
--- naming a file the relay reads needs pg_read_server_files; other changes do not
+-- naming a file the relay reads needs pg_read_server_files; other changes,
+-- and taking a file out, do not
 CREATE ROLE regress_js_admin IN ROLE outbox_admin;
 SET ROLE regress_js_admin;
 SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = NULL, nats_creds_file = NULL, nats_token = 'tok' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = '/etc/ssl/private/server.key' WHERE name = 'js'$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, nats_servers, nats_subject, nats_stream, nats_creds_file) VALUES ('x', 'nats://a', 's', 'S', '/var/lib/postgresql/.pgpass')$$);
+RESET ROLE;
+UPDATE outbox_destinations SET nats_ca_file = '/etc/nats/ca.pem', nats_token = NULL WHERE name = 'js';
+SET ROLE regress_js_admin;
+SELECT regress.try($$UPDATE outbox_destinations SET enabled = false, nats_token = 'tok2' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = '/etc/nats/other-ca.pem' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = NULL WHERE name = 'js'$$);
 RESET ROLE;
 GRANT pg_read_server_files TO regress_js_admin;
 SET ROLE regress_js_admin;

@@ -405,6 +405,7 @@ typedef struct JsConn
 	char		lib_error[JS_TEXT_BYTES];	/* and libnats's words, if any */
 	int64		duplicates_ns;
 	int64		max_age_ns;
+	bool		window_read;	/* read (again): the relay checks it */
 	jsCtx	   *js;				/* while READY, until the relay asks to stop */
 	JsPublish  *queue;			/* to publish, in order */
 	JsPublish  *queue_tail;
@@ -519,6 +520,42 @@ error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg
 }
 
 /*
+ * Reads c's stream's configuration (on c's thread): NATS_OK with its
+ * duplicate window and max_age in c (and window_read set, for the relay
+ * to check), or a failure with error set: the stream does not exist, or
+ * it was created with no_ack (it stores without answering: the relay
+ * could never know a message is stored).
+ */
+static natsStatus
+read_stream(JsConn *c, jsCtx *js, char *error)
+{
+	jsStreamInfo *si = NULL;
+	jsErrCode	jerr = 0;
+	natsStatus	s = js_GetStreamInfo(&si, js, c->stream, NULL, &jerr);
+
+	if (s != NATS_OK && jerr == JSStreamNotFoundErr)
+		copy_text(error, "the stream does not exist", JS_TEXT_BYTES);
+	else if (s != NATS_OK)
+		copy_text(error, "cannot read the stream's configuration: ", JS_TEXT_BYTES);
+	else if (si->Config->NoAck)
+	{
+		copy_text(error, "the stream is created with no_ack: it does not acknowledge what it stores",
+				  JS_TEXT_BYTES);
+		s = NATS_ERR;
+	}
+	else
+	{
+		pthread_mutex_lock(&c->mu);
+		c->duplicates_ns = si->Config->Duplicates;
+		c->max_age_ns = si->Config->MaxAge;
+		c->window_read = true;
+		pthread_mutex_unlock(&c->mu);
+	}
+	jsStreamInfo_Destroy(si);
+	return s;
+}
+
+/*
  * Connects c (on its thread): the servers, a JetStream context, and the
  * stream's configuration. Returns the status; on failure error and
  * lib_error say why, and nothing is left open.
@@ -529,8 +566,6 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 	natsOptions *o = NULL;
 	natsConnection *nc = NULL;
 	jsCtx	   *js = NULL;
-	jsStreamInfo *si = NULL;
-	jsErrCode	jerr = 0;
 	jsOptions	jo;
 	natsStatus	s;
 
@@ -586,26 +621,7 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 			copy_text(error, "cannot use JetStream: ", JS_TEXT_BYTES);
 	}
 	if (s == NATS_OK)
-	{
-		s = js_GetStreamInfo(&si, js, c->stream, NULL, &jerr);
-		if (s != NATS_OK && jerr == JSStreamNotFoundErr)
-			copy_text(error, "the stream does not exist", JS_TEXT_BYTES);
-		else if (s != NATS_OK)
-			copy_text(error, "cannot read the stream's configuration: ", JS_TEXT_BYTES);
-		else if (si->Config->NoAck)
-		{
-			copy_text(error, "the stream is created with no_ack: it does not acknowledge what it stores",
-					  JS_TEXT_BYTES);
-			s = NATS_ERR;
-		}
-		else
-		{
-			pthread_mutex_lock(&c->mu);
-			c->duplicates_ns = si->Config->Duplicates;
-			c->max_age_ns = si->Config->MaxAge;
-			pthread_mutex_unlock(&c->mu);
-		}
-	}
+		s = read_stream(c, js, error);
 	if (s != NATS_OK && error[strlen(error) - 1] == ' ')
 	{
 		const char *text = nats_GetLastError(NULL);
@@ -622,7 +638,6 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 		else
 			copy_text(lib_error, text, JS_TEXT_BYTES);
 	}
-	jsStreamInfo_Destroy(si);
 	if (s != NATS_OK)
 	{
 		jsCtx_Destroy(js);
@@ -656,6 +671,12 @@ conn_main(void *arg)
 	char		error[JS_TEXT_BYTES] = "";
 	char		lib_error[JS_TEXT_BYTES] = "";
 	natsStatus	s = conn_connect(c, &nc, &js, error, lib_error);
+	natsStatistics *stats = NULL;
+	uint64_t	reconnects = 0;
+	uint64_t	seen_reconnects = 0;
+
+	if (s == NATS_OK && natsStatistics_Create(&stats) != NATS_OK)
+		stats = NULL;
 
 	pthread_mutex_lock(&c->mu);
 	if (s == NATS_OK)
@@ -727,6 +748,17 @@ conn_main(void *arg)
 			free(p);
 		}
 		s = NATS_OK;
+		/* reconnected (the stream may have changed meanwhile): read it again */
+		if (stats != NULL && natsConnection_GetStats(nc, stats) == NATS_OK &&
+			natsStatistics_GetCounts(stats, NULL, NULL, NULL, NULL, &reconnects) == NATS_OK &&
+			reconnects != seen_reconnects &&
+			natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
+		{
+			char		ignored[JS_TEXT_BYTES] = "";
+
+			seen_reconnects = reconnects;
+			(void) read_stream(c, js, ignored);
+		}
 		if (natsConnection_Status(nc) == NATS_CONN_STATUS_CLOSED)
 		{
 			pthread_mutex_lock(&c->mu);
@@ -745,6 +777,7 @@ conn_main(void *arg)
 		natsConnection_Close(nc);
 	jsCtx_Destroy(js);
 	natsConnection_Destroy(nc);
+	natsStatistics_Destroy(stats);
 	pthread_mutex_lock(&c->mu);
 	c->finished = true;
 	pthread_mutex_unlock(&c->mu);
@@ -1320,7 +1353,7 @@ retry_span_ms(int timeout_ms)
 }
 
 /*
- * After a connection: compares the stream's duplicate window (and its
+ * After a connection, and after a reconnection: compares the stream's duplicate window (and its
  * max_age, past which a stored message and its id are gone) with the
  * retry span, and warns in the log and in the destination's last_error
  * when a resend can come later than the window.
@@ -1328,12 +1361,25 @@ retry_span_ms(int timeout_ms)
 static void
 check_window(JsConn *c)
 {
-	double		window_ms = c->duplicates_ns / 1000000.0;
+	double		window_ms;
 	double		span;
 	char	   *text;
+	int64		duplicates_ns;
+	int64		max_age_ns;
 
-	if (c->max_age_ns > 0 && c->max_age_ns < c->duplicates_ns)
-		window_ms = c->max_age_ns / 1000000.0;
+	pthread_mutex_lock(&c->mu);
+	if (!c->window_read)
+	{
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	c->window_read = false;
+	duplicates_ns = c->duplicates_ns;
+	max_age_ns = c->max_age_ns;
+	pthread_mutex_unlock(&c->mu);
+	window_ms = duplicates_ns / 1000000.0;
+	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
+		window_ms = max_age_ns / 1000000.0;
 	span = retry_span_ms(c->timeout_ms);
 	if (span <= window_ms)
 		return;
@@ -1411,8 +1457,9 @@ service_conn(JsConn *c, List **done)
 		ereport(LOG,
 				(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
 						c->servers_text, c->name)));
-		check_window(c);
 	}
+	if (state == JS_READY)
+		check_window(c);
 	if (state == JS_READY && closed && !c->stopping)
 		take_back_pending(c, done);
 	if (c->thread_started && !c->stopping && state == JS_READY && c->outstanding == 0 &&
@@ -1798,6 +1845,17 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 								pstrdup("destination nats_stream is not valid"),
 								pstrdup("A stream name has no spaces, control characters, or any of . * > / \\."));
 
+	for (int i = 0; i < 3; i++)
+	{
+		const char *v = i == 0 ? user : i == 1 ? password : token;
+
+		for (const char *c = v; c != NULL && *c; c++)
+			if (*c < 0x20 || *c > 0x7e)
+				return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+										psprintf("destination %s is not valid",
+												 i == 0 ? "nats_user" : i == 1 ? "nats_password" : "nats_token"),
+										pstrdup("NATS credentials are printable ASCII."));
+	}
 	if ((user == NULL) != (password == NULL))
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination nats_user and nats_password go together"), NULL);
@@ -1809,7 +1867,8 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								psprintf("destination %s is not valid", creds != NULL && !path_valid(creds) ? "nats_creds_file" : "nats_ca_file"),
 								pstrdup("It is an absolute path."));
-	if ((creds != NULL || ca != NULL) &&
+	if (((creds != NULL && OutboxDestinationColumnChanged(row, "nats_creds_file")) ||
+		 (ca != NULL && OutboxDestinationColumnChanged(row, "nats_ca_file"))) &&
 		!has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
 		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
 								pstrdup("permission denied to name a file in a destination"),

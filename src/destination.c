@@ -19,6 +19,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "storage/latch.h"
 #include "utils/wait_event.h"
 
@@ -107,6 +108,34 @@ OutboxDestinationText(const OutboxDestinationRow *row, const char *name)
 	Datum		d = OutboxDestinationColumn(row, name, &isnull);
 
 	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * Whether column name is written with a new value: always on INSERT (or a
+ * row without old_tuple), else when it differs from the row before the
+ * UPDATE (NULL and a value differ). For a kind's check_destination: a rule
+ * about who may set a value need not stop other changes to the row.
+ */
+bool
+OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name)
+{
+	OutboxDestinationRow old = *row;
+	bool		isnull;
+	bool		old_isnull;
+	Datum		d;
+	Datum		old_d;
+	int			attnum;
+
+	if (row->old_tuple == NULL)
+		return true;
+	old.tuple = row->old_tuple;
+	d = OutboxDestinationColumn(row, name, &isnull);
+	old_d = OutboxDestinationColumn(&old, name, &old_isnull);
+	if (isnull || old_isnull)
+		return isnull != old_isnull;
+	attnum = SPI_fnumber(row->desc, name);
+	return !datumIsEqual(d, old_d, TupleDescAttr(row->desc, attnum - 1)->attbyval,
+						 TupleDescAttr(row->desc, attnum - 1)->attlen);
 }
 
 /* The i-th kind if it sends after COMMIT, else NULL. */

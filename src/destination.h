@@ -62,6 +62,7 @@ typedef struct OutboxDestinationRow
 {
 	TupleDesc	desc;
 	HeapTuple	tuple;
+	HeapTuple	old_tuple;		/* the trigger's: the row before an UPDATE, or NULL */
 	struct OutboxColumnCache *cache;	/* or NULL; see OutboxColumnCache */
 } OutboxDestinationRow;
 
@@ -191,6 +192,7 @@ OutboxEventGoesInFlight(const OutboxEvent *ev)
 extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name,
 									 bool *isnull);
 extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
+extern bool OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name);
 
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);

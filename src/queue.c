@@ -533,6 +533,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecodin
 	}
 	row.tuple = &row_tuple;
 	row.desc = dd->desc;
+	row.old_tuple = NULL;
 	row.cache = &dd->cache;
 
 	kind = OutboxDestinationText(&row, "kind");

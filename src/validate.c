@@ -676,6 +676,7 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	check_shared_columns(rel, tuple);
 	row.desc = RelationGetDescr(rel);
 	row.tuple = tuple;
+	row.old_tuple = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL;
 	row.cache = NULL;
 	if (!kind->check_destination(&row, &p))
 		OutboxRaiseProblem(&p);

@@ -9,6 +9,7 @@
  *   nats_tool dump URL NAME [data]           one JSON line per stored message
  *   nats_tool bench URL SUBJECT N BYTES      async publishes with Nats-Msg-Id,
  *                                            prints messages/s when all are acked
+ *   nats_tool publish URL SUBJECT MSGID DATA  one JetStream publish with Nats-Msg-Id
  *   nats_tool respond URL SUBJECT ANSWER     answers every request on SUBJECT with
  *                                            ANSWER (a core NATS responder, no stream);
  *                                            prints "ready" once subscribed
@@ -176,6 +177,17 @@ main(int argc, char **argv)
 		}
 		if ((s = js_AddStream(&si, js, &cfg, NULL, &jerr)) != NATS_OK)
 			die("add stream", s, jerr);
+	}
+	else if (strcmp(argv[1], "publish") == 0 && argc >= 6)
+	{
+		jsPubOptions po;
+		jsPubAck   *pa = NULL;
+
+		jsPubOptions_Init(&po);
+		po.MsgId = argv[4];
+		if ((s = js_Publish(&pa, js, argv[3], argv[5], (int) strlen(argv[5]), &po, &jerr)) != NATS_OK)
+			die("publish", s, jerr);
+		jsPubAck_Destroy(pa);
 	}
 	else if (strcmp(argv[1], "respond") == 0 && argc >= 5)
 	{

@@ -35,7 +35,7 @@ sub nats_tool
 }
 
 # Starts one server with JetStream (file storage); %opts: auth => 'user:pw'
-# or token => 't'; tls => { cert, key, ca } (the server's certificate and
+# or token => 't'; max_payload => bytes; tls => { cert, key, ca } (the server's certificate and
 # key, and the CA that signed them, for nats_tool).
 sub start_nats
 {
@@ -113,6 +113,7 @@ sub _write_conf
 	my $conf = "listen: 127.0.0.1:$self->{port}\n"
 	  . "jetstream { store_dir: \"$self->{dir}/store\", max_memory_store: 64MB, max_file_store: 2GB }\n";
 	$conf .= "server_name: $self->{name}\n" if $self->{name};
+	$conf .= "max_payload: $self->{max_payload}\n" if $self->{max_payload};
 	$conf .= "cluster { name: outbox_test, listen: 127.0.0.1:$self->{cluster_port}, routes: ["
 	  . join(', ', @{ $self->{routes} }) . "] }\n"
 	  if $self->{cluster_port};

@@ -15,12 +15,16 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $nats = start_nats();
-$nats->add_stream('ORDERS', 'orders.>');
-$nats->add_stream('KEYED', 'keyed.>');
+# at the default retry schedule (backoff from 1 s, 10 attempts of up to
+# 5 s), a resend can come 9 min 21 s after the first attempt
+$nats->add_stream('ORDERS', 'orders.>', duplicates_ms => 15 * 60 * 1000);
+$nats->add_stream('KEYED', 'keyed.>', duplicates_ms => 15 * 60 * 1000);
 $nats->add_stream('SHORT', 'short.>', duplicates_ms => 1000);
+$nats->add_stream('DEFAULT', 'default.>');
 my $url = $nats->plain_url;
 
-my $node = outbox_node('jetstream', 'outbox.batch_size' => 500);
+my $node = outbox_node('jetstream', 'outbox.batch_size' => 500, 'outbox.backoff_base' => "'1s'");
+my $log_start = -s $node->logfile;
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, headers)
 	VALUES ('orders', 'order.*', '$url', 'orders.{event_type}', 'ORDERS',
@@ -145,25 +149,36 @@ is( $node->safe_psql('postgres',
 	'the subject built for the event is longer than 3840 bytes / delivered',
 	'a subject of 4,041 bytes is dead-lettered, one of 3,840 delivered');
 
-# 5. A stream whose duplicate window is shorter than the retry schedule:
-# a warning in the log and in the destination's last_error; delivery goes on.
-my $log_at = -s $node->logfile;
+# 5. Streams whose duplicate window is shorter than the retry schedule
+# (1 s, and the default 2 min): a warning in the log and in the
+# destination's last_error; delivery goes on.
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
-	VALUES ('short', 'short.*', '$url', 'short.events', 'SHORT');
-	SELECT outbox_emit('short.one', '{}')});
+	VALUES ('short', 'short.*', '$url', 'short.events', 'SHORT'),
+	       ('default', 'default.*', '$url', 'default.events', 'DEFAULT');
+	SELECT outbox_emit('short.one', '{}');
+	SELECT outbox_emit('default.one', '{}')});
 ok( $node->poll_query_until('postgres',
-		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'short.one'"),
-	'delivered to the stream with a short window');
-like(slurp_file($node->logfile, $log_at),
-	qr/WARNING:  outbox destination "short": stream "SHORT" deduplicates for 1 s, but a resend can come up to \d+ s after the first attempt/,
-	'the short window is warned about in the log');
-like( $node->safe_psql('postgres',
-		"SELECT last_error FROM outbox_destination_stats() WHERE destination = 'short'"),
-	qr/^stream "SHORT" deduplicates for 1 s, but a resend can come up to \d+ s after the first attempt: past the window, consumers must deduplicate by event_id$/,
-	"and in the destination's last_error");
-unlike(slurp_file($node->logfile, $log_at), qr/outbox destination "orders": stream/,
-	'no warning for a window longer than the schedule');
+		"SELECT count(*) = 2 FROM outbox WHERE event_type IN ('short.one', 'default.one') AND delivered_at IS NOT NULL"),
+	'delivered to the streams with short windows');
+my $log = slurp_file($node->logfile, $log_start);
+like($log,
+	qr/WARNING:  outbox destination "short": stream "SHORT" deduplicates for 1 s, but a resend can come up to 9 min after the first attempt: past the window, consumers must deduplicate by event_id\n.*HINT:  Raise the stream's duplicate_window to 9 min or more, or lower outbox.max_attempts or outbox.backoff_max./,
+	'the 1 s window is warned about in the log, with a hint');
+like($log,
+	qr/WARNING:  outbox destination "default": stream "DEFAULT" deduplicates for 2 min, but a resend can come up to 9 min after the first attempt/,
+	'the default window too, at the default schedule');
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(destination || ': ' || last_error, E'\\n' ORDER BY destination) FROM outbox_destination_stats() WHERE destination IN ('short', 'default')"),
+	join("\n",
+		'default: stream "DEFAULT" deduplicates for 2 min, but a resend can come up to 9 min after the first attempt: past the window, consumers must deduplicate by event_id',
+		'short: stream "SHORT" deduplicates for 1 s, but a resend can come up to 9 min after the first attempt: past the window, consumers must deduplicate by event_id'),
+	"and in the destinations' last_error");
+unlike($log, qr/outbox destination "(orders|keyed)": stream/,
+	'no warning for a window longer than the schedule (15 min)');
+is( $node->safe_psql('postgres',
+		"SELECT last_error IS NULL FROM outbox_destination_stats() WHERE destination = 'orders'"),
+	't', 'nor a last_error');
 
 is_deeply([ relay_warnings($node) ], [], 'no unexpected warning from the relay');
 

@@ -3,7 +3,7 @@
 # named by nats_ca_file. Then what goes wrong, each a failed attempt with a
 # clear reason and the relay running on: a CA that did not sign the
 # server's certificate, a nats:// URL to a server that requires TLS, a
-# wrong token, a tls:// URL to a server without TLS (the token is not sent
+# wrong token, a CA file that does not exist, a tls:// URL to a server without TLS (the token is not sent
 # in clear: libnats would take tls:// for nats:// if not told). The token
 # never reaches the log or last_error.
 use strict;
@@ -34,8 +34,9 @@ $node->safe_psql('postgres', qq{
 	    ('wrong_ca', 'tls.wrong_ca', 'tls://127.0.0.1:$port', 'secure.wrong', 'SECURE', '$token', '$other->{ca}'),
 	    ('plain', 'tls.plain', 'nats://127.0.0.1:$port', 'secure.plain', 'SECURE', '$token', NULL),
 	    ('bad_token', 'tls.bad_token', 'tls://127.0.0.1:$port', 'secure.bad', 'SECURE', 'not-the-token', '$certs->{ca}'),
-	    ('no_tls', 'tls.no_tls', 'tls://127.0.0.1:$plain_port', 'plain.x', 'PLAIN', '$token', NULL);
-	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['tls.good', 'tls.wrong_ca', 'tls.plain', 'tls.bad_token', 'tls.no_tls']) t;
+	    ('no_tls', 'tls.no_tls', 'tls://127.0.0.1:$plain_port', 'plain.x', 'PLAIN', '$token', NULL),
+	    ('no_ca', 'tls.no_ca', 'tls://127.0.0.1:$port', 'secure.no_ca', 'SECURE', '$token', '$certs->{ca}.missing');
+	SELECT outbox_emit(t, '{}') FROM unnest(ARRAY['tls.good', 'tls.wrong_ca', 'tls.plain', 'tls.bad_token', 'tls.no_tls', 'tls.no_ca']) t;
 });
 
 ok( $node->poll_query_until('postgres',
@@ -44,7 +45,7 @@ ok( $node->poll_query_until('postgres',
 is($nats->count('SECURE'), 1, 'the stream holds it');
 
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 4 FROM outbox WHERE event_type <> 'tls.good' AND attempts >= 2 AND dead_at IS NULL"),
+		"SELECT count(*) = 5 FROM outbox WHERE event_type <> 'tls.good' AND attempts >= 2 AND dead_at IS NULL"),
 	'the others fail, and are retried');
 my %errors = map { split /\|/, $_, 2 } split /\n/,
   $node->safe_psql('postgres', "SELECT event_type, last_error FROM outbox WHERE event_type <> 'tls.good'");
@@ -61,6 +62,9 @@ like($errors{'tls.no_tls'},
 	qr/^NATS at tls:\/\/127\.0\.0\.1:$plain_port, stream "PLAIN": cannot connect: .*(secure|TLS|SSL)/i,
 	'a tls:// URL to a server without TLS: refused, not sent in clear');
 is($plain->count('PLAIN'), 0, 'nothing reached the server without TLS');
+like($errors{'tls.no_ca'},
+	qr/^NATS at tls:\/\/127\.0\.0\.1:$port, stream "SECURE": the connection options are not valid: .+/,
+	'a CA file that does not exist');
 is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
 is((grep { /\[$pid\]/ && /\Q$token\E|not-the-token/ } split /\n/, slurp_file($node->logfile)), 0,
 	"no token in the relay's log lines");
