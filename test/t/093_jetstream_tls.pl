@@ -5,7 +5,7 @@
 # server's certificate, a nats:// URL to a server that requires TLS, a
 # wrong token, a CA file that does not exist, a tls:// URL to a server without TLS (the token is not sent
 # in clear: libnats would take tls:// for nats:// if not told). The token
-# never reaches the log or last_error.
+# never reaches the log or last_error. And outbox_relay() from a session.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -69,5 +69,18 @@ is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
 is((grep { /\[$pid\]/ && /\Q$token\E|not-the-token/ } split /\n/, slurp_file($node->logfile)), 0,
 	"no token in the relay's log lines");
 is((grep { /\Q$token\E|not-the-token/ } values %errors), 0, 'nor in last_error');
+
+# outbox_relay() from a session, the worker stopped: the session's backend
+# makes its own connection and waits for the PubAck.
+$node->safe_psql('postgres', q{
+	SELECT outbox_cancel(event_id, 'test done') FROM outbox WHERE event_type <> 'tls.good'});
+set_databases($node, '');
+ok(wait_no_relay($node, 'postgres'), 'worker stopped');
+my $sid = $node->safe_psql('postgres', q{SELECT outbox_emit('tls.good', '{"by": "session"}')});
+is($node->safe_psql('postgres', 'SELECT delivered, failed FROM outbox_relay()'), '1|0',
+	'outbox_relay() in a session delivers over TLS');
+is($node->safe_psql('postgres', "SELECT attempts FROM outbox WHERE event_id = '$sid' AND delivered_at IS NOT NULL"),
+	'1', 'marked delivered');
+is($nats->count('SECURE'), 2, 'the stream holds it');
 
 done_testing();
