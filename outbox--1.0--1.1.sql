@@ -963,6 +963,63 @@ GRANT EXECUTE ON FUNCTION
 TO outbox_admin;
 
 /*
+ * A JetStream destination checked as a relay would check it, at will:
+ * after creating or changing one, before events flow (a relay checks it
+ * when it connects, for the first event). It connects with the
+ * destination's credentials (so it is outbox_admin's, like the row), reads
+ * the stream, and says whether every resend of the retry schedule falls
+ * within its duplicate window. The backend waits up to the destination's
+ * time limit, interruptibly.
+ */
+CREATE FUNCTION @extschema@._outbox_jetstream_check(d @extschema@.outbox_destinations,
+    OUT stream text, OUT duplicate_window interval, OUT max_age interval,
+    OUT retry_span interval, OUT exactly_once boolean, OUT problem text)
+RETURNS record
+AS 'MODULE_PATHNAME', '_outbox_jetstream_check'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@._outbox_jetstream_check(@extschema@.outbox_destinations) IS
+    'Internal: connects to a JetStream destination and reads its stream, for outbox_jetstream_check';
+
+CREATE FUNCTION @extschema@.outbox_jetstream_check(destination text,
+    OUT stream text, OUT duplicate_window interval, OUT max_age interval,
+    OUT retry_span interval, OUT exactly_once boolean, OUT problem text)
+RETURNS record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d @extschema@.outbox_destinations;
+BEGIN
+    IF destination IS NULL THEN
+        RAISE EXCEPTION 'destination must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO d FROM @extschema@.outbox_destinations o
+     WHERE o.name = outbox_jetstream_check.destination;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', destination
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT c.stream, c.duplicate_window, c.max_age, c.retry_span, c.exactly_once, c.problem
+      INTO stream, duplicate_window, max_age, retry_span, exactly_once, problem
+      FROM @extschema@._outbox_jetstream_check(d) c;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_jetstream_check(text) IS
+    'Connects to a JetStream destination as a relay would and reads its stream: the duplicate window, max_age, the retry schedule''s longest span, whether every resend falls within the window (exactly_once), and the problem if not or if the connection fails';
+
+REVOKE ALL ON FUNCTION
+    @extschema@._outbox_jetstream_check(@extschema@.outbox_destinations),
+    @extschema@.outbox_jetstream_check(text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@._outbox_jetstream_check(@extschema@.outbox_destinations),
+    @extschema@.outbox_jetstream_check(text)
+TO outbox_admin;
+
+/*
  * The catch-up of a NOTIFY consumer: the events delivered to NOTIFY
  * destination dest within the last `within` that consumer has not
  * accepted with inbox_accept(), oldest delivery first, at most max_events.

@@ -94,5 +94,18 @@ SELECT regress.try($$UPDATE outbox_destinations SET kind = 'http' WHERE name = '
 -- an ordered JetStream destination
 SELECT regress.try($$UPDATE outbox_destinations SET ordered = true WHERE name = 'js'$$);
 
+-- outbox_jetstream_check: a JetStream destination only (the TAP tests
+-- check one against a server)
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('chan', 'none.chan', 'c');
+SELECT regress.try($$SELECT * FROM outbox_jetstream_check('chan')$$);
+SELECT regress.try($$SELECT * FROM outbox_jetstream_check('nothing')$$);
+SELECT regress.try($$SELECT * FROM outbox_jetstream_check(NULL)$$);
+SET ROLE regress_js_admin;
+SELECT regress.try($$SELECT * FROM outbox_jetstream_check('chan')$$);
+RESET ROLE;
+SET ROLE outbox_writer;
+SELECT regress.try($$SELECT * FROM outbox_jetstream_check('js')$$);
+RESET ROLE;
+
 DELETE FROM outbox_destinations;
 DROP ROLE regress_js_admin;

@@ -51,6 +51,7 @@
 #include <nats/nats.h>
 
 #include "catalog/pg_authid.h"
+#include "funcapi.h"
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -62,6 +63,8 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
+#include "utils/wait_event.h"
 
 #include "destination.h"
 #include "envelope.h"
@@ -844,6 +847,18 @@ request_stop(JsConn *c)
 }
 
 /*
+ * Frees connection c, whose thread has ended and been joined, and which
+ * has nothing outstanding.
+ */
+static void
+free_conn(JsConn *c)
+{
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cond);
+	MemoryContextDelete(c->cxt);
+}
+
+/*
  * The URLs of a nats_servers value, for messages: without anything a URL
  * can carry before an @ (the rules refuse it; this is a second guard).
  */
@@ -1353,6 +1368,26 @@ retry_span_ms(int timeout_ms)
 }
 
 /*
+ * What is wrong with c's stream's deduplication, palloc'd, or NULL: the
+ * window (duplicates_ns, or max_age_ns when shorter: a message gone is an
+ * id forgotten) is shorter than the retry span. Sets *window_ms and
+ * *span_ms.
+ */
+static char *
+window_problem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
+			   double *window_ms, double *span_ms)
+{
+	*window_ms = duplicates_ns / 1000000.0;
+	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
+		*window_ms = max_age_ns / 1000000.0;
+	*span_ms = retry_span_ms(c->timeout_ms);
+	if (*span_ms <= *window_ms)
+		return NULL;
+	return psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
+					c->stream, duration_text(*window_ms), duration_text(*span_ms));
+}
+
+/*
  * After a connection, and after a reconnection: compares the stream's duplicate window (and its
  * max_age, past which a stored message and its id are gone) with the
  * retry span, and warns in the log and in the destination's last_error
@@ -1377,14 +1412,9 @@ check_window(JsConn *c)
 	duplicates_ns = c->duplicates_ns;
 	max_age_ns = c->max_age_ns;
 	pthread_mutex_unlock(&c->mu);
-	window_ms = duplicates_ns / 1000000.0;
-	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
-		window_ms = max_age_ns / 1000000.0;
-	span = retry_span_ms(c->timeout_ms);
-	if (span <= window_ms)
+	text = window_problem(c, duplicates_ns, max_age_ns, &window_ms, &span);
+	if (text == NULL)
 		return;
-	text = psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
-					c->stream, duration_text(window_ms), duration_text(span));
 	ereport(WARNING,
 			(errmsg("outbox destination \"%s\": %s", c->name, text),
 			 errhint("Raise the stream's duplicate_window to %s or more, or lower outbox.max_attempts or outbox.backoff_max.",
@@ -1516,9 +1546,7 @@ js_collect(void)
 		service_conn(c, &done);
 		if (c->retiring && !c->thread_started && c->outstanding == 0 && c->nwaiting == 0)
 		{
-			pthread_mutex_destroy(&c->mu);
-			pthread_cond_destroy(&c->cond);
-			MemoryContextDelete(c->cxt);
+			free_conn(c);
 			conns = foreach_delete_current(conns, lc);
 		}
 	}
@@ -1910,6 +1938,136 @@ js_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	}
 	dest->options = o;
 	return bytes;
+}
+
+/* An interval of ms milliseconds. */
+static Datum
+ms_interval(double ms)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = (TimeOffset) (ms * 1000.0);
+	return IntervalPGetDatum(iv);
+}
+
+PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
+
+/*
+ * _outbox_jetstream_check(d outbox_destinations, OUT stream text,
+ *     OUT duplicate_window interval, OUT max_age interval,
+ *     OUT retry_span interval, OUT exactly_once boolean, OUT problem text)
+ *
+ * Connects to a JetStream destination as a relay would (on a thread of its
+ * own, this backend waiting on its latch, interruptible) and reads its
+ * stream: the duplicate window, max_age (NULL: none), the longest span of
+ * the retry schedule at the current settings, whether every resend falls
+ * within the window, and the problem if not, or why the connection or the
+ * stream failed (then the figures are NULL). For outbox_jetstream_check(),
+ * which finds the row; runs in any backend, in a transaction. 22023 for a
+ * destination of another kind.
+ */
+Datum
+_outbox_jetstream_check(PG_FUNCTION_ARGS)
+{
+	HeapTupleHeader h = PG_GETARG_HEAPTUPLEHEADER(0);
+	TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
+											  HeapTupleHeaderGetTypMod(h));
+	HeapTupleData tuple;
+	OutboxDestinationRow row;
+	OutboxDestination dest;
+	const JsDestOptions *o;
+	TupleDesc	result_desc;
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
+	char	   *kind;
+	JsConn	   *c;
+	JsState		state;
+	int			timeout_ms;
+
+	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tuple.t_len = HeapTupleHeaderGetDatumLength(h);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = h;
+	row.desc = desc;
+	row.tuple = &tuple;
+	row.old_tuple = NULL;
+	row.cache = NULL;
+	kind = OutboxDestinationText(&row, "kind");
+	if (kind == NULL || strcmp(kind, OutboxJetStreamKind.name) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("destination \"%s\" is not a JetStream destination",
+						OutboxDestinationText(&row, "name"))));
+	memset(&dest, 0, sizeof(dest));
+	(void) js_decode(&row, &dest);
+	o = dest.options;
+	timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
+	if (js_cxt == NULL)
+		js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
+									   ALLOCSET_DEFAULT_SIZES);
+	c = new_conn(OutboxDestinationText(&row, "name"), o, "", timeout_ms);
+	start_connect(c);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			bool		finished;
+
+			pthread_mutex_lock(&c->mu);
+			state = c->state;
+			finished = c->finished;
+			pthread_mutex_unlock(&c->mu);
+			if (state == JS_READY && !c->stopping)
+			{
+				request_stop(c);
+				c->stopping = true;
+			}
+			if (finished)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 100, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		/* its thread may still run: leave it to end, the memory to the process */
+		request_stop(c);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (c->thread_started)
+		pthread_join(c->thread, NULL);
+	values[0] = CStringGetTextDatum(c->stream);
+	if (state == JS_FAILED || !c->stopping)
+	{
+		char	   *lib = c->lib_error;
+
+		for (int i = 1; i < 5; i++)
+			nulls[i] = true;
+		values[5] = CStringGetTextDatum(psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text,
+												 c->stream, c->error, OutboxRedact(lib, strlen(lib))));
+	}
+	else
+	{
+		double		window_ms;
+		double		span_ms;
+		char	   *problem = window_problem(c, c->duplicates_ns, c->max_age_ns, &window_ms, &span_ms);
+
+		values[1] = ms_interval(c->duplicates_ns / 1000000.0);
+		values[2] = ms_interval(c->max_age_ns / 1000000.0);
+		nulls[2] = c->max_age_ns <= 0;
+		values[3] = ms_interval(span_ms);
+		values[4] = BoolGetDatum(problem == NULL);
+		values[5] = problem ? CStringGetTextDatum(problem) : (Datum) 0;
+		nulls[5] = problem == NULL;
+	}
+	free_conn(c);
+	ReleaseTupleDesc(desc);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls)));
 }
 
 /* init: the outbox.jetstream_* settings. */

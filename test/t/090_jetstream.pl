@@ -180,6 +180,19 @@ is( $node->safe_psql('postgres',
 		"SELECT last_error IS NULL FROM outbox_destination_stats() WHERE destination = 'orders'"),
 	't', 'nor a last_error');
 
+# outbox_jetstream_check(): the same check at will, before any event flows.
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
+	VALUES ('unused', 'unused.*', '$url', 'default.unused', 'DEFAULT')});
+is( $node->safe_psql('postgres', q{
+		SELECT d, c.stream, c.duplicate_window, c.max_age, c.retry_span, c.exactly_once, c.problem
+		  FROM unnest(ARRAY['orders', 'short', 'unused']) d, LATERAL outbox_jetstream_check(d) c}),
+	join("\n",
+		'orders|ORDERS|00:15:00||00:09:21|t|',
+		'short|SHORT|00:00:01||00:09:21|f|stream "SHORT" deduplicates for 1 s, but a resend can come up to 9 min after the first attempt: past the window, consumers must deduplicate by event_id',
+		'unused|DEFAULT|00:02:00||00:09:21|f|stream "DEFAULT" deduplicates for 2 min, but a resend can come up to 9 min after the first attempt: past the window, consumers must deduplicate by event_id'),
+	'outbox_jetstream_check(): window, span, and whether resends fall within it');
+
 is_deeply([ relay_warnings($node) ], [], 'no unexpected warning from the relay');
 
 done_testing();

@@ -29,6 +29,9 @@ use Test::More;
 
 my $nats = start_nats();
 $nats->add_stream('FLOW', 'flow.>');
+$nats->add_stream('OUTAGE', 'outage.>');
+$nats->add_stream('FROZEN', 'frozen.>');
+$nats->add_stream('DUP', 'dup.>');
 my $url = $nats->plain_url;
 
 # the framework turns restart_after_crash off; a relay killed by a signal
@@ -37,7 +40,9 @@ my $node = outbox_node('jsfaults', restart_after_crash => 'on', 'outbox.batch_si
 	'outbox.jetstream_timeout' => "'2s'");
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
-	VALUES ('flow', 'flow.*', '$url', 'flow.{event_type}', 'FLOW');
+	VALUES ('flow', 'flow.*', '$url', '{event_type}', 'FLOW'),
+	       ('outage', 'outage.*', '$url', '{event_type}', 'OUTAGE'),
+	       ('frozen', 'frozen.*', '$url', '{event_type}', 'FROZEN');
 });
 
 # Emits $n events of type $type in transactions of 100.
@@ -51,12 +56,12 @@ sub emit_events
 	}
 }
 
-# Checks that the stream's messages of subject flow.$type are exactly one
-# per event of that type.
+# Checks that the messages of subject $type in $stream are exactly one per
+# event of that type.
 sub exactly_once
 {
-	my ($type, $what) = @_;
-	my @msgs = grep { $_->{subject} eq "flow.$type" } @{ $nats->messages('FLOW') };
+	my ($type, $what, $stream) = @_;
+	my @msgs = grep { $_->{subject} eq $type } @{ $nats->messages($stream) };
 	my %stored;
 	$stored{ $_->{headers}{'Nats-Msg-Id'} }++ for @msgs;
 	my @ids = split /\n/,
@@ -82,7 +87,7 @@ ok($node->poll_query_until('postgres', 'SELECT true'), 'a: the server is back af
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 10000 FROM outbox WHERE event_type = 'flow.crash' AND delivered_at IS NOT NULL"),
 	'a: all 10,000 events delivered after the crash');
-exactly_once('flow.crash', 'a');
+exactly_once('flow.crash', 'a', 'FLOW');
 my $sends = $node->safe_psql('postgres',
 	"SELECT sum(attempts) || ' attempts, ' || count(*) FILTER (WHERE attempts > 1) || ' events sent more than once' FROM outbox WHERE event_type = 'flow.crash'");
 diag("a: 10,000 messages in the stream; the relay recorded $sends");
@@ -90,32 +95,32 @@ diag("a: 10,000 messages in the stream; the relay recorded $sends");
 # b. The broker stopped for 10 s mid-flow.
 $pid = wait_relay($node, 'postgres');
 my $b_log = -s $node->logfile;
-emit_events('flow.outage', 3000);
+emit_events('outage.flow', 3000);
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) >= 500 FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NOT NULL"),
+		"SELECT count(*) >= 500 FROM outbox WHERE event_type = 'outage.flow' AND delivered_at IS NOT NULL"),
 	'b: the flow is under way');
 my $stopped_at = time();
 $nats->stop;
-emit_events('flow.outage', 3000);
+emit_events('outage.flow', 3000);
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) > 0 FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NULL AND attempts > 0"),
+		"SELECT count(*) > 0 FROM outbox WHERE event_type = 'outage.flow' AND delivered_at IS NULL AND attempts > 0"),
 	'b: attempts fail while the broker is down');
 # the outage lasts 10 s: the scenario's length, not a wait for a condition
 my $left = 10 - (time() - $stopped_at);
 Time::HiRes::sleep($left) if $left > 0;
 is( $node->safe_psql('postgres',
-		"SELECT DISTINCT last_error FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NULL AND attempts > 0"),
+		"SELECT DISTINCT last_error FROM outbox WHERE event_type = 'outage.flow' AND delivered_at IS NULL AND attempts > 0"),
 	'no PubAck from JetStream within 2000 ms (the message may be stored: the retry carries the same Nats-Msg-Id)',
 	'b: the failure says why, with outbox.jetstream_timeout');
 $nats->start;
-emit_events('flow.outage', 4000);
+emit_events('outage.flow', 4000);
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 10000 FROM outbox WHERE event_type = 'flow.outage' AND delivered_at IS NOT NULL"),
+		"SELECT count(*) = 10000 FROM outbox WHERE event_type = 'outage.flow' AND delivered_at IS NOT NULL"),
 	'b: all 10,000 events delivered after the broker came back');
-exactly_once('flow.outage', 'b');
+exactly_once('outage.flow', 'b', 'OUTAGE');
 is(relay_pid($node, 'postgres'), $pid, 'b: the same relay throughout (reconnected, not restarted)');
-my @connected = grep { /connected to NATS at .* for destination "flow"/ } split /\n/, slurp_file($node->logfile, $b_log);
-is(scalar @connected, 0, 'b: libnats reconnected the one connection: no new one was made');
+my @connected = grep { /connected to NATS at .* for destination "outage"/ } split /\n/, slurp_file($node->logfile, $b_log);
+is(scalar @connected, 1, 'b: one connection, kept across claims and reconnected by libnats');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox_in_flight'), '0',
 	'b: nothing left in flight: every message published was answered or timed out');
 
@@ -165,6 +170,14 @@ like( $node->safe_psql('postgres', "SELECT attempts || ' ' || last_error FROM ou
 	qr/^1 the envelope of 4\d\d\d bytes is larger than the server's max_payload$/,
 	'c: at its first attempt, with the reason');
 is($small->count('SMALL'), 0, 'c: nothing stored');
+is( $node->safe_psql('postgres', q{
+		SELECT d || ': ' || coalesce(c.exactly_once::text, 'null') || ' ' || c.problem
+		  FROM unnest(ARRAY['c_auth', 'c_missing', 'c_noack']) d, LATERAL outbox_jetstream_check(d) c}),
+	join("\n",
+		"c_auth: null NATS at nats://127.0.0.1:$sport, stream \"SAFE\": cannot connect: the server refused the credentials (Authorization Violation)",
+		"c_missing: null NATS at nats://127.0.0.1:$port, stream \"MISSING\": the stream does not exist",
+		"c_noack: null NATS at nats://127.0.0.1:$port, stream \"NOACK\": the stream is created with no_ack: it does not acknowledge what it stores"),
+	'c: outbox_jetstream_check() says the same');
 is(relay_pid($node, 'postgres'), $pid, 'c: the same relay: no crash loop');
 is((grep { /\[$pid\]/ && /wrong-password|right-password/ } split /\n/, slurp_file($node->logfile)), 0,
 	"c: no password in the relay's log lines");
@@ -188,22 +201,27 @@ is($secured->count('SAFE'), 1, 'c: the message is in the secured server\'s strea
 # duplicate, and the event is delivered without a second copy.
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, enabled)
-	VALUES ('c_dup', 'c.dup', '$url', 'flow.dup', 'FLOW', false)});
+	VALUES ('c_dup', 'c.dup', '$url', 'dup.x', 'DUP', false)});
 my $dup_id = $node->safe_psql('postgres', q{SELECT outbox_emit('c.dup', '{}')});
-my ($rc, $out, $err) = $nats->tool('publish', 'flow.dup', $dup_id, 'stored before');
+my ($rc, $out, $err) = $nats->tool('publish', 'dup.x', $dup_id, 'stored before');
 is($rc, 0, 'c: a message with the event\'s id is stored first') or diag($err);
 $node->safe_psql('postgres', "UPDATE outbox_destinations SET enabled = true WHERE name = 'c_dup'");
 ok( $node->poll_query_until('postgres',
 		"SELECT delivered_at IS NOT NULL AND attempts = 1 FROM outbox WHERE event_type = 'c.dup'"),
 	'c: a duplicate PubAck counts as delivered');
-my @dup = grep { $_->{subject} eq 'flow.dup' } @{ $nats->messages('FLOW', 1) };
+my @dup = @{ $nats->messages('DUP', 1) };
 is_deeply([ map { $_->{data} } @dup ], ['stored before'], 'c: the stream keeps the one message it had');
 
-# e. SIGTERM while the broker is frozen (SIGSTOP) with publishes waiting for PubAcks.
-kill 'STOP', $nats->{pid};
-$node->safe_psql('postgres', "SELECT count(outbox_emit('flow.frozen', '{}')) FROM generate_series(1, 50)");
+# e. SIGTERM while the broker is frozen (SIGSTOP) with publishes waiting
+# for PubAcks, on a connection made before.
+$node->safe_psql('postgres', "SELECT outbox_emit('frozen.before', '{}')");
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) > 0 FROM outbox_in_flight f JOIN outbox e ON e.id = ANY (f.ids) WHERE e.event_type = 'flow.frozen'"),
+		"SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'frozen.before'"),
+	'e: connected');
+kill 'STOP', $nats->{pid};
+$node->safe_psql('postgres', "SELECT count(outbox_emit('frozen.flow', '{}')) FROM generate_series(1, 50)");
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM outbox_in_flight f JOIN outbox e ON e.id = ANY (f.ids) WHERE e.event_type = 'frozen.flow'"),
 	'e: events in flight to the frozen broker');
 my $t_stop = time();
 kill 'TERM', $pid;
@@ -213,9 +231,9 @@ cmp_ok($stop_took, '<', 1, sprintf('e: within a second (%.3f s)', $stop_took));
 kill 'CONT', $nats->{pid};
 $pid = wait_relay($node, 'postgres', $pid);
 ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 50 FROM outbox WHERE event_type = 'flow.frozen' AND delivered_at IS NOT NULL"),
+		"SELECT count(*) = 50 FROM outbox WHERE event_type = 'frozen.flow' AND delivered_at IS NOT NULL"),
 	'e: delivered by the next relay once the broker runs again');
-exactly_once('flow.frozen', 'e');
+exactly_once('frozen.flow', 'e', 'FROZEN');
 
 # d. SIGTERM while connecting to a server that accepts and never answers.
 my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 16, ReuseAddr => 1)
