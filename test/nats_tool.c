@@ -229,44 +229,64 @@ main(int argc, char **argv)
 	else if (strcmp(argv[1], "dump") == 0 && argc >= 4)
 	{
 		bool		with_data = argc >= 5 && strcmp(argv[4], "data") == 0;
+		natsSubscription *sub = NULL;
+		jsSubOptions so;
+		uint64_t	got = 0;
 
 		if ((s = js_GetStreamInfo(&si, js, argv[3], NULL, &jerr)) != NATS_OK)
 			die("stream info", s, jerr);
-		for (uint64_t seq = si->State.FirstSeq; seq <= si->State.LastSeq && si->State.Msgs > 0; seq++)
+		/* an ephemeral pull consumer without acks reads the stream in order */
+		jsSubOptions_Init(&so);
+		so.Stream = argv[3];
+		so.Config.AckPolicy = js_AckNone;
+		so.Config.DeliverPolicy = js_DeliverAll;
+		if (si->State.Msgs > 0 &&
+			(s = js_PullSubscribe(&sub, js, si->Config->Subjects[0], NULL, NULL, &so, &jerr)) != NATS_OK)
+			die("subscribe", s, jerr);
+		while (got < si->State.Msgs)
 		{
-			natsMsg    *m = NULL;
-			const char **keys = NULL;
-			int			nkeys = 0;
+			natsMsgList list = {0};
 
-			s = js_GetMsg(&m, js, argv[3], seq, NULL, &jerr);
-			if (s == NATS_NOT_FOUND)
-				continue;
+			s = natsSubscription_Fetch(&list, sub, 1000, 5000, &jerr);
 			if (s != NATS_OK)
-				die("get message", s, jerr);
-			printf("{\"seq\": %llu, \"subject\": ", (unsigned long long) seq);
-			json_string(natsMsg_GetSubject(m), strlen(natsMsg_GetSubject(m)));
-			printf(", \"headers\": {");
-			natsMsgHeader_Keys(m, &keys, &nkeys);
-			for (int i = 0; i < nkeys; i++)
+				die("fetch", s, jerr);
+			for (int k = 0; k < list.Count; k++)
 			{
-				const char *v = NULL;
+				natsMsg    *m = list.Msgs[k];
+				jsMsgMetaData *meta = NULL;
+				const char **keys = NULL;
+				int			nkeys = 0;
 
-				natsMsgHeader_Get(m, keys[i], &v);
-				printf("%s", i > 0 ? ", " : "");
-				json_string(keys[i], strlen(keys[i]));
-				printf(": ");
-				json_string(v ? v : "", v ? strlen(v) : 0);
+				if ((s = natsMsg_GetMetaData(&meta, m)) != NATS_OK)
+					die("metadata", s, 0);
+				printf("{\"seq\": %llu, \"subject\": ", (unsigned long long) meta->Sequence.Stream);
+				jsMsgMetaData_Destroy(meta);
+				json_string(natsMsg_GetSubject(m), strlen(natsMsg_GetSubject(m)));
+				printf(", \"headers\": {");
+				natsMsgHeader_Keys(m, &keys, &nkeys);
+				for (int i = 0; i < nkeys; i++)
+				{
+					const char *v = NULL;
+
+					natsMsgHeader_Get(m, keys[i], &v);
+					printf("%s", i > 0 ? ", " : "");
+					json_string(keys[i], strlen(keys[i]));
+					printf(": ");
+					json_string(v ? v : "", v ? strlen(v) : 0);
+				}
+				free((void *) keys);
+				printf("}, \"bytes\": %d", natsMsg_GetDataLength(m));
+				if (with_data)
+				{
+					printf(", \"data\": ");
+					json_string(natsMsg_GetData(m), natsMsg_GetDataLength(m));
+				}
+				printf("}\n");
+				got++;
 			}
-			free((void *) keys);
-			printf("}, \"bytes\": %d", natsMsg_GetDataLength(m));
-			if (with_data)
-			{
-				printf(", \"data\": ");
-				json_string(natsMsg_GetData(m), natsMsg_GetDataLength(m));
-			}
-			printf("}\n");
-			natsMsg_Destroy(m);
+			natsMsgList_Destroy(&list);
 		}
+		natsSubscription_Destroy(sub);
 	}
 	else
 	{
