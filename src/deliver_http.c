@@ -963,14 +963,7 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 
 	o->url = OutboxDestinationText(row, "url");
 	bytes += o->url ? strlen(o->url) + 1 : 0;
-	d = OutboxDestinationColumn(row, "timeout_ms", &isnull);
-	o->timeout_ms = isnull ? -1 : DatumGetInt32(d);
-	d = OutboxDestinationColumn(row, "headers", &isnull);
-	if (!isnull)
-	{
-		o->headers = DatumGetJsonbPCopy(d);
-		bytes += VARSIZE(o->headers);
-	}
+	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	d = OutboxDestinationColumn(row, "retry_client_errors", &isnull);
 	o->retry_client_errors = !isnull && DatumGetBool(d);
 	dest->options = o;

@@ -1916,8 +1916,6 @@ js_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 {
 	JsDestOptions *o = palloc0(sizeof(JsDestOptions));
 	Size		bytes = sizeof(JsDestOptions);
-	bool		isnull;
-	Datum		d;
 	char	  **texts[] = {&o->servers, &o->subject, &o->stream, &o->user, &o->password,
 	&o->token, &o->creds_file, &o->ca_file};
 	const char *names[] = {"nats_servers", "nats_subject", "nats_stream", "nats_user",
@@ -1928,14 +1926,7 @@ js_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 		*texts[i] = OutboxDestinationText(row, names[i]);
 		bytes += *texts[i] ? strlen(*texts[i]) + 1 : 0;
 	}
-	d = OutboxDestinationColumn(row, "timeout_ms", &isnull);
-	o->timeout_ms = isnull ? -1 : DatumGetInt32(d);
-	d = OutboxDestinationColumn(row, "headers", &isnull);
-	if (!isnull)
-	{
-		o->headers = DatumGetJsonbPCopy(d);
-		bytes += VARSIZE(o->headers);
-	}
+	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	dest->options = o;
 	return bytes;
 }

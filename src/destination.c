@@ -111,6 +111,23 @@ OutboxDestinationText(const OutboxDestinationRow *row, const char *name)
 }
 
 /*
+ * The columns every kind may have and some kinds read: timeout_ms (-1 when
+ * NULL) and headers (a copy in the current memory context, or NULL).
+ * Returns the bytes the copy takes. For a kind's decode.
+ */
+Size
+OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms, Jsonb **headers)
+{
+	bool		isnull;
+	Datum		d = OutboxDestinationColumn(row, "timeout_ms", &isnull);
+
+	*timeout_ms = isnull ? -1 : DatumGetInt32(d);
+	d = OutboxDestinationColumn(row, "headers", &isnull);
+	*headers = isnull ? NULL : DatumGetJsonbPCopy(d);
+	return *headers ? VARSIZE(*headers) : 0;
+}
+
+/*
  * Whether column name is written with a new value: always on INSERT (or a
  * row without old_tuple), else when it differs from the row before the
  * UPDATE (NULL and a value differ). For a kind's check_destination: a rule

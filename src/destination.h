@@ -193,6 +193,8 @@ extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char
 									 bool *isnull);
 extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
 extern bool OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name);
+extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms,
+										   Jsonb **headers);
 
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);
