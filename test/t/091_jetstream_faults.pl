@@ -45,15 +45,18 @@ $node->safe_psql('postgres', qq{
 	       ('frozen', 'frozen.*', '$url', '{event_type}', 'FROZEN');
 });
 
-# Emits $n events of type $type in transactions of 100.
+# Emits $n events of type $type in transactions of 100, from one session.
 sub emit_events
 {
 	my ($type, $n) = @_;
-	for (my $i = 0; $i < $n; $i += 100)
-	{
-		$node->safe_psql('postgres',
-			"SELECT count(outbox_emit('$type', jsonb_build_object('n', g))) FROM generate_series(1, 100) g");
-	}
+	$node->safe_psql('postgres', qq{
+		DO \$\$
+		BEGIN
+			FOR i IN 1 .. $n / 100 LOOP
+				PERFORM outbox_emit('$type', jsonb_build_object('n', g)) FROM generate_series(1, 100) g;
+				COMMIT;
+			END LOOP;
+		END \$\$});
 }
 
 # Checks that the messages of subject $type in $stream are exactly one per
