@@ -240,8 +240,14 @@ main(int argc, char **argv)
 		so.Stream = argv[3];
 		so.Config.AckPolicy = js_AckNone;
 		so.Config.DeliverPolicy = js_DeliverAll;
-		if (si->State.Msgs > 0 &&
-			(s = js_PullSubscribe(&sub, js, si->Config->Subjects[0], NULL, NULL, &so, &jerr)) != NATS_OK)
+		/* in a cluster that just lost a node, creating it can time out a while */
+		for (int tries = 0; si->State.Msgs > 0 && tries < 10; tries++)
+		{
+			s = js_PullSubscribe(&sub, js, si->Config->Subjects[0], NULL, NULL, &so, &jerr);
+			if (s != NATS_TIMEOUT)
+				break;
+		}
+		if (si->State.Msgs > 0 && s != NATS_OK)
 			die("subscribe", s, jerr);
 		while (got < si->State.Msgs)
 		{
