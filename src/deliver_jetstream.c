@@ -917,18 +917,22 @@ nullable(const char *s)
 	return s != NULL ? pstrdup(s) : NULL;
 }
 
-/* The options of a destination as one string, to see a change. */
+/*
+ * The options of a destination as one string, to see a change: each
+ * optional value with a mark of whether it is set, so that NULL and ''
+ * differ.
+ */
 static char *
 fingerprint(const JsDestOptions *o, int timeout_ms)
 {
-	return psprintf("%s\n%s\n%s\n%s%c%s\n%s%c%s\n%s%c%s\n%s%c%s\n%s%c%s\n%d",
-					o->servers, o->subject, o->stream,
-					o->user ? "u" : "-", ' ', o->user ? o->user : "",
-					o->password ? "p" : "-", ' ', o->password ? o->password : "",
-					o->token ? "t" : "-", ' ', o->token ? o->token : "",
-					o->creds_file ? "c" : "-", ' ', o->creds_file ? o->creds_file : "",
-					o->ca_file ? "a" : "-", ' ', o->ca_file ? o->ca_file : "",
-					timeout_ms);
+	const char *opt[] = {o->user, o->password, o->token, o->creds_file, o->ca_file};
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "%s\n%s\n%s\n%d", o->servers, o->subject, o->stream, timeout_ms);
+	for (int i = 0; i < (int) lengthof(opt); i++)
+		appendStringInfo(&buf, "\n%c%s", opt[i] ? '+' : '-', opt[i] ? opt[i] : "");
+	return buf.data;
 }
 
 /* Creates the connection of a destination, not yet connecting. */
