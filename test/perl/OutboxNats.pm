@@ -14,6 +14,7 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 use OutboxTest;
 
@@ -50,8 +51,41 @@ sub start_nats
 	return $self;
 }
 
-# Starts $n servers routed together as one JetStream cluster; returns them.
+# Starts $n servers routed together as one JetStream cluster that can place
+# a stream on all of them; returns them.
+#
+# Nodes started at once can campaign in the same first term, and
+# nats-server 2.10 may then settle on a metadata group that lacks one of
+# them for good ("no suitable peers for placement" for every stream with
+# $n replicas). A cluster that cannot place a probe stream on $n nodes
+# within 30 s is killed and started afresh, up to three times.
 sub start_nats_cluster
+{
+	my ($n) = @_;
+	for my $attempt (1 .. 3)
+	{
+		my @servers = _start_cluster($n);
+		my $err = '';
+		my $deadline = time() + 30;
+		while (time() < $deadline)
+		{
+			my $rc;
+			($rc, undef, $err) = $servers[0]->tool('add-stream', 'OUTBOX_PROBE', 'outbox-probe.>', $n, 120000);
+			if ($rc == 0)
+			{
+				($rc, undef, $err) = $servers[0]->tool('delete-stream', 'OUTBOX_PROBE');
+				die "delete-stream OUTBOX_PROBE: $err" if $rc;
+				return @servers;
+			}
+			usleep(100_000);
+		}
+		note("attempt $attempt: the cluster cannot place a stream on $n nodes: $err");
+		$_->stop('KILL') for @servers;
+	}
+	die "no JetStream cluster of $n nodes formed in three attempts";
+}
+
+sub _start_cluster
 {
 	my ($n) = @_;
 	my @ports = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n;
@@ -105,6 +139,7 @@ package OutboxNats::Server;
 
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use JSON::PP;
 
 sub _write_conf

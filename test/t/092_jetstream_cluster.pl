@@ -16,15 +16,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my @nodes = start_nats_cluster(3);
-# the cluster takes a moment to elect its meta leader: until then a stream
-# cannot be created
-my $err = '';
-ok( wait_until(sub {
-			my ($rc, $out);
-			($rc, $out, $err) = $nodes[0]->tool('add-stream', 'CLUSTERED', 'events.>', 3, 120000);
-			return $rc == 0;
-		}),
-	'a stream with three replicas is created') or diag($err);
+$nodes[0]->add_stream('CLUSTERED', 'events.>', replicas => 3);
 my $servers = join(',', map { $_->plain_url } @nodes);
 
 my $node = outbox_node('jscluster', 'outbox.batch_size' => 200);
