@@ -12,7 +12,7 @@
 # warns if it cannot, in which case that test is skipped.
 #
 # Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER,
-# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR.
+# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_TEST_JOBS.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,7 +40,7 @@ if [ "$(id -u)" = 0 ]; then
     chown -R "$user" "$work"
     echo "==> tests as $user in $work"
     if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" OUTBOX_1_0_SRC="$OUTBOX_1_0_SRC" \
-        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" bash "$work/ci/check.sh"; then
+        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0
     fi
@@ -59,7 +59,7 @@ release=$(mktemp -d /tmp/outbox-1.0.XXXXXX)
 trap 'rm -rf "$out" "$release"' EXIT
 release_1_0 "$release"
 export OUTBOX_1_0_SRC OUTBOX_1_0_SRC_ERROR
-if make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer" 2>&1 | tee "$out"; then
+if make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer -j$TEST_JOBS" 2>&1 | tee "$out"; then
     exit 0
 fi
 # The logs of what failed: pg_regress's server for regression.diffs, and

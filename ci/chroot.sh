@@ -27,7 +27,7 @@
 #   OUTBOX_LOG_DIR         full log per version, pg<version>.log  (/tmp/outbox-logs)
 #   OUTBOX_DEBIAN_MIRROR   Debian mirror           (http://deb.debian.org/debian)
 #   OUTBOX_CHROOT_REFRESH  1: as --refresh
-#   OUTBOX_APT_LOCK_TIMEOUT  see ci/lib.sh
+#   OUTBOX_APT_LOCK_TIMEOUT, OUTBOX_TEST_JOBS  see ci/lib.sh
 #
 # Exit status: 0 if every version passed, else that of the last one that
 # failed: 2 setup, 3 build, 4 tests, 5 cleanup, 130 interrupted.
@@ -215,7 +215,7 @@ run_version() {
 
     STAGE=build-and-check
     in_chroot PG_CONFIG="/usr/lib/postgresql/$VERSION/bin/pg_config" OUTBOX_HOST_ROOT="$ROOT" \
-        OUTBOX_1_0_SRC="$RELEASE_SRC" OUTBOX_1_0_SRC_ERROR="$RELEASE_ERROR" \
+        OUTBOX_1_0_SRC="$RELEASE_SRC" OUTBOX_1_0_SRC_ERROR="$RELEASE_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
         bash "$BUILD_DIR/ci/build-and-check.sh"
 }
 

@@ -11,9 +11,12 @@
 #                            another process (default 600)
 #   OUTBOX_LOG_DIR           where the scripts write their full logs
 #                            (default /tmp/outbox-logs)
+#   OUTBOX_TEST_JOBS         TAP test files run at once (default 2: the
+#                            tests mostly wait on servers and sockets)
 
 APT_LOCK_TIMEOUT=${OUTBOX_APT_LOCK_TIMEOUT:-600}
 LOG_DIR=${OUTBOX_LOG_DIR:-/tmp/outbox-logs}
+TEST_JOBS=${OUTBOX_TEST_JOBS:-2}
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 step() { printf '==> %s\n' "$*"; }

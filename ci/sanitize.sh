@@ -27,7 +27,8 @@
 # The work directory is removed after a clean run, kept otherwise.
 #
 # Environment: OUTBOX_SAN_DIR (default: a new /tmp/outbox-san.XXXXXX),
-# OUTBOX_TEST_USER (default postgres; initdb refuses to run as root).
+# OUTBOX_TEST_USER (default postgres; initdb refuses to run as root),
+# OUTBOX_TEST_JOBS (see ci/lib.sh).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -187,7 +188,7 @@ echo "==> TAP suite"
 # copy's.
 if ! as_user env OUTBOX_TEST_SANITIZER=1 OUTBOX_1_0_SRC= \
     OUTBOX_1_0_SRC_ERROR="not under the sanitizer run (a copy of its wrapped postgres would not run from the copy)" \
-    make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no prove_installcheck PROVE_FLAGS="--timer"; then
+    make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no prove_installcheck PROVE_FLAGS="--timer -j$TEST_JOBS"; then
     failed=1
     for f in "$work"/tmp_check/log/*; do
         [ -f "$f" ] && { echo "== $f"; tail -n 100 "$f"; }
