@@ -258,6 +258,47 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.nats_ca_file IS
     'JetStream destinations: absolute path of the CA certificates (PEM) that sign the servers'' TLS certificates; needs pg_read_server_files to set';
 
 /*
+ * When and why a destination was disabled: the relay disables a webhook
+ * that answers 410 Gone (the Standard Webhooks specification: the sender
+ * should stop sending to it), and says so here. Its events stay pending
+ * (parked as unroutable while no enabled destination takes their type)
+ * and go once it is enabled again, which clears both columns.
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN disabled_at timestamptz,
+    ADD COLUMN disabled_reason text;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.disabled_at IS
+    'When enabled last became false; NULL while enabled';
+COMMENT ON COLUMN @extschema@.outbox_destinations.disabled_reason IS
+    'Why the destination was disabled, when the relay did it (a webhook that answered 410 Gone) or the writer of enabled = false gave one; NULL while enabled';
+
+UPDATE @extschema@.outbox_destinations SET disabled_at = pg_catalog.now() WHERE NOT enabled;
+
+CREATE FUNCTION @extschema@._outbox_destination_enabled()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NEW.enabled THEN
+        NEW.disabled_at := NULL;
+        NEW.disabled_reason := NULL;
+    ELSIF TG_OP = 'INSERT' OR OLD.enabled THEN
+        NEW.disabled_at := now();
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@._outbox_destination_enabled() IS
+    'Internal: sets disabled_at when a destination is disabled, and clears disabled_at and disabled_reason when it is enabled';
+
+CREATE TRIGGER outbox_destinations_enabled
+    BEFORE INSERT OR UPDATE OF enabled ON @extschema@.outbox_destinations
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_destination_enabled();
+
+/*
  * Settings a database owner can change must not change what the extension
  * does. The 1.0 body of _outbox_like_pattern was text, parsed on each use
  * with the session's settings: with standard_conforming_strings = off, its
@@ -537,6 +578,7 @@ REVOKE INSERT (event_id) ON @extschema@.outbox FROM outbox_writer;
 REVOKE ALL ON FUNCTION
     @extschema@._outbox_check_event(),
     @extschema@._outbox_check_destination(),
+    @extschema@._outbox_destination_enabled(),
     @extschema@._outbox_event_id()
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@._outbox_event_id() TO outbox_writer, outbox_admin;

@@ -98,3 +98,19 @@ SELECT * FROM outbox_relay();
 SELECT event_type, attempts, dead_at IS NULL AS alive, next_attempt_at > now() AS backoff, last_error
   FROM outbox WHERE event_type LIKE 'k.%' ORDER BY 1;
 ROLLBACK;
+-- disabled_at and disabled_reason: disabled_at is set when enabled becomes
+-- false, the reason is the writer's; enabling clears both
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
+    ('dis_a', 'none.dis_a', 'c', false), ('dis_b', 'none.dis_b', 'c', true);
+SELECT name, enabled, disabled_at = now() AS disabled_now, disabled_reason
+  FROM outbox_destinations WHERE name LIKE 'dis\_%' ORDER BY name;
+UPDATE outbox_destinations SET enabled = false, disabled_reason = 'endpoint moving' WHERE name = 'dis_b';
+UPDATE outbox_destinations SET event_types = 'none.dis_x' WHERE name = 'dis_b';
+UPDATE outbox_destinations SET enabled = false WHERE name = 'dis_a';
+SELECT name, enabled, disabled_at = now() AS disabled_now, disabled_reason
+  FROM outbox_destinations WHERE name LIKE 'dis\_%' ORDER BY name;
+UPDATE outbox_destinations SET enabled = true WHERE name LIKE 'dis\_%';
+SELECT name, enabled, disabled_at, disabled_reason
+  FROM outbox_destinations WHERE name LIKE 'dis\_%' ORDER BY name;
+ROLLBACK;

@@ -144,6 +144,9 @@ typedef struct OutboxEvent
 	char	   *response;		/* the start of the endpoint's answer, credentials
 								 * masked: for last_error only, or NULL */
 	int64		retry_after_ms; /* the endpoint's Retry-After; -1: none */
+	char	   *gone_target;	/* the endpoint said it is gone for good (HTTP
+								 * 410): the target it was sent to, for which
+								 * the destination is disabled; else NULL */
 	bool		recorded;		/* the outcome changed the row */
 } OutboxEvent;
 

@@ -446,7 +446,17 @@ OutboxHttpOutcome(HttpRequest *req, CURLcode result)
 		return;
 	}
 	ev->error = psprintf("HTTP status %ld", status);
-	if (status >= 300 && status < 400)
+	if (status == 410)
+	{
+		/*
+		 * 410 Gone: the Standard Webhooks specification says the sender
+		 * should stop sending to the endpoint. The destination is disabled
+		 * (outcome.c); the event stays pending for when it is enabled again.
+		 */
+		ev->gone_target = pstrdup(HTTP_OPTIONS(ev)->url);
+		ev->error = pstrdup("HTTP status 410 (Gone: the destination is disabled until it is enabled again)");
+	}
+	else if (status >= 300 && status < 400)
 	{
 		char	   *location = NULL;
 
@@ -460,7 +470,7 @@ OutboxHttpOutcome(HttpRequest *req, CURLcode result)
 	}
 	if (req->response_len > 0)
 		ev->response = OutboxRedact(req->response, req->response_len);
-	ev->permanent = !status_retryable(status, HTTP_OPTIONS(ev));
+	ev->permanent = status != 410 && !status_retryable(status, HTTP_OPTIONS(ev));
 	if (status == 429 || status == 503)
 	{
 		curl_off_t	retry_after = 0;

@@ -116,7 +116,8 @@ backoff_ms(int attempts)
 static bool
 failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 {
-	bool		dead = !ev->not_sent && (ev->permanent || attempts >= outbox_max_attempts);
+	bool		dead = !ev->not_sent && ev->gone_target == NULL &&
+		(ev->permanent || attempts >= outbox_max_attempts);
 	const char *error = ev->error ? ev->error : "unknown error";
 
 	*delay_ms = 0.0;
@@ -142,6 +143,68 @@ failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 			 errdetail("Attempt %d of %d; the event will be retried in %.0f ms.",
 					   attempts, outbox_max_attempts, *delay_ms)));
 	return dead;
+}
+
+/*
+ * Disables a destination whose endpoint said it is gone, if its target is
+ * still the one the event was sent to (an operator may have moved it
+ * since) and nobody holds its row: the relay never waits for a lock, and
+ * the next answer 410 tries again. The enabled trigger sets disabled_at.
+ */
+static const Oid disable_argtypes[] = {TEXTOID, TEXTOID, TEXTOID};
+static OutboxStatement disable_stmt = {
+	.sql =
+		"UPDATE %1$s.outbox_destinations d"
+		"   SET enabled = false, disabled_reason = $3"
+		" WHERE d.ctid = (SELECT ctid FROM %1$s.outbox_destinations"
+		"                  WHERE name = $1 AND enabled AND url = $2"
+		"                    FOR UPDATE SKIP LOCKED)"
+		"   AND d.name = $1",
+	.nargs = 3,
+	.argtypes = disable_argtypes,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
+	.path = OUTBOX_PLAN_KEYED
+};
+
+/*
+ * Disables the destination of each event whose endpoint answered 410 Gone
+ * (ev->gone_target), once per destination and target, and says so in the
+ * log (WARNING) and the destination's statistics.
+ */
+static void
+disable_gone(OutboxEvent **events, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		OutboxEvent *ev = events[i];
+		Datum		values[3];
+		bool		seen = false;
+		int			rc;
+
+		if (ev->gone_target == NULL || ev->dest.name == NULL)
+			continue;
+		for (int j = 0; j < i && !seen; j++)
+			seen = events[j]->gone_target != NULL && events[j]->dest.name != NULL &&
+				strcmp(events[j]->dest.name, ev->dest.name) == 0 &&
+				strcmp(events[j]->gone_target, ev->gone_target) == 0;
+		if (seen)
+			continue;
+		values[0] = CStringGetTextDatum(ev->dest.name);
+		values[1] = CStringGetTextDatum(ev->gone_target);
+		values[2] = CStringGetTextDatum(psprintf("the endpoint answered 410 Gone to event %s",
+												 ev->event_id));
+		rc = SPI_execute_plan(OutboxStatementPlan(&disable_stmt, OutboxQueueSchema()),
+							  values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "could not disable destination \"%s\": %s", ev->dest.name,
+				 SPI_result_code_string(rc));
+		if (SPI_processed > 0)
+			ereport(WARNING,
+					(errmsg("destination \"%s\" was disabled: its endpoint answered 410 Gone",
+							ev->dest.name),
+					 errdetail("Its events stay pending."),
+					 errhint("Set enabled = true in outbox_destinations once the endpoint takes events again; its events then go.")));
+	}
 }
 
 /*
@@ -190,6 +253,7 @@ record_failures(OutboxEvent **events, int n)
 	bool	   *dest_nulls = palloc(sizeof(bool) * n);
 	Datum		values[7];
 	int			rc;
+	uint64		processed;
 	int			dims[1] = {n};
 	int			lbs[1] = {1};
 
@@ -224,7 +288,9 @@ record_failures(OutboxEvent **events, int n)
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
 	note_changed(events, errors, n);
-	return SPI_processed;
+	processed = SPI_processed;
+	disable_gone(events, n);
+	return processed;
 }
 
 /*
