@@ -4,10 +4,10 @@ MODULE_big   = $(EXTENSION)
 OBJS         = $(patsubst %.c,%.o,$(wildcard src/*.c))
 DATA         = $(wildcard $(EXTENSION)--*.sql)
 PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\"
-SHLIB_LINK   = -lcurl -lnats
+SHLIB_LINK   = -lcurl -lnats -lcrypto
 
 
-REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver ordered jetstream versions
+REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver ordered jetstream secrets versions
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=test/outbox.conf
 TAP_TESTS    = 1
 PROVE_TESTS  = test/t/*.pl

@@ -1139,3 +1139,217 @@ COMMENT ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, integer) I
 REVOKE ALL ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, integer)
     TO outbox_consumer, outbox_admin;
+
+/*
+ * Key rotation and ed25519 signatures (Standard Webhooks). A destination
+ * signs each message with its secret column's secret and with each of its
+ * rows here not yet retired: one signature per secret, all in one
+ * webhook-signature value, and a receiver accepts the message when any
+ * verifies with a secret it holds. So a secret can be replaced without a
+ * failed verification: add the new one, let receivers take it, retire the
+ * old one (now, or after an overlap). A "whsk_" secret signs v1a
+ * (ed25519); receivers verify with its public key, public_key here. Rows
+ * past retire_at are no longer used; they stay as a record until deleted.
+ * There is no unique constraint on the secret: its violation would print
+ * the secret; the trigger refuses a destination's secret twice instead.
+ */
+CREATE FUNCTION @extschema@._outbox_new_secret(scheme text)
+RETURNS text
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', '_outbox_new_secret';
+
+COMMENT ON FUNCTION @extschema@._outbox_new_secret(text) IS
+    'Internal: a new random secret, whsec_ (scheme v1, 32 bytes) or whsk_ (scheme v1a, an ed25519 seed)';
+
+CREATE FUNCTION @extschema@.outbox_public_key(secret text)
+RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'outbox_public_key';
+
+COMMENT ON FUNCTION @extschema@.outbox_public_key(text) IS
+    'The whpk_ public key that receivers verify v1a signatures with, of a whsk_ (ed25519) secret; NULL for a v1 secret';
+
+CREATE TABLE @extschema@.outbox_destination_secrets (
+    destination text NOT NULL
+        REFERENCES @extschema@.outbox_destinations (name) ON UPDATE CASCADE ON DELETE CASCADE,
+    secret      text NOT NULL,
+    public_key  text GENERATED ALWAYS AS (@extschema@.outbox_public_key(secret)) STORED,
+    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    retire_at   timestamptz
+);
+
+CREATE INDEX outbox_destination_secrets_destination_idx
+    ON @extschema@.outbox_destination_secrets (destination);
+
+COMMENT ON TABLE @extschema@.outbox_destination_secrets IS
+    'More signing secrets of webhooks and NOTIFY channels, beside their secret column: each message is signed with each one in use (key rotation); readable by outbox_admin only';
+COMMENT ON COLUMN @extschema@.outbox_destination_secrets.secret IS
+    'A Standard Webhooks secret: whsec_<base64> or raw text (v1, HMAC-SHA256), or whsk_<base64> (v1a, ed25519)';
+COMMENT ON COLUMN @extschema@.outbox_destination_secrets.public_key IS
+    'For a whsk_ secret, the whpk_ public key that receivers verify v1a signatures with';
+COMMENT ON COLUMN @extschema@.outbox_destination_secrets.retire_at IS
+    'From then on the secret no longer signs; NULL: in use until retired (outbox_retire_secret)';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_destination_secrets', '');
+
+CREATE FUNCTION @extschema@._outbox_check_secret()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dest_kind text;
+    dest_secret text;
+BEGIN
+    SELECT d.kind, d.secret INTO dest_kind, dest_secret
+      FROM @extschema@.outbox_destinations d WHERE d.name = NEW.destination;
+    -- the foreign key reports a destination that does not exist
+    IF FOUND AND dest_kind NOT IN ('http', 'notify') THEN
+        RAISE EXCEPTION 'destination secret is for a webhook or a NOTIFY channel'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    -- raises, with the reason and without the secret, if it breaks a rule
+    PERFORM @extschema@.outbox_public_key(NEW.secret);
+    IF NEW.secret = dest_secret OR EXISTS (
+           SELECT FROM @extschema@.outbox_destination_secrets s
+            WHERE s.destination = NEW.destination AND s.secret = NEW.secret
+              AND (TG_OP = 'INSERT' OR s.ctid <> OLD.ctid)) THEN
+        RAISE EXCEPTION 'destination "%" already has this secret', NEW.destination
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@._outbox_check_secret() IS
+    'Internal: trigger that refuses a secret that breaks the rules, a destination that does not sign, or a secret the destination already has, without printing the secret';
+
+CREATE TRIGGER outbox_destination_secrets_check
+    BEFORE INSERT OR UPDATE OF destination, secret ON @extschema@.outbox_destination_secrets
+    FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_secret();
+
+CREATE FUNCTION @extschema@.outbox_add_secret(destination text, secret text DEFAULT NULL,
+                                              scheme text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_secret text := outbox_add_secret.secret;
+BEGIN
+    IF outbox_add_secret.destination IS NULL THEN
+        RAISE EXCEPTION 'destination must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF scheme IS NOT NULL AND scheme NOT IN ('v1', 'v1a') THEN
+        RAISE EXCEPTION 'signature scheme must be v1 or v1a' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF new_secret IS NULL THEN
+        new_secret := @extschema@._outbox_new_secret(coalesce(scheme, 'v1'));
+    ELSIF scheme IS NOT NULL AND (scheme = 'v1a') <> starts_with(new_secret, 'whsk_') THEN
+        RAISE EXCEPTION 'the secret is not of signature scheme %', scheme
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'v1a secrets start with whsk_; any other secret signs v1.';
+    END IF;
+    PERFORM FROM @extschema@.outbox_destinations d
+      WHERE d.name = outbox_add_secret.destination FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', outbox_add_secret.destination
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    INSERT INTO @extschema@.outbox_destination_secrets (destination, secret)
+    VALUES (outbox_add_secret.destination, new_secret);
+    RETURN coalesce(@extschema@.outbox_public_key(new_secret), new_secret);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_add_secret(text, text, text) IS
+    'Adds a signing secret to a destination (given, or a new random one of scheme v1 or v1a); returns what receivers verify with: the secret (v1) or its whpk_ public key (v1a)';
+
+CREATE FUNCTION @extschema@.outbox_retire_secret(destination text, secret text,
+                                                 after interval DEFAULT '0')
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d record;
+    retire timestamptz := now() + after;
+    in_column boolean;
+    in_table integer;
+    staying integer;
+BEGIN
+    IF outbox_retire_secret.destination IS NULL OR outbox_retire_secret.secret IS NULL
+       OR after IS NULL THEN
+        RAISE EXCEPTION 'destination, secret and after must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF after < interval '0' THEN
+        RAISE EXCEPTION 'after must not be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT o.name, o.secret INTO d FROM @extschema@.outbox_destinations o
+     WHERE o.name = outbox_retire_secret.destination FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'destination "%" does not exist', outbox_retire_secret.destination
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- a secret is named by itself or, for a v1a secret, by its public key
+    in_column := d.secret IS NOT NULL
+        AND (d.secret = outbox_retire_secret.secret
+             OR @extschema@.outbox_public_key(d.secret) = outbox_retire_secret.secret);
+    SELECT count(*) FILTER (WHERE s.secret = outbox_retire_secret.secret
+                               OR s.public_key = outbox_retire_secret.secret),
+           count(*) FILTER (WHERE s.retire_at IS NULL
+                              AND s.secret <> outbox_retire_secret.secret
+                              AND s.public_key IS DISTINCT FROM outbox_retire_secret.secret)
+      INTO in_table, staying
+      FROM @extschema@.outbox_destination_secrets s
+     WHERE s.destination = d.name AND (s.retire_at IS NULL OR s.retire_at > now());
+    IF NOT in_column AND in_table = 0 THEN
+        RAISE EXCEPTION 'destination "%" has no such secret in use', d.name
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Name the secret, or the whpk_ public key of a v1a secret.';
+    END IF;
+    IF staying + (d.secret IS NOT NULL AND NOT in_column)::integer = 0 THEN
+        RAISE EXCEPTION 'destination "%" would have no signing secret left', d.name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Its receivers would get unsigned messages.',
+                  HINT = 'Add the next secret with outbox_add_secret() first. To stop signing, set secret to NULL in outbox_destinations and delete the destination''s rows of outbox_destination_secrets.';
+    END IF;
+    IF in_column THEN
+        UPDATE @extschema@.outbox_destinations o SET secret = NULL WHERE o.name = d.name;
+        IF after > interval '0' THEN
+            INSERT INTO @extschema@.outbox_destination_secrets (destination, secret, retire_at)
+            VALUES (d.name, d.secret, retire);
+        END IF;
+    END IF;
+    IF after > interval '0' THEN
+        UPDATE @extschema@.outbox_destination_secrets s SET retire_at = retire
+         WHERE s.destination = d.name
+           AND (s.secret = outbox_retire_secret.secret OR s.public_key = outbox_retire_secret.secret)
+           AND (s.retire_at IS NULL OR s.retire_at > retire);
+    ELSE
+        DELETE FROM @extschema@.outbox_destination_secrets s
+         WHERE s.destination = d.name
+           AND (s.secret = outbox_retire_secret.secret OR s.public_key = outbox_retire_secret.secret);
+    END IF;
+    RETURN retire;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_retire_secret(text, text, interval) IS
+    'Stops signing with a destination''s secret (named by itself, or a v1a secret by its public key) now or after an overlap; refuses to leave the destination without a secret; returns when it stops';
+
+REVOKE ALL ON FUNCTION
+    @extschema@._outbox_new_secret(text),
+    @extschema@.outbox_public_key(text),
+    @extschema@._outbox_check_secret(),
+    @extschema@.outbox_add_secret(text, text, text),
+    @extschema@.outbox_retire_secret(text, text, interval)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@._outbox_new_secret(text),
+    @extschema@.outbox_public_key(text),
+    @extschema@.outbox_add_secret(text, text, text),
+    @extschema@.outbox_retire_secret(text, text, interval)
+TO outbox_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.outbox_destination_secrets TO outbox_admin;

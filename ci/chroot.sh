@@ -47,7 +47,7 @@ CHROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 suite_for() { case $1 in 17) echo trixie ;; 18) echo sid ;; *) return 1 ;; esac; }
 packages_for() {
-    echo "postgresql-$1 postgresql-server-dev-$1 libcurl4-openssl-dev libnats-dev nats-server openssl pkgconf" \
+    echo "postgresql-$1 postgresql-server-dev-$1 libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs pkgconf" \
         "libipc-run-perl make gcc python3 perl ca-certificates"
 }
 warn() { printf 'WARNING: %s\n' "$*"; }

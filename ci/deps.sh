@@ -1,9 +1,11 @@
 #!/bin/bash
 # ci/deps.sh - installs what building and testing the extension needs on
 # Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, libcurl,
-# libnats and nats-server (JetStream destinations and their tests), openssl
-# (the tests' certificates), the Perl modules of the TAP tests, Python for
-# the test webhook endpoint, and debootstrap for the PostgreSQL 17/18 chroots. Says first what it installs
+# libssl-dev (ed25519 signatures), libnats and nats-server (JetStream
+# destinations and their tests), openssl (the tests' certificates and
+# signature checks), the Perl modules of the TAP tests, Python for the test
+# webhook endpoint, Node.js (the tests' signature checks), and debootstrap
+# for the PostgreSQL 17/18 chroots. Says first what it installs
 # and which installed packages that upgrades (postgresql-server-dev-15 can
 # bring a newer postgresql-15); apt's output goes to $OUTBOX_LOG_DIR/deps.log.
 # Quiet when everything is already there.
@@ -11,7 +13,7 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libnats-dev nats-server openssl
+packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs
     libipc-run-perl make gcc python3 debootstrap ca-certificates)
 
 if [ "$(id -u)" != 0 ]; then

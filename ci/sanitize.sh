@@ -44,7 +44,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # -- packages -----------------------------------------------------------------
-packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" libcurl4-openssl-dev libnats-dev nats-server openssl
+packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs
           libipc-run-perl make gcc libasan8 libubsan1 binutils python3)
 missing=()
 for p in "${packages[@]}"; do

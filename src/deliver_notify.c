@@ -68,8 +68,8 @@ typedef struct NotifyDestOptions
 static char *
 signed_notification(const OutboxEvent *ev, const char *body, const char *timestamp)
 {
-	char	   *sig = OutboxSignature(ev->dest.secret, ev->event_id, timestamp,
-									  body, strlen(body));
+	char	   *sig = OutboxSignatures(ev->dest.secrets, ev->dest.nsecrets, ev->event_id,
+									   timestamp, body, strlen(body));
 	StringInfoData buf;
 
 	if (sig == NULL)
@@ -112,7 +112,7 @@ notify_send(OutboxEvent *event)
 		len = strlen(text);
 		if (len >= OUTBOX_NOTIFY_PAYLOAD_LIMIT)
 			continue;
-		if (event->dest.secret != NULL)
+		if (event->dest.nsecrets > 0)
 		{
 			text = signed_notification(event, text, timestamp);
 			if (text == NULL)

@@ -94,7 +94,9 @@ typedef struct OutboxDestination
 	char	   *name;			/* NULL: no destination takes the event */
 	const struct OutboxDestinationKind *kind;	/* set when name is */
 	char	   *format;			/* what is sent; OUTBOX_FORMAT_ENVELOPE */
-	char	   *secret;			/* signing secret, or NULL */
+	char	  **secrets;		/* signing secrets: the secret column's,
+								 * then outbox_destination_secrets' in use */
+	int			nsecrets;		/* 0: messages are not signed */
 	void	   *options;		/* the kind's own, from its decode */
 } OutboxDestination;
 

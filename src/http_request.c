@@ -251,10 +251,10 @@ build_header_list(HttpRequest *req, const char *timestamp)
 		append_header(req, "Expect:") &&
 		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
 		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
-	if (ok && ev->dest.secret != NULL)
+	if (ok && ev->dest.nsecrets > 0)
 	{
-		char	   *sig = OutboxSignature(ev->dest.secret, ev->event_id, timestamp,
-										  ev->body, strlen(ev->body));
+		char	   *sig = OutboxSignatures(ev->dest.secrets, ev->dest.nsecrets, ev->event_id,
+										   timestamp, ev->body, strlen(ev->body));
 
 		if (sig == NULL)
 		{

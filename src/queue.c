@@ -493,7 +493,86 @@ typedef struct DestDecoding
 {
 	TupleDesc	desc;
 	OutboxColumnCache cache;
+	const struct ClaimSecrets *secrets; /* outbox_destination_secrets */
 } DestDecoding;
+
+/*
+ * The secrets of outbox_destination_secrets in use (not retired), read
+ * once per claim, before it (load_secrets): by destination, oldest first.
+ */
+typedef struct ClaimSecrets
+{
+	int			n;
+	char	  **dest;
+	char	  **secret;
+} ClaimSecrets;
+
+static OutboxStatement secrets_stmt = {
+	.sql =
+		"SELECT destination, secret FROM %1$s.outbox_destination_secrets"
+		" WHERE retire_at IS NULL OR retire_at > now()"
+		" ORDER BY destination, added_at, secret",
+	.nargs = 0,
+	.argtypes = NULL,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * Reads the secrets in use into cs, in the current memory context. Runs
+ * in the claim's transaction: the claim signs with the secrets its
+ * snapshot's statement before it saw.
+ */
+static void
+load_secrets(ClaimSecrets *cs)
+{
+	int			rc = SPI_execute_plan(OutboxStatementPlan(&secrets_stmt, ext_nspoid),
+									  NULL, NULL, true, 0);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the destinations' secrets: %s", SPI_result_code_string(rc));
+	cs->n = (int) SPI_processed;
+	cs->dest = palloc(sizeof(char *) * Max(cs->n, 1));
+	cs->secret = palloc(sizeof(char *) * Max(cs->n, 1));
+	for (int i = 0; i < cs->n; i++)
+	{
+		cs->dest[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		cs->secret[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	}
+}
+
+/*
+ * The signing secrets of a destination into dest->secrets: its secret
+ * column's (may be NULL), then those of outbox_destination_secrets in use,
+ * copied into the current memory context. Returns the bytes they take.
+ */
+static Size
+attach_secrets(OutboxDestination *dest, char *column, const ClaimSecrets *cs)
+{
+	Size		bytes = 0;
+	int			n = column != NULL ? 1 : 0;
+
+	for (int i = 0; cs != NULL && i < cs->n; i++)
+		if (strcmp(cs->dest[i], dest->name) == 0)
+			n++;
+	dest->nsecrets = 0;
+	dest->secrets = NULL;
+	if (n == 0)
+		return 0;
+	dest->secrets = palloc(sizeof(char *) * n);
+	if (column != NULL)
+	{
+		dest->secrets[dest->nsecrets++] = column;
+		bytes += strlen(column) + 1;
+	}
+	for (int i = 0; cs != NULL && i < cs->n; i++)
+	{
+		if (strcmp(cs->dest[i], dest->name) != 0)
+			continue;
+		dest->secrets[dest->nsecrets++] = pstrdup(cs->secret[i]);
+		bytes += strlen(cs->secret[i]) + 1;
+	}
+	return bytes + sizeof(char *) * n;
+}
 
 /*
  * Decodes the destination of a claimed row (the composite column dest, a
@@ -538,7 +617,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecodin
 
 	kind = OutboxDestinationText(&row, "kind");
 	ev->dest.format = OutboxDestinationText(&row, "format");
-	ev->dest.secret = OutboxDestinationText(&row, "secret");
+	bytes += attach_secrets(&ev->dest, OutboxDestinationText(&row, "secret"), dd->secrets);
 	ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
 	if (ev->dest.kind == NULL)
 		ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
@@ -726,6 +805,7 @@ typedef struct Admission
 	bool		budget_limited;
 	bool		dest_limited;
 	bool		alone_left;		/* one such event was left out */
+	const ClaimSecrets *secrets;
 } Admission;
 
 /* Frees what a decoded event left out of the claim holds, and zeroes it. */
@@ -748,7 +828,7 @@ static int
 admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm)
 {
 	TupleDesc	desc = SPI_tuptable->tupdesc;
-	DestDecoding dd = {.desc = NULL};
+	DestDecoding dd = {.desc = NULL, .secrets = adm->secrets};
 	int			n = 0;
 
 	for (int i = 0; i < nrows; i++)
@@ -860,13 +940,15 @@ int
 OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn prepare,
 			OutboxEvent **events, OutboxClaimLeft *left)
 {
+	ClaimSecrets secrets;
 	Admission	adm = {.held = lim->held, .per_dest = lim->per_dest,
-	.leave_alone = lim->leave_alone};
+	.leave_alone = lim->leave_alone, .secrets = &secrets};
 	int			n;
 	MemoryContext old;
 
 	memset(left, 0, sizeof(*left));
 	*events = NULL;
+	load_secrets(&secrets);
 	if (!claim_rows(lim->batch_size, lim->skip, lim->exclude, lim->nexclude, lim->only_id))
 		return 0;
 

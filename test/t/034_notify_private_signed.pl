@@ -187,6 +187,16 @@ cmp_ok( $node->safe_psql($db, "SELECT octet_length(outbox._outbox_envelope(event
 is(verified($got->[0]), $ids->[0], 'signed, full mode, an envelope of 7.9 kB: verifies');
 ok(!exists $body->{payload}, 'its body is the reference (the signed envelope would not fit)');
 
+# a key rotation: with a second secret, each notification carries two
+# signatures, and the function verifies it with either secret
+my $second = $node->safe_psql($db, q{SELECT outbox.outbox_add_secret('d')});
+($ids, $got) = emit_and_receive($ssn);
+like(decode_json($got->[0])->{'webhook-signature'}, qr{^v1,[A-Za-z0-9+/]{43}= v1,[A-Za-z0-9+/]{43}=$},
+	'two secrets: two signatures');
+is(verified($got->[0]), $ids->[0], 'it verifies with the first secret');
+is(verified($got->[0], $second), $ids->[0], 'and with the second');
+is(verified($got->[0], 'whsec_' . 'A' x 32), 'rejected', 'not with another');
+
 $nobody->quit;
 $node->stop;
 done_testing();
