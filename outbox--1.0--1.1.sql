@@ -167,7 +167,7 @@ ALTER TABLE @extschema@.outbox_destinations
 COMMENT ON COLUMN @extschema@.outbox_destinations.kind IS
     'How events are sent: http (a webhook, to url), notify (a NOTIFY channel) or jetstream (a NATS JetStream stream, at nats_servers); set from the target when not given, fixed once written';
 COMMENT ON COLUMN @extschema@.outbox_destinations.format IS
-    'What is sent for an event: envelope (the outbox envelope, JSON)';
+    'What is sent for an event: envelope (the outbox envelope, JSON); webhooks also cloudevents (CloudEvents 1.0, structured mode) or cloudevents-binary (binary mode, ce-* headers)';
 
 /*
  * http: a 4xx answer other than 408, 409, 425 and 429 dead-letters an
@@ -274,6 +274,13 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.disabled_reason IS
     'Why the destination was disabled, when the relay did it (a webhook that answered 410 Gone) or the writer of enabled = false gave one; NULL while enabled';
 
 UPDATE @extschema@.outbox_destinations SET disabled_at = pg_catalog.now() WHERE NOT enabled;
+
+/* webhooks in a CloudEvents format: the source attribute (cloudevents.c) */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN cloudevents_source text;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.cloudevents_source IS
+    'Webhooks in a CloudEvents format: the events'' source attribute, a URI-reference; NULL: /outbox/<database>';
 
 CREATE FUNCTION @extschema@._outbox_destination_enabled()
 RETURNS trigger

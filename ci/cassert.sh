@@ -45,7 +45,8 @@ log=$LOG_DIR/cassert.log
 
 step "packages"
 install_packages "$log" gcc make bison flex perl bzip2 libssl-dev zlib1g-dev \
-    libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs libipc-run-perl python3 git ca-certificates postgresql-15
+    libcurl4-openssl-dev libnats-dev nats-server openssl nodejs libipc-run-perl python3 git ca-certificates postgresql-15
+install_node_modules "$PWD" "$log" || exit 1
 
 step "source of postgresql-15"
 if ! apt-cache showsrc postgresql-15 2>/dev/null | grep -q '^Version:'; then

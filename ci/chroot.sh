@@ -211,6 +211,9 @@ run_version() {
     add_mount /dev/shm -t tmpfs -o mode=1777,nosuid,nodev shm
     ensure_packages
     copy_source
+    # the tests' npm packages (ci/deps.sh installed them on the host)
+    rm -rf --one-file-system "$ROOT$NODE_DIR" && mkdir -p "$ROOT$NODE_DIR" &&
+        cp -a "$NODE_DIR/." "$ROOT$NODE_DIR/"
     step "setup done in $((SECONDS - start))s"
 
     STAGE=build-and-check

@@ -22,3 +22,4 @@ if [ "$(id -u)" != 0 ]; then
 fi
 mkdir -p "$LOG_DIR"
 install_packages "$LOG_DIR/deps.log" "${packages[@]}"
+install_node_modules "$(dirname "${BASH_SOURCE[0]}")/.." "$LOG_DIR/deps.log"

@@ -13,10 +13,14 @@
 #                            (default /tmp/outbox-logs)
 #   OUTBOX_TEST_JOBS         TAP test files run at once (default 2: the
 #                            tests mostly wait on servers and sockets)
+#   OUTBOX_NODE_DIR          where the tests' npm packages are installed
+#                            (default /var/cache/outbox-npm; the tests read
+#                            its node_modules)
 
 APT_LOCK_TIMEOUT=${OUTBOX_APT_LOCK_TIMEOUT:-600}
 LOG_DIR=${OUTBOX_LOG_DIR:-/tmp/outbox-logs}
 TEST_JOBS=${OUTBOX_TEST_JOBS:-2}
+NODE_DIR=${OUTBOX_NODE_DIR:-/var/cache/outbox-npm}
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 step() { printf '==> %s\n' "$*"; }
@@ -172,4 +176,24 @@ release_1_0_tree() {
     rm -rf "$dest" && mkdir -p "$dest" &&
         git -C "$repo" archive "$RELEASE_1_0" | tar -xf - -C "$dest" ||
         { echo "git archive $short into $dest failed"; return 1; }
+}
+
+# install_node_modules REPO LOG: installs the npm packages of
+# REPO/test/node/package-lock.json (the tests' independent receivers, such
+# as the CloudEvents SDK) into $NODE_DIR with npm ci, unless that lock is
+# installed there already. Output to LOG.
+install_node_modules() {
+    local repo=$1 log=$2
+    if cmp -s "$repo/test/node/package-lock.json" "$NODE_DIR/package-lock.json" &&
+        [ -d "$NODE_DIR/node_modules" ]; then
+        return 0
+    fi
+    note "installing the tests' npm packages into $NODE_DIR (npm ci)"
+    mkdir -p "$NODE_DIR" &&
+        cp "$repo/test/node/package.json" "$repo/test/node/package-lock.json" "$NODE_DIR/" &&
+        (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error) >>"$log" 2>&1 || {
+        echo "npm ci in $NODE_DIR failed; its output is in $log" >&2
+        rm -f "$NODE_DIR/package-lock.json"
+        return 1
+    }
 }

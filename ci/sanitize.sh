@@ -56,6 +56,8 @@ if [ ${#missing[@]} -gt 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install \
             -y -qq --no-install-recommends "${missing[@]}" >/dev/null || exit 1
 fi
+mkdir -p "$LOG_DIR"
+install_node_modules "$PWD" "$LOG_DIR/deps.log" || exit 1
 
 # -- private PostgreSQL -------------------------------------------------------
 if [ -n "${OUTBOX_SAN_DIR:-}" ]; then

@@ -71,7 +71,7 @@ SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, channel) VALUE
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind) VALUES ('x', 'http')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name) VALUES ('x')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, url, channel) VALUES ('x', 'http://127.0.0.1:1/', 'c')$$);
-SELECT regress.try($$INSERT INTO outbox_destinations (name, url, format) VALUES ('x', 'http://127.0.0.1:1/', 'cloudevents')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, url, format) VALUES ('x', 'http://127.0.0.1:1/', 'avro')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, url, format) VALUES ('x', 'http://127.0.0.1:1/', NULL)$$);
 SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify', url = NULL, channel = 'c' WHERE name = 'k_hook'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET kind = 'notify' WHERE name = 'k_hook'$$);
@@ -91,7 +91,7 @@ SELECT regress.try($$UPDATE outbox_destinations SET notify_mode = 'reference' WH
 -- are retried
 ALTER TABLE outbox_destinations DISABLE TRIGGER outbox_destinations_check;
 UPDATE outbox_destinations SET kind = 'nats' WHERE name = 'k_hook';
-UPDATE outbox_destinations SET format = 'cloudevents', enabled = true WHERE name = 'k_chan';
+UPDATE outbox_destinations SET format = 'avro', enabled = true WHERE name = 'k_chan';
 ALTER TABLE outbox_destinations ENABLE TRIGGER outbox_destinations_check;
 SET LOCAL client_min_messages = error;
 SELECT * FROM outbox_relay();
@@ -113,4 +113,31 @@ SELECT name, enabled, disabled_at = now() AS disabled_now, disabled_reason
 UPDATE outbox_destinations SET enabled = true WHERE name LIKE 'dis\_%';
 SELECT name, enabled, disabled_at, disabled_reason
   FROM outbox_destinations WHERE name LIKE 'dis\_%' ORDER BY name;
+ROLLBACK;
+-- formats: a webhook sends the envelope or a CloudEvent (structured or
+-- binary mode), a channel and a stream the envelope only; the source of a
+-- CloudEvents webhook is a URI-reference
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, url, format, cloudevents_source) VALUES
+    ('ce_s', 'none.ce_s', 'http://127.0.0.1:1/', 'cloudevents', 'https://shop.example/orders'),
+    ('ce_b', 'none.ce_b', 'http://127.0.0.1:1/', 'cloudevents-binary', NULL);
+SELECT name, format, cloudevents_source FROM outbox_destinations WHERE name LIKE 'ce\_%' ORDER BY name;
+CREATE FUNCTION pg_temp.try_detail(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    detail text;
+BEGIN
+    EXECUTE sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RETURN SQLSTATE || ': ' || SQLERRM || coalesce(' (' || nullif(detail, '') || ')', '');
+END
+$$;
+SELECT pg_temp.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, format) VALUES ('ce_c', 'none.ce_c', 'c', 'cloudevents')$$);
+SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET format = 'CloudEvents' WHERE name = 'ce_s'$$);
+SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '' WHERE name = 'ce_s'$$);
+SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '/shop orders' WHERE name = 'ce_s'$$);
+SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '/café' WHERE name = 'ce_s'$$);
+SELECT pg_temp.try_detail(format($$UPDATE outbox_destinations SET cloudevents_source = %L WHERE name = 'ce_s'$$, '/' || repeat('s', 1024)));
+SELECT pg_temp.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, cloudevents_source) VALUES ('ce_c', 'none.ce_c', 'c', '/x')$$);
 ROLLBACK;

@@ -64,6 +64,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "cloudevents.h"
 #include "compat.h"
 #include "destination.h"
 #include "envelope.h"
@@ -865,7 +866,7 @@ http_full(void)
 /*
  * prepare: an event's own headers must follow the rules for headers an
  * event may carry (checked here, where they are first read); the body is
- * the envelope.
+ * the envelope, or the event as a CloudEvent (cloudevents.c).
  */
 static Size
 http_prepare(OutboxEvent *ev)
@@ -878,6 +879,9 @@ http_prepare(OutboxEvent *ev)
 		ev->error = p.message;
 		return 0;
 	}
+	if (HTTP_OPTIONS(ev)->format != HTTP_FORMAT_ENVELOPE)
+		return OutboxPrepareCloudEvent(ev, HTTP_OPTIONS(ev)->ce_source,
+									   HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY);
 	return OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
 }
 
@@ -941,16 +945,23 @@ url_check(const char *url, OutboxProblem *p)
 	return true;
 }
 
-/* check_destination: a webhook has a valid url (url_check). */
+/*
+ * check_destination: a webhook has a valid url (url_check), and a valid
+ * cloudevents_source if it has one (OutboxCloudEventSourceCheck).
+ */
 static bool
 http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 {
-	return url_check(OutboxDestinationText(row, "url"), p);
+	char	   *source = OutboxDestinationText(row, "cloudevents_source");
+
+	if (!url_check(OutboxDestinationText(row, "url"), p))
+		return false;
+	return source == NULL || OutboxCloudEventSourceCheck(source, p);
 }
 
 /*
- * decode: url, timeout_ms, headers and retry_client_errors into an
- * HttpDestOptions (timeout_ms and headers are read by webhooks only,
+ * decode: url, timeout_ms, headers, retry_client_errors, the format and
+ * a CloudEvents format's source into an HttpDestOptions (timeout_ms and headers are read by webhooks only,
  * though every kind may have them: see check_shared_columns).
  */
 static Size
@@ -966,6 +977,14 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	d = OutboxDestinationColumn(row, "retry_client_errors", &isnull);
 	o->retry_client_errors = !isnull && DatumGetBool(d);
+	o->format = strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS) == 0 ? HTTP_FORMAT_CLOUDEVENTS :
+		strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0 ? HTTP_FORMAT_CLOUDEVENTS_BINARY :
+		HTTP_FORMAT_ENVELOPE;
+	if (o->format != HTTP_FORMAT_ENVELOPE)
+	{
+		o->ce_source = OutboxCloudEventSource(OutboxDestinationText(row, "cloudevents_source"));
+		bytes += strlen(o->ce_source) + 1;
+	}
 	dest->options = o;
 	return bytes;
 }
@@ -1038,7 +1057,11 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.target_column = "url",
 	.own_columns = (const OutboxKindColumn[]) {
 		{"retry_client_errors", "f"},
+		{"cloudevents_source", NULL},
 		{NULL}
+	},
+	.formats = (const char *const[]) {
+		OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, OUTBOX_FORMAT_CLOUDEVENTS_BINARY, NULL
 	},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.check_destination = http_check_destination,

@@ -2103,6 +2103,7 @@ const OutboxDestinationKind OutboxJetStreamKind = {
 		{"nats_ca_file", NULL},
 		{NULL}
 	},
+	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.check_destination = js_check_destination,
 	.decode = js_decode,

@@ -189,6 +189,7 @@ const OutboxDestinationKind OutboxNotifyKind = {
 		{"notify_mode", NOTIFY_MODE_FULL},
 		{NULL}
 	},
+	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
 	.send_point = OUTBOX_SEND_AT_COMMIT,
 	.check_destination = notify_check_destination,
 	.decode = notify_decode,

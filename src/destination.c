@@ -53,6 +53,16 @@ OutboxKindByName(const char *name)
 	return NULL;
 }
 
+/* Whether kind can send format (its formats list). Raises no error. */
+bool
+OutboxKindHasFormat(const OutboxDestinationKind *kind, const char *format)
+{
+	for (const char *const *f = kind->formats; *f != NULL; f++)
+		if (strcmp(*f, format) == 0)
+			return true;
+	return false;
+}
+
 /* The number of kinds, and the i-th (0-based), for iterating. */
 int
 OutboxKindCount(void)

@@ -105,6 +105,12 @@ typedef struct OutboxDestinationKind
 	 * destination of another kind. Ends with a { NULL } entry.
 	 */
 	const OutboxKindColumn *own_columns;
+	/*
+	 * The formats (outbox_destinations.format) the kind can send, the first
+	 * one the default; ends with NULL. The validation trigger refuses any
+	 * other, and the claim fails an event whose destination has one.
+	 */
+	const char *const *formats;
 	OutboxSendPoint send_point;
 
 	/*
@@ -198,6 +204,7 @@ extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int 
 
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);
+extern bool OutboxKindHasFormat(const OutboxDestinationKind *kind, const char *format);
 extern int	OutboxKindCount(void);
 extern const OutboxDestinationKind *OutboxKindAt(int i);
 

@@ -96,23 +96,35 @@ append_string_or_null(StringInfo buf, const char *key, const char *value)
 }
 
 /*
+ * Appends t in UTC with the suffix Z (RFC 3339: "2026-11-29T10:15:00.123456Z",
+ * trailing zeros of the fraction left out), whatever the server's or the
+ * session's TimeZone and DateStyle. A timestamptz holds UTC, so its value
+ * encoded as a timestamp without time zone is the UTC wall-clock time;
+ * infinity stays as it is, without Z.
+ */
+void
+OutboxAppendUtcTime(StringInfo buf, TimestampTz t)
+{
+	char		ts[MAXDATELEN + 1];
+
+	JsonEncodeDateTime(ts, TimestampGetDatum((Timestamp) t), TIMESTAMPOID, NULL);
+	appendStringInfo(buf, "%s%s", ts, TIMESTAMP_NOT_FINITE(t) ? "" : "Z");
+}
+
+/*
  * Returns the envelope of one attempt of ev in the given form, palloc'd in
  * the current memory context, from the event's columns (event_id,
  * event_type, the aggregate fields, which may be NULL, created_at, and for
  * the full form the payload); attempt counts from 1. Runs in any backend
  * or the relay, inside a transaction.
  *
- * created_at is written in UTC with the suffix Z (RFC 3339), whatever the
- * server's or the session's TimeZone, so that consumers read the same text
- * for the same instant from any server. A timestamptz holds UTC, so its
- * value encoded as a timestamp without time zone is the UTC wall-clock
- * time; infinity stays as it is.
+ * created_at is written in UTC with the suffix Z (OutboxAppendUtcTime), so
+ * that consumers read the same text for the same instant from any server.
  */
 char *
 OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt, OutboxEnvelopeForm form)
 {
 	StringInfoData buf;
-	char		ts[MAXDATELEN + 1];
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"id\": \"%s\"", ev->event_id);
@@ -122,9 +134,9 @@ OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt, OutboxEnvelopeForm f
 		append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
 		append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
 	}
-	JsonEncodeDateTime(ts, TimestampGetDatum((Timestamp) ev->created_at), TIMESTAMPOID, NULL);
-	appendStringInfo(&buf, ", \"created_at\": \"%s%s\", \"attempt\": %d",
-					 ts, TIMESTAMP_NOT_FINITE(ev->created_at) ? "" : "Z", attempt);
+	appendStringInfoString(&buf, ", \"created_at\": \"");
+	OutboxAppendUtcTime(&buf, ev->created_at);
+	appendStringInfo(&buf, "\", \"attempt\": %d", attempt);
 	if (form == OUTBOX_ENVELOPE_FULL)
 	{
 		appendStringInfoString(&buf, ", \"payload\": ");

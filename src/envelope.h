@@ -11,6 +11,8 @@
 #define OUTBOX_ENVELOPE_H
 
 #include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/timestamp.h"
 
 #include "event.h"
 
@@ -25,6 +27,7 @@ typedef enum OutboxEnvelopeForm
 	OUTBOX_ENVELOPE_ID			/* id, created_at and attempt */
 } OutboxEnvelopeForm;
 
+extern void OutboxAppendUtcTime(StringInfo buf, TimestampTz t);
 extern Size OutboxEventEnvelopeBound(OutboxEvent *ev);
 extern Size OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form);
 extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,

@@ -80,6 +80,9 @@
 
 /* outbox_destinations.format: what is sent for an event, the envelope */
 #define OUTBOX_FORMAT_ENVELOPE "envelope"
+/* CloudEvents 1.0 over HTTP, structured and binary modes (cloudevents.c) */
+#define OUTBOX_FORMAT_CLOUDEVENTS "cloudevents"
+#define OUTBOX_FORMAT_CLOUDEVENTS_BINARY "cloudevents-binary"
 
 struct OutboxDestinationKind;
 
@@ -93,7 +96,7 @@ typedef struct OutboxDestination
 {
 	char	   *name;			/* NULL: no destination takes the event */
 	const struct OutboxDestinationKind *kind;	/* set when name is */
-	char	   *format;			/* what is sent; OUTBOX_FORMAT_ENVELOPE */
+	char	   *format;			/* what is sent: one of its kind's formats */
 	char	  **secrets;		/* signing secrets: the secret column's,
 								 * then outbox_destination_secrets' in use */
 	int			nsecrets;		/* 0: messages are not signed */

@@ -38,6 +38,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "cloudevents.h"
 #include "headers.h"
 #include "http_request.h"
 #include "redact.h"
@@ -247,7 +248,9 @@ build_header_list(HttpRequest *req, const char *timestamp)
 		}
 	}
 
-	ok = append_header(req, "content-type: application/json") &&
+	ok = append_header(req, HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS ?
+					   "content-type: application/cloudevents+json" :
+					   "content-type: application/json") &&
 		append_header(req, "Expect:") &&
 		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
 		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
@@ -264,11 +267,26 @@ build_header_list(HttpRequest *req, const char *timestamp)
 		}
 		ok = append_header(req, psprintf("webhook-signature: %s", sig));
 	}
+	if (ok && HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY)
+	{
+		ListCell   *lc;
+
+		foreach(lc, OutboxCloudEventHeaders(ev, HTTP_OPTIONS(ev)->ce_source))
+		{
+			ok = append_header(req, lfirst(lc));
+			if (!ok)
+				break;
+		}
+	}
 	for (int i = 0; ok && i < nheaders; i++)
 	{
 		const char *value = headers[i].value;
 
 		if (OutboxHeaderReserved(headers[i].name))
+			continue;
+		/* the CloudEvents attributes are the event's own */
+		if (HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY &&
+			pg_strncasecmp(headers[i].name, "ce-", 3) == 0)
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */
 		if (value[strspn(value, " \t")] == '\0')

@@ -28,12 +28,22 @@
  * A webhook destination's own columns, decoded by the kind
  * (OutboxDestination.options of an event routed to a webhook).
  */
+/* what a webhook sends: its destination's format */
+typedef enum HttpFormat
+{
+	HTTP_FORMAT_ENVELOPE,
+	HTTP_FORMAT_CLOUDEVENTS,	/* structured content mode */
+	HTTP_FORMAT_CLOUDEVENTS_BINARY	/* binary content mode */
+} HttpFormat;
+
 typedef struct HttpDestOptions
 {
 	char	   *url;
 	int			timeout_ms;		/* -1: outbox.http_timeout */
 	Jsonb	   *headers;		/* or NULL */
 	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
+	HttpFormat	format;
+	const char *ce_source;		/* CloudEvents formats: the source */
 } HttpDestOptions;
 
 /* The options of ev's destination, a webhook. */

@@ -623,7 +623,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecodin
 		ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
 							 ev->dest.name, kind ? kind : "null");
 	else if (ev->dest.format == NULL ||
-			 strcmp(ev->dest.format, OUTBOX_FORMAT_ENVELOPE) != 0)
+			 !OutboxKindHasFormat(ev->dest.kind, ev->dest.format))
 		ev->error = psprintf("destination \"%s\" has a format this library does not have (%s)",
 							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
 	else

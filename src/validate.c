@@ -575,13 +575,13 @@ check_own_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *ki
 
 /*
  * The rules of the columns every kind may have: headers, secret,
- * timeout_ms, format. Only webhooks send headers and have a time limit,
+ * timeout_ms, format (one of kind's formats). Only webhooks send headers and have a time limit,
  * but 1.0 accepted both on channels (which ignore them), so a channel may
  * keep them: a restore or an upgrade keeps its rows. Raises 23514, or
  * 54000 for a size over a limit.
  */
 static void
-check_shared_columns(Relation rel, HeapTuple tuple)
+check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *kind)
 {
 	OutboxProblem p;
 	bool		isnull;
@@ -616,8 +616,16 @@ check_shared_columns(Relation rel, HeapTuple tuple)
 		refuse(psprintf("destination timeout_ms must be between 1 and %d", OUTBOX_MAX_TIMEOUT_MS), NULL);
 
 	if (column_size(rel, tuple, "format") > OUTBOX_MAX_TYPE_BYTES ||
-		strcmp(TextDatumGetCString(column(rel, tuple, "format", &isnull)), OUTBOX_FORMAT_ENVELOPE) != 0)
-		refuse("destination format is not valid", "It is " OUTBOX_FORMAT_ENVELOPE ".");
+		!OutboxKindHasFormat(kind, TextDatumGetCString(column(rel, tuple, "format", &isnull))))
+	{
+		StringInfoData formats;
+
+		initStringInfo(&formats);
+		for (const char *const *f = kind->formats; *f != NULL; f++)
+			appendStringInfo(&formats, "%s%s", f == kind->formats ? "" : ", ", *f);
+		refuse("destination format is not valid",
+			   psprintf("The formats of %s: %s.", kind->description, formats.data));
+	}
 }
 
 /*
@@ -673,7 +681,7 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	kind = check_kind(rel, tuple,
 					  TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL);
 	check_own_columns(rel, tuple, kind);
-	check_shared_columns(rel, tuple);
+	check_shared_columns(rel, tuple, kind);
 	row.desc = RelationGetDescr(rel);
 	row.tuple = tuple;
 	row.old_tuple = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL;

@@ -1,0 +1,226 @@
+/*-------------------------------------------------------------------------
+ *
+ * cloudevents.c
+ *	  An event as a CloudEvent 1.0 (https://cloudevents.io), for webhook
+ *	  destinations whose format is cloudevents (structured content mode) or
+ *	  cloudevents-binary (binary content mode), per the specification's
+ *	  HTTP protocol binding.
+ *
+ * The mapping, fixed:
+ *	 specversion      "1.0"
+ *	 id               the event_id (unique for any source)
+ *	 source           the destination's cloudevents_source, or
+ *	                  "/outbox/<database>" (the name percent-encoded)
+ *	 type             the event_type
+ *	 time             created_at, RFC 3339 in UTC with Z (OutboxAppendUtcTime)
+ *	 subject          "<aggregate_type>/<aggregate_id>", or the aggregate_id
+ *	                  alone without a type; absent without an aggregate_id
+ *	 partitionkey     the same value (the Partitioning extension), so that
+ *	                  routers keep an aggregate's events together
+ *	 datacontenttype  "application/json"
+ *	 data             the payload
+ *
+ * Structured mode sends the JSON object with those members (data as
+ * JSON), Content-Type application/cloudevents+json. Binary mode sends the
+ * payload as the body, Content-Type application/json, and the other
+ * attributes as ce-<name> headers, each value percent-encoded as the HTTP
+ * binding requires (section 3.1.3.2: every byte outside printable ASCII
+ * U+0021..U+007E, and space, double quote and percent, as %XX of its UTF-8).
+ *
+ * src/cloudevents.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "cloudevents.h"
+#include "envelope.h"
+#include "validate.h"
+
+/* "<aggregate_type>/<aggregate_id>", the aggregate_id alone, or NULL */
+static char *
+aggregate_key(const OutboxEvent *ev)
+{
+	if (ev->aggregate_id == NULL)
+		return NULL;
+	if (ev->aggregate_type == NULL)
+		return ev->aggregate_id;
+	return psprintf("%s/%s", ev->aggregate_type, ev->aggregate_id);
+}
+
+/*
+ * The default source of this database's destinations, "/outbox/<name>",
+ * the name's bytes other than RFC 3986's unreserved characters
+ * percent-encoded (a URI-reference, as the specification requires).
+ * Computed once per process; needs a transaction the first time.
+ */
+static const char *
+default_source(void)
+{
+	static char *source = NULL;
+
+	if (source == NULL)
+	{
+		char	   *name = get_database_name(MyDatabaseId);
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, "/outbox/");
+		for (const unsigned char *c = (const unsigned char *) (name ? name : ""); *c; c++)
+		{
+			if (isalnum(*c) || strchr("-._~", *c) != NULL)
+				appendStringInfoChar(&buf, (char) *c);
+			else
+				appendStringInfo(&buf, "%%%02X", *c);
+		}
+		source = MemoryContextStrdup(TopMemoryContext, buf.data);
+		pfree(buf.data);
+	}
+	return source;
+}
+
+/*
+ * Checks a cloudevents_source: a URI-reference of printable ASCII (no
+ * space), 1 to OUTBOX_MAX_TYPE_BYTES bytes. Returns true, or false with *p
+ * (23514, or 54000 for the length). The full syntax of a URI-reference is
+ * left to receivers; what is refused here would never be one.
+ */
+bool
+OutboxCloudEventSourceCheck(const char *source, OutboxProblem *p)
+{
+	size_t		len = strlen(source);
+
+	if (len > OUTBOX_MAX_TYPE_BYTES)
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+								psprintf("destination cloudevents_source is longer than %d bytes",
+										 OUTBOX_MAX_TYPE_BYTES), NULL);
+	if (len == 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination cloudevents_source must not be empty"), NULL);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char) source[i] <= 0x20 || (unsigned char) source[i] >= 0x7f)
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									pstrdup("destination cloudevents_source is not valid"),
+									pstrdup("A source is a URI-reference: printable ASCII, no spaces; encode other characters as %XX."));
+	return true;
+}
+
+/* The source a destination's events carry: its own, or the default. */
+const char *
+OutboxCloudEventSource(const char *column)
+{
+	return column != NULL ? column : default_source();
+}
+
+static void
+append_member(StringInfo buf, const char *name, const char *value)
+{
+	appendStringInfo(buf, ", \"%s\": ", name);
+	escape_json(buf, value);
+}
+
+/*
+ * Builds what is sent for a claimed event in a CloudEvents format: the
+ * structured JSON object, or in binary mode the payload alone; within the
+ * envelope's limits (OutboxEnvelopeCheck, whose bound covers either with
+ * the source's length added), then lets the payload go. Returns the bytes
+ * the body costs (twice its length: libcurl copies it). For the webhook
+ * kind's prepare: in the claim's transaction and memory context.
+ */
+Size
+OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
+{
+	OutboxProblem p;
+	StringInfoData buf;
+	char	   *key = aggregate_key(ev);
+
+	if (!OutboxEnvelopeCheck(OutboxEventEnvelopeBound(ev) + strlen(source), &p))
+	{
+		ev->permanent = true;
+		ev->error = p.message;
+		return 0;
+	}
+	initStringInfo(&buf);
+	if (binary)
+		JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
+	else
+	{
+		appendStringInfo(&buf, "{\"specversion\": \"1.0\", \"id\": \"%s\"", ev->event_id);
+		append_member(&buf, "source", source);
+		append_member(&buf, "type", ev->event_type);
+		if (!TIMESTAMP_NOT_FINITE(ev->created_at))
+		{
+			appendStringInfoString(&buf, ", \"time\": \"");
+			OutboxAppendUtcTime(&buf, ev->created_at);
+			appendStringInfoChar(&buf, '"');
+		}
+		if (key != NULL)
+		{
+			append_member(&buf, "subject", key);
+			append_member(&buf, "partitionkey", key);
+		}
+		appendStringInfoString(&buf, ", \"datacontenttype\": \"application/json\", \"data\": ");
+		JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
+		appendStringInfoChar(&buf, '}');
+	}
+	ev->body = buf.data;
+	pfree(ev->payload);
+	ev->payload = NULL;
+	return 2 * buf.len;
+}
+
+/* appends "ce-<name>: <value, percent-encoded>" to lines */
+static List *
+header_line(List *lines, const char *name, const char *value)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "ce-%s: ", name);
+	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
+	{
+		if (*c <= 0x20 || *c >= 0x7f || *c == '"' || *c == '%')
+			appendStringInfo(&buf, "%%%02X", *c);
+		else
+			appendStringInfoChar(&buf, (char) *c);
+	}
+	return lappend(lines, buf.data);
+}
+
+/*
+ * The ce-* header lines of an event in binary mode (see the file's header),
+ * a List of palloc'd strings in the current memory context. Any process;
+ * no transaction needed.
+ */
+List *
+OutboxCloudEventHeaders(const OutboxEvent *ev, const char *source)
+{
+	List	   *lines = NIL;
+	char	   *key = aggregate_key(ev);
+
+	lines = header_line(lines, "specversion", "1.0");
+	lines = header_line(lines, "id", ev->event_id);
+	lines = header_line(lines, "source", source);
+	lines = header_line(lines, "type", ev->event_type);
+	if (!TIMESTAMP_NOT_FINITE(ev->created_at))
+	{
+		StringInfoData t;
+
+		initStringInfo(&t);
+		OutboxAppendUtcTime(&t, ev->created_at);
+		lines = header_line(lines, "time", t.data);
+	}
+	if (key != NULL)
+	{
+		lines = header_line(lines, "subject", key);
+		lines = header_line(lines, "partitionkey", key);
+	}
+	return lines;
+}

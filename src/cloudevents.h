@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * cloudevents.h
+ *	  Events as CloudEvents 1.0 over HTTP (structured and binary modes).
+ *
+ * src/cloudevents.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_CLOUDEVENTS_H
+#define OUTBOX_CLOUDEVENTS_H
+
+#include "nodes/pg_list.h"
+
+#include "event.h"
+#include "headers.h"
+
+extern bool OutboxCloudEventSourceCheck(const char *source, OutboxProblem *p);
+extern const char *OutboxCloudEventSource(const char *column);
+extern Size OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary);
+extern List *OutboxCloudEventHeaders(const OutboxEvent *ev, const char *source);
+
+#endif							/* OUTBOX_CLOUDEVENTS_H */
