@@ -282,6 +282,18 @@ ALTER TABLE @extschema@.outbox_destinations
 COMMENT ON COLUMN @extschema@.outbox_destinations.cloudevents_source IS
     'Webhooks in a CloudEvents format: the events'' source attribute, a URI-reference; NULL: /outbox/<database>';
 
+/*
+ * https endpoints with a private CA: the CA certificates (PEM) that sign
+ * the endpoint's certificate, instead of the system's. The relay reads the
+ * file as the server's OS user, so naming one needs the privileges of
+ * pg_read_server_files (the validation trigger).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN ca_file text;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.ca_file IS
+    'Webhooks: absolute path of the CA certificates (PEM) that sign an https endpoint''s certificate, instead of the system''s; needs pg_read_server_files to set';
+
 CREATE FUNCTION @extschema@._outbox_destination_enabled()
 RETURNS trigger
 LANGUAGE plpgsql

@@ -947,7 +947,8 @@ url_check(const char *url, OutboxProblem *p)
 
 /*
  * check_destination: a webhook has a valid url (url_check), and a valid
- * cloudevents_source if it has one (OutboxCloudEventSourceCheck).
+ * cloudevents_source (OutboxCloudEventSourceCheck) and ca_file
+ * (OutboxDestinationFileCheck: the relay reads it) if it has them.
  */
 static bool
 http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
@@ -956,12 +957,14 @@ http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 
 	if (!url_check(OutboxDestinationText(row, "url"), p))
 		return false;
-	return source == NULL || OutboxCloudEventSourceCheck(source, p);
+	if (source != NULL && !OutboxCloudEventSourceCheck(source, p))
+		return false;
+	return OutboxDestinationFileCheck(row, "ca_file", p);
 }
 
 /*
- * decode: url, timeout_ms, headers, retry_client_errors, the format and
- * a CloudEvents format's source into an HttpDestOptions (timeout_ms and headers are read by webhooks only,
+ * decode: url, timeout_ms, headers, retry_client_errors, ca_file, the
+ * format and a CloudEvents format's source into an HttpDestOptions (timeout_ms and headers are read by webhooks only,
  * though every kind may have them: see check_shared_columns).
  */
 static Size
@@ -977,6 +980,8 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	d = OutboxDestinationColumn(row, "retry_client_errors", &isnull);
 	o->retry_client_errors = !isnull && DatumGetBool(d);
+	o->ca_file = OutboxDestinationText(row, "ca_file");
+	bytes += o->ca_file ? strlen(o->ca_file) + 1 : 0;
 	o->format = strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS) == 0 ? HTTP_FORMAT_CLOUDEVENTS :
 		strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0 ? HTTP_FORMAT_CLOUDEVENTS_BINARY :
 		HTTP_FORMAT_ENVELOPE;
@@ -1058,6 +1063,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.own_columns = (const OutboxKindColumn[]) {
 		{"retry_client_errors", "f"},
 		{"cloudevents_source", NULL},
+		{"ca_file", NULL},
 		{NULL}
 	},
 	.formats = (const char *const[]) {

@@ -1779,18 +1779,6 @@ stream_name_valid(const char *s)
 	return true;
 }
 
-/* A file named by a destination: an absolute path. */
-static bool
-path_valid(const char *s)
-{
-	if (!is_absolute_path(s))
-		return false;
-	for (const char *c = s; *c; c++)
-		if ((unsigned char) *c < 0x20 || *c == 0x7f)
-			return false;
-	return true;
-}
-
 /*
  * check_destination: nats_servers, nats_subject (a subject or a template
  * of one), nats_stream, and the credentials: user and password together,
@@ -1895,16 +1883,9 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination has more than one kind of NATS credentials"),
 								pstrdup("It has nats_user and nats_password, or nats_token, or nats_creds_file."));
-	if ((creds != NULL && !path_valid(creds)) || (ca != NULL && !path_valid(ca)))
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								psprintf("destination %s is not valid", creds != NULL && !path_valid(creds) ? "nats_creds_file" : "nats_ca_file"),
-								pstrdup("It is an absolute path."));
-	if (((creds != NULL && OutboxDestinationColumnChanged(row, "nats_creds_file")) ||
-		 (ca != NULL && OutboxDestinationColumnChanged(row, "nats_ca_file"))) &&
-		!has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
-		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
-								pstrdup("permission denied to name a file in a destination"),
-								pstrdup("Only roles with the privileges of pg_read_server_files may set nats_creds_file or nats_ca_file: the relay reads them as the server's operating system user."));
+	if (!OutboxDestinationFileCheck(row, "nats_creds_file", p) ||
+		!OutboxDestinationFileCheck(row, "nats_ca_file", p))
+		return false;
 
 	(void) OutboxDestinationColumn(row, "secret", &isnull);
 	if (!isnull)

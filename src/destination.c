@@ -16,8 +16,10 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "storage/latch.h"
@@ -260,4 +262,43 @@ OutboxSendAndWait(OutboxEvent **events, int n)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Checks a column of a destination that names a file the relay reads as
+ * the server's operating system user (a CA bundle, NATS credentials): NULL,
+ * or an absolute path of at most MAXPGPATH - 1 bytes without control
+ * characters, which only a role with the privileges of
+ * pg_read_server_files may write (checked only when the value changes, so
+ * that other roles may still change the rest of the row). Returns true,
+ * or false with *p: 23514, 54000 for the length, 42501 for the privilege;
+ * the message names the column, never the path. For a kind's
+ * check_destination, in the validation trigger.
+ */
+bool
+OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column, OutboxProblem *p)
+{
+	char	   *path = OutboxDestinationText(row, column);
+
+	if (path == NULL)
+		return true;
+	if (strlen(path) >= MAXPGPATH)
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+								psprintf("destination %s is longer than %d bytes", column, MAXPGPATH - 1),
+								NULL);
+	for (const char *c = path; *c; c++)
+		if ((unsigned char) *c < 0x20 || *c == 0x7f)
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									psprintf("destination %s is not valid", column),
+									pstrdup("It is an absolute path."));
+	if (!is_absolute_path(path))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								psprintf("destination %s is not valid", column),
+								pstrdup("It is an absolute path."));
+	if (OutboxDestinationColumnChanged(row, column) &&
+		!has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
+								pstrdup("permission denied to name a file in a destination"),
+								psprintf("Only roles with the privileges of pg_read_server_files may set %s: the relay reads the file as the server's operating system user.", column));
+	return true;
 }

@@ -199,6 +199,8 @@ extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char
 									 bool *isnull);
 extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
 extern bool OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name);
+extern bool OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column,
+									   OutboxProblem *p);
 extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms,
 										   Jsonb **headers);
 

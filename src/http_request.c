@@ -347,7 +347,11 @@ setup_easy(HttpRequest *req, bool fresh_connect)
 		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETFUNCTION, open_socket) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETDATA, req) == CURLE_OK &&
 		/* a connection kept from before the list changed is not reused */
-		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT, (long) fresh_connect) == CURLE_OK;
+		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT, (long) fresh_connect) == CURLE_OK &&
+		/* a destination's CA bundle replaces the system's CA file and directory */
+		(HTTP_OPTIONS(ev)->ca_file == NULL ||
+		 (curl_easy_setopt(req->easy, CURLOPT_CAINFO, HTTP_OPTIONS(ev)->ca_file) == CURLE_OK &&
+		  curl_easy_setopt(req->easy, CURLOPT_CAPATH, NULL) == CURLE_OK));
 }
 
 /*

@@ -44,6 +44,7 @@ typedef struct HttpDestOptions
 	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
 	HttpFormat	format;
 	const char *ce_source;		/* CloudEvents formats: the source */
+	char	   *ca_file;		/* CA bundle for https, or NULL: libcurl's */
 } HttpDestOptions;
 
 /* The options of ev's destination, a webhook. */

@@ -50,8 +50,11 @@ A record's "ended" says how its answer ended (and "ended_at" when): "complete",
 or "aborted" when the client went away first (a dripping body cut by the
 client's time limit).
 
-Usage: sink.py --port-file FILE   (the chosen port is written there once the
-server listens; it runs until killed).
+Usage: sink.py --port-file FILE [--tls-cert PEM --tls-key PEM]
+(the chosen port is written to FILE once the server listens; it runs until
+killed). With a certificate and its key, that port speaks https, and a
+second port, written after the first, serves the same endpoint in plain
+http, for the control API.
 """
 import argparse
 import email.utils
@@ -61,6 +64,7 @@ import os
 import random
 import select
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -293,8 +297,9 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 511
 
     def handle_error(self, request, client_address):
-        # a client that goes away (a relay killed, a time limit) is expected
-        if not isinstance(sys.exc_info()[1], ConnectionError):
+        # a client that goes away (a relay killed, a time limit) or refuses
+        # the certificate is expected
+        if not isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLError)):
             super().handle_error(request, client_address)
 
 
@@ -302,11 +307,23 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
     args = parser.parse_args()
     server = Server(("127.0.0.1", args.port), Handler)
+    ports = [server.server_address[1]]
+    if args.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        # the handshake happens in the request's thread, not in accept
+        server.socket = ctx.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
+        plain = Server(("127.0.0.1", 0), Handler)
+        ports.append(plain.server_address[1])
+        threading.Thread(target=plain.serve_forever, daemon=True).start()
     tmp = args.port_file + ".tmp"
     with open(tmp, "w") as f:
-        f.write(str(server.server_address[1]))
+        f.write(" ".join(str(p) for p in ports))
     os.rename(tmp, args.port_file)
     server.serve_forever()
 

@@ -18,7 +18,7 @@ use Time::HiRes qw(usleep);
 
 use OutboxTest;
 
-our @EXPORT = qw(start_nats start_nats_cluster nats_tool make_certificates);
+our @EXPORT = qw(start_nats start_nats_cluster nats_tool);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 my $tool;
@@ -106,33 +106,6 @@ sub _start_cluster
 	}
 	$_->wait_ready for @servers;
 	return @servers;
-}
-
-# A CA and a certificate for 127.0.0.1 signed by it, made with the openssl
-# command line in a new directory: returns { ca, cert, key } (paths).
-sub make_certificates
-{
-	my ($name) = @_;
-	my $dir = PostgreSQL::Test::Utils::tempdir();
-	my @openssl = ('openssl');
-	for my $cmd (
-		[ 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/ca.key", '-out', "$dir/ca.pem",
-			'-days', '2', '-subj', "/CN=$name test CA" ],
-		[ 'req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/server.key", '-out', "$dir/server.csr",
-			'-subj', '/CN=127.0.0.1' ],
-		[ 'x509', '-req', '-in', "$dir/server.csr", '-CA', "$dir/ca.pem", '-CAkey', "$dir/ca.key",
-			'-CAcreateserial', '-out', "$dir/server.pem", '-days', '2', '-extfile', "$dir/san.cnf" ])
-	{
-		if ($cmd->[0] eq 'x509')
-		{
-			open my $fh, '>', "$dir/san.cnf" or die $!;
-			print $fh "subjectAltName = IP:127.0.0.1, DNS:127.0.0.1, DNS:localhost\n";
-			close $fh;
-		}
-		my ($out, $err) = ('', '');
-		IPC::Run::run([ @openssl, @$cmd ], '>', \$out, '2>', \$err) or die "openssl @$cmd: $err";
-	}
-	return { ca => "$dir/ca.pem", cert => "$dir/server.pem", key => "$dir/server.key" };
 }
 
 package OutboxNats::Server;

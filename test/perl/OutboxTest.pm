@@ -11,13 +11,14 @@ use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Spec;
 use HTTP::Tiny;
+use IPC::Run ();
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(outbox_node start_sink wait_until relay_pid wait_relay
+our @EXPORT = qw(outbox_node start_sink make_certificates wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
   poison_scenario);
@@ -346,21 +347,52 @@ sub start_listener
 }
 
 # Starts test/sink.py on a free port of 127.0.0.1; returns an OutboxTest::Sink.
+# %opts: tls => { cert, key } (PEM files) for https.
 sub start_sink
 {
+	my (%opts) = @_;
 	my $dir = PostgreSQL::Test::Utils::tempdir();
 	my $port_file = "$dir/port";
 	my $pid = fork();
 	die "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		exec('python3', "$test_dir/sink.py", '--port-file', $port_file)
+		exec('python3', "$test_dir/sink.py", '--port-file', $port_file,
+			$opts{tls} ? ('--tls-cert', $opts{tls}{cert}, '--tls-key', $opts{tls}{key}) : ())
 		  or die "exec python3: $!";
 	}
 	wait_until(sub { -s $port_file }) or die "sink did not start";
-	my $port = PostgreSQL::Test::Utils::slurp_file($port_file);
-	return bless { pid => $pid, base => "http://127.0.0.1:$port" },
-	  'OutboxTest::Sink';
+	# with tls, the https port, then a plain port for the control API
+	my ($port, $control) = split ' ', PostgreSQL::Test::Utils::slurp_file($port_file);
+	return bless { pid => $pid, base => "http://127.0.0.1:" . ($control // $port),
+		url_base => ($opts{tls} ? 'https' : 'http') . "://127.0.0.1:$port" }, 'OutboxTest::Sink';
+}
+
+# A CA and a certificate for 127.0.0.1 signed by it, made with the openssl
+# command line in a new directory: returns { ca, cert, key } (paths).
+sub make_certificates
+{
+	my ($name) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	my @openssl = ('openssl');
+	for my $cmd (
+		[ 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/ca.key", '-out', "$dir/ca.pem",
+			'-days', '2', '-subj', "/CN=$name test CA" ],
+		[ 'req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$dir/server.key", '-out', "$dir/server.csr",
+			'-subj', '/CN=127.0.0.1' ],
+		[ 'x509', '-req', '-in', "$dir/server.csr", '-CA', "$dir/ca.pem", '-CAkey', "$dir/ca.key",
+			'-CAcreateserial', '-out', "$dir/server.pem", '-days', '2', '-extfile', "$dir/san.cnf" ])
+	{
+		if ($cmd->[0] eq 'x509')
+		{
+			open my $fh, '>', "$dir/san.cnf" or die $!;
+			print $fh "subjectAltName = IP:127.0.0.1, DNS:127.0.0.1, DNS:localhost\n";
+			close $fh;
+		}
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ @openssl, @$cmd ], '>', \$out, '2>', \$err) or die "openssl @$cmd: $err";
+	}
+	return { ca => "$dir/ca.pem", cert => "$dir/server.pem", key => "$dir/server.key" };
 }
 
 package OutboxTest::Listener;
@@ -410,7 +442,7 @@ package OutboxTest::Sink;
 
 my $http = HTTP::Tiny->new(timeout => 30);
 
-sub url { my ($self, $path) = @_; return $self->{base} . ($path // '/hook'); }
+sub url { my ($self, $path) = @_; return $self->{url_base} . ($path // '/hook'); }
 
 sub _call
 {
