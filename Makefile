@@ -4,7 +4,8 @@ MODULE_big   = $(EXTENSION)
 OBJS         = $(patsubst %.c,%.o,$(wildcard src/*.c))
 DATA         = $(wildcard $(EXTENSION)--*.sql)
 PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\"
-SHLIB_LINK   = -lcurl -lnats -lcrypto
+# libcrypto as pgcrypto links it: the one the server was built with
+SHLIB_LINK   = -lcurl -lnats $(filter -lcrypto, $(LIBS))
 
 
 REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver ordered jetstream secrets versions
@@ -16,6 +17,10 @@ EXTRA_CLEAN  = tmp_check results log regression.diffs regression.out
 PG_CONFIG   ?= pg_config
 PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+ifeq ($(filter -lcrypto, $(LIBS)),)
+$(error this PostgreSQL was built without OpenSSL, which ed25519 signatures need (configure --with-ssl=openssl))
+endif
 
 # PGXS tracks no header dependencies: rebuild everything when one changes,
 # or objects would disagree on the layout of shared structs.

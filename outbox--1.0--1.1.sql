@@ -303,7 +303,17 @@ BEGIN
     IF NEW.enabled THEN
         NEW.disabled_at := NULL;
         NEW.disabled_reason := NULL;
-    ELSIF TG_OP = 'INSERT' OR OLD.enabled THEN
+        -- the events its endpoint answered 410 go now, not after their backoff
+        IF TG_OP = 'UPDATE' AND NOT OLD.enabled THEN
+            UPDATE @extschema@.outbox o
+               SET next_attempt_at = now()
+             WHERE o.destination = NEW.name AND o.delivered_at IS NULL AND o.dead_at IS NULL
+               AND o.next_attempt_at > now() AND o.last_error LIKE 'HTTP status 410 %';
+        END IF;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a restored row keeps its time
+        NEW.disabled_at := coalesce(NEW.disabled_at, now());
+    ELSIF OLD.enabled THEN
         NEW.disabled_at := now();
     END IF;
     RETURN NEW;
@@ -311,10 +321,10 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@._outbox_destination_enabled() IS
-    'Internal: sets disabled_at when a destination is disabled, and clears disabled_at and disabled_reason when it is enabled';
+    'Internal: sets disabled_at when a destination is disabled; when it is enabled, clears disabled_at and disabled_reason and makes due the events its endpoint answered 410';
 
 CREATE TRIGGER outbox_destinations_enabled
-    BEFORE INSERT OR UPDATE OF enabled ON @extschema@.outbox_destinations
+    BEFORE INSERT OR UPDATE OF enabled, disabled_at, disabled_reason ON @extschema@.outbox_destinations
     FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_destination_enabled();
 
 /*
@@ -1171,6 +1181,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_catch_up(text, text, interval, inte
  * past retire_at are no longer used; they stay as a record until deleted.
  * There is no unique constraint on the secret: its violation would print
  * the secret; the trigger refuses a destination's secret twice instead.
+ * The primary key is a number (a publication FOR ALL TABLES needs one for
+ * the updates and deletes of outbox_retire_secret and of the cascade).
  */
 CREATE FUNCTION @extschema@._outbox_new_secret(scheme text)
 RETURNS text
@@ -1189,6 +1201,7 @@ COMMENT ON FUNCTION @extschema@.outbox_public_key(text) IS
     'The whpk_ public key that receivers verify v1a signatures with, of a whsk_ (ed25519) secret; NULL for a v1 secret';
 
 CREATE TABLE @extschema@.outbox_destination_secrets (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     destination text NOT NULL
         REFERENCES @extschema@.outbox_destinations (name) ON UPDATE CASCADE ON DELETE CASCADE,
     secret      text NOT NULL,
@@ -1210,6 +1223,7 @@ COMMENT ON COLUMN @extschema@.outbox_destination_secrets.retire_at IS
     'From then on the secret no longer signs; NULL: in use until retired (outbox_retire_secret)';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_destination_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_destination_secrets_id_seq', '');
 
 CREATE FUNCTION @extschema@._outbox_check_secret()
 RETURNS trigger
@@ -1218,9 +1232,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     dest_kind text;
-    dest_secret text;
 BEGIN
-    SELECT d.kind, d.secret INTO dest_kind, dest_secret
+    -- before PostgreSQL's own NOT NULL error, whose detail prints the row
+    IF NEW.destination IS NULL OR NEW.secret IS NULL OR NEW.added_at IS NULL THEN
+        RAISE EXCEPTION 'destination, secret and added_at of outbox_destination_secrets must not be NULL'
+            USING ERRCODE = 'not_null_violation';
+    END IF;
+    SELECT d.kind INTO dest_kind
       FROM @extschema@.outbox_destinations d WHERE d.name = NEW.destination;
     -- the foreign key reports a destination that does not exist
     IF FOUND AND dest_kind NOT IN ('http', 'notify') THEN
@@ -1229,10 +1247,11 @@ BEGIN
     END IF;
     -- raises, with the reason and without the secret, if it breaks a rule
     PERFORM @extschema@.outbox_public_key(NEW.secret);
-    IF NEW.secret = dest_secret OR EXISTS (
+    -- (the secret column may hold one of them too: it signs twice, harmless)
+    IF EXISTS (
            SELECT FROM @extschema@.outbox_destination_secrets s
             WHERE s.destination = NEW.destination AND s.secret = NEW.secret
-              AND (TG_OP = 'INSERT' OR s.ctid <> OLD.ctid)) THEN
+              AND (TG_OP = 'INSERT' OR s.id <> OLD.id)) THEN
         RAISE EXCEPTION 'destination "%" already has this secret', NEW.destination
             USING ERRCODE = 'unique_violation';
     END IF;
@@ -1244,7 +1263,7 @@ COMMENT ON FUNCTION @extschema@._outbox_check_secret() IS
     'Internal: trigger that refuses a secret that breaks the rules, a destination that does not sign, or a secret the destination already has, without printing the secret';
 
 CREATE TRIGGER outbox_destination_secrets_check
-    BEFORE INSERT OR UPDATE OF destination, secret ON @extschema@.outbox_destination_secrets
+    BEFORE INSERT OR UPDATE OF destination, secret, added_at ON @extschema@.outbox_destination_secrets
     FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_secret();
 
 CREATE FUNCTION @extschema@.outbox_add_secret(destination text, secret text DEFAULT NULL,
@@ -1274,6 +1293,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'destination "%" does not exist', outbox_add_secret.destination
             USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM FROM @extschema@.outbox_destinations d
+      WHERE d.name = outbox_add_secret.destination AND d.secret = new_secret;
+    IF FOUND THEN
+        RAISE EXCEPTION 'destination "%" already has this secret', outbox_add_secret.destination
+            USING ERRCODE = 'unique_violation';
     END IF;
     INSERT INTO @extschema@.outbox_destination_secrets (destination, secret)
     VALUES (outbox_add_secret.destination, new_secret);
@@ -1314,7 +1339,8 @@ BEGIN
     -- a secret is named by itself or, for a v1a secret, by its public key
     in_column := d.secret IS NOT NULL
         AND (d.secret = outbox_retire_secret.secret
-             OR @extschema@.outbox_public_key(d.secret) = outbox_retire_secret.secret);
+             OR CASE WHEN @extschema@._outbox_valid_secret(d.secret)
+                     THEN @extschema@.outbox_public_key(d.secret) END = outbox_retire_secret.secret);
     SELECT count(*) FILTER (WHERE s.secret = outbox_retire_secret.secret
                                OR s.public_key = outbox_retire_secret.secret),
            count(*) FILTER (WHERE s.retire_at IS NULL
@@ -1372,3 +1398,24 @@ GRANT EXECUTE ON FUNCTION
     @extschema@.outbox_retire_secret(text, text, interval)
 TO outbox_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.outbox_destination_secrets TO outbox_admin;
+
+/*
+ * A 1.0 secret that 1.1's rules refuse (base64 that is not canonical, a
+ * raw one that contains whsk_ or whpk_, which now start ed25519 keys)
+ * cannot sign: every event of its destination would be dead-lettered.
+ * Say so at the update.
+ */
+DO $$
+DECLARE
+    bad text;
+BEGIN
+    SELECT string_agg(pg_catalog.quote_ident(d.name), ', ' ORDER BY d.name) INTO bad
+      FROM @extschema@.outbox_destinations d
+     WHERE d.secret IS NOT NULL AND NOT @extschema@._outbox_valid_secret(d.secret);
+    IF bad IS NOT NULL THEN
+        RAISE WARNING 'the secret of destination % cannot sign under version 1.1''s rules', bad
+            USING DETAIL = 'Version 1.1 refuses secrets that Standard Webhooks libraries would read differently: base64 after whsec_ that is not canonical (padded, no stray bits), and raw secrets that contain whsec_, whsk_ or whpk_.',
+                  HINT = 'Set a valid secret in their secret column, and give it to their receivers, before their events are sent: they would be dead-lettered.';
+    END IF;
+END
+$$;

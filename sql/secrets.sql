@@ -70,6 +70,15 @@ SELECT regress.try($$SELECT outbox_add_secret('sig_js')$$);
 SELECT regress.try($$INSERT INTO outbox_destination_secrets (destination, secret) VALUES ('sig_js', 'raw')$$);
 SELECT regress.try($$INSERT INTO outbox_destination_secrets (destination, secret) VALUES ('nowhere', 'raw')$$);
 SELECT regress.try($$UPDATE outbox_destination_secrets SET secret = 'sécret' WHERE secret = 'second raw secret'$$);
+-- NULLs: refused without PostgreSQL's detail, which would print the row
+SELECT regress.try_detail($$INSERT INTO outbox_destination_secrets (destination, secret) VALUES (NULL, 'a raw secret')$$);
+SELECT regress.try_detail($$UPDATE outbox_destination_secrets SET added_at = NULL WHERE secret = 'second raw secret'$$);
+-- the secret column may hold one of the table's: it signs twice, harmless;
+-- outbox_add_secret refuses the column's
+BEGIN;
+UPDATE outbox_destinations SET secret = 'second raw secret' WHERE name = 'sig_hook';
+SELECT regress.try($$SELECT outbox_add_secret('sig_hook', 'second raw secret')$$);
+ROLLBACK;
 -- a channel signs too
 SELECT outbox_add_secret('sig_chan', 'channel secret');
 

@@ -34,6 +34,7 @@
 #include "postgres.h"
 
 #include "commands/dbcommands.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -43,6 +44,9 @@
 #include "cloudevents.h"
 #include "envelope.h"
 #include "validate.h"
+
+/* the structured object's member names and fixed values, with room to spare */
+#define CE_FIXED_BYTES 256
 
 /* "<aggregate_type>/<aggregate_id>", the aggregate_id alone, or NULL */
 static char *
@@ -75,7 +79,8 @@ default_source(void)
 		appendStringInfoString(&buf, "/outbox/");
 		for (const unsigned char *c = (const unsigned char *) (name ? name : ""); *c; c++)
 		{
-			if (isalnum(*c) || strchr("-._~", *c) != NULL)
+			if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+				(*c >= '0' && *c <= '9') || (*c != '\0' && strchr("-._~", *c) != NULL))
 				appendStringInfoChar(&buf, (char) *c);
 			else
 				appendStringInfo(&buf, "%%%02X", *c);
@@ -105,10 +110,17 @@ OutboxCloudEventSourceCheck(const char *source, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination cloudevents_source must not be empty"), NULL);
 	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) source[i] <= 0x20 || (unsigned char) source[i] >= 0x7f)
+	{
+		unsigned char c = (unsigned char) source[i];
+
+		/* RFC 3986: never in a URI-reference, or a % not followed by two hex digits */
+		if (c <= 0x20 || c >= 0x7f || strchr("\"<>\\^`{|}", c) != NULL ||
+			(c == '%' && !(isxdigit((unsigned char) source[i + 1]) &&
+						   isxdigit((unsigned char) source[i + 2]))))
 			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 									pstrdup("destination cloudevents_source is not valid"),
-									pstrdup("A source is a URI-reference: printable ASCII, no spaces; encode other characters as %XX."));
+									pstrdup("A source is a URI-reference (RFC 3986): printable ASCII without spaces or \"<>\\^`{|}; encode other characters as %XX."));
+	}
 	return true;
 }
 
@@ -129,8 +141,10 @@ append_member(StringInfo buf, const char *name, const char *value)
 /*
  * Builds what is sent for a claimed event in a CloudEvents format: the
  * structured JSON object, or in binary mode the payload alone; within the
- * envelope's limits (OutboxEnvelopeCheck, whose bound covers either with
- * the source's length added), then lets the payload go. Returns the bytes
+ * envelope's limits (OutboxEnvelopeCheck, on the envelope's bound plus what
+ * a CloudEvent adds: the source, the aggregate a second time, escaped at
+ * worst six bytes to one, and the longer member names), then lets the
+ * payload go. Returns the bytes
  * the body costs (twice its length: libcurl copies it). For the webhook
  * kind's prepare: in the claim's transaction and memory context.
  */
@@ -141,7 +155,10 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
 	StringInfoData buf;
 	char	   *key = aggregate_key(ev);
 
-	if (!OutboxEnvelopeCheck(OutboxEventEnvelopeBound(ev) + strlen(source), &p))
+	Size		extra = strlen(source) + CE_FIXED_BYTES +
+		(key != NULL ? 6 * strlen(key) : 0);
+
+	if (!OutboxEnvelopeCheck(OutboxEventEnvelopeBound(ev) + extra, &p))
 	{
 		ev->permanent = true;
 		ev->error = p.message;
@@ -176,11 +193,15 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
 	return 2 * buf.len;
 }
 
-/* appends "ce-<name>: <value, percent-encoded>" to lines */
+/*
+ * appends "ce-<name>: <value, percent-encoded>" to lines: the value's UTF-8
+ * bytes, whatever the database's encoding (the HTTP binding's rule)
+ */
 static List *
-header_line(List *lines, const char *name, const char *value)
+header_line(List *lines, const char *name, const char *text)
 {
 	StringInfoData buf;
+	const char *value = pg_server_to_any(text, strlen(text), PG_UTF8);
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "ce-%s: ", name);

@@ -284,8 +284,8 @@ build_header_list(HttpRequest *req, const char *timestamp)
 
 		if (OutboxHeaderReserved(headers[i].name))
 			continue;
-		/* the CloudEvents attributes are the event's own */
-		if (HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY &&
+		/* the CloudEvents attributes are the event's own, in either mode */
+		if (HTTP_OPTIONS(ev)->format != HTTP_FORMAT_ENVELOPE &&
 			pg_strncasecmp(headers[i].name, "ce-", 3) == 0)
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */

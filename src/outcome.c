@@ -22,11 +22,16 @@
 
 #include <math.h>
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/resowner.h"
 
 #include "event.h"
 #include "guc.h"
@@ -148,8 +153,8 @@ failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 /*
  * Disables a destination whose endpoint said it is gone, if its target is
  * still the one the event was sent to (an operator may have moved it
- * since) and nobody holds its row: the relay never waits for a lock, and
- * the next answer 410 tries again. The enabled trigger sets disabled_at.
+ * since) and nobody holds its row. disabled_at is set by the enabled
+ * trigger.
  */
 static const Oid disable_argtypes[] = {TEXTOID, TEXTOID, TEXTOID};
 static OutboxStatement disable_stmt = {
@@ -166,29 +171,44 @@ static OutboxStatement disable_stmt = {
 	.path = OUTBOX_PLAN_KEYED
 };
 
+/* how long disabling a gone destination may wait for a lock, in ms */
+#define DISABLE_LOCK_TIMEOUT "100"
+
 /*
- * Disables the destination of each event whose endpoint answered 410 Gone
- * (ev->gone_target), once per destination and target, and says so in the
- * log (WARNING) and the destination's statistics.
+ * Runs disable_stmt for one destination, in a subtransaction: the
+ * update's triggers (disabled_at, and the statement trigger that makes
+ * parked events due) may need locks that a relay's claim or an open
+ * outbox_relay() session holds, and the relay must not wait for them. So
+ * the table's lock is taken only if it is free (a claim that parks holds
+ * SHARE on it), the rest waits at most DISABLE_LOCK_TIMEOUT ms, and any
+ * error is rolled back and logged: the destination stays enabled, and its
+ * endpoint's next 410 tries again. Returns whether it was disabled.
  */
-static void
-disable_gone(OutboxEvent **events, int n)
+static bool
+disable_one(const OutboxEvent *ev)
 {
-	for (int i = 0; i < n; i++)
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			destinations = get_relname_relid("outbox_destinations", OutboxQueueSchema());
+	bool		disabled = false;
+
+	if (!OidIsValid(destinations) || !ConditionalLockRelationOid(destinations, RowExclusiveLock))
 	{
-		OutboxEvent *ev = events[i];
+		ereport(LOG,
+				(errmsg("could not disable destination \"%s\" now: outbox_destinations is locked",
+						ev->dest.name),
+				 errdetail("Its endpoint answered 410 Gone; its next 410 tries again.")));
+		return false;
+	}
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
 		Datum		values[3];
-		bool		seen = false;
 		int			rc;
 
-		if (ev->gone_target == NULL || ev->dest.name == NULL)
-			continue;
-		for (int j = 0; j < i && !seen; j++)
-			seen = events[j]->gone_target != NULL && events[j]->dest.name != NULL &&
-				strcmp(events[j]->dest.name, ev->dest.name) == 0 &&
-				strcmp(events[j]->gone_target, ev->gone_target) == 0;
-		if (seen)
-			continue;
+		(void) set_config_option("lock_timeout", DISABLE_LOCK_TIMEOUT, PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 		values[0] = CStringGetTextDatum(ev->dest.name);
 		values[1] = CStringGetTextDatum(ev->gone_target);
 		values[2] = CStringGetTextDatum(psprintf("the endpoint answered 410 Gone to event %s",
@@ -196,9 +216,53 @@ disable_gone(OutboxEvent **events, int n)
 		rc = SPI_execute_plan(OutboxStatementPlan(&disable_stmt, OutboxQueueSchema()),
 							  values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "could not disable destination \"%s\": %s", ev->dest.name,
-				 SPI_result_code_string(rc));
-		if (SPI_processed > 0)
+			elog(ERROR, "%s", SPI_result_code_string(rc));
+		disabled = SPI_processed > 0;
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(LOG,
+				(errmsg("could not disable destination \"%s\" now: %s", ev->dest.name,
+						edata->message),
+				 errdetail("Its endpoint answered 410 Gone; its next 410 tries again.")));
+		FreeErrorData(edata);
+		disabled = false;
+	}
+	PG_END_TRY();
+	return disabled;
+}
+
+/*
+ * Disables the destination of each event whose endpoint answered 410 Gone
+ * (ev->gone_target), once per destination and target (disable_one), and
+ * says so in the log (WARNING) and the destination's statistics.
+ */
+static void
+disable_gone(OutboxEvent **events, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		OutboxEvent *ev = events[i];
+		bool		seen = false;
+
+		if (ev->gone_target == NULL || ev->dest.name == NULL)
+			continue;
+		for (int j = 0; j < i && !seen; j++)
+			seen = events[j]->gone_target != NULL && events[j]->dest.name != NULL &&
+				strcmp(events[j]->dest.name, ev->dest.name) == 0 &&
+				strcmp(events[j]->gone_target, ev->gone_target) == 0;
+		if (!seen && disable_one(ev))
 			ereport(WARNING,
 					(errmsg("destination \"%s\" was disabled: its endpoint answered 410 Gone",
 							ev->dest.name),

@@ -518,15 +518,18 @@ static OutboxStatement secrets_stmt = {
 };
 
 /*
- * Reads the secrets in use into cs, in the current memory context. Runs
- * in the claim's transaction: the claim signs with the secrets its
- * snapshot's statement before it saw.
+ * Reads the secrets in use into cs, in the current memory context, in the
+ * claim's transaction, after the claim and with a snapshot of its own
+ * (not read-only): it sees every secret the claim's snapshot saw, so that
+ * a rotation that commits meanwhile (a secret moved from the secret column
+ * to the table, a destination created with its secrets) never leaves a
+ * claimed event without one; a secret it sees twice signs twice.
  */
 static void
 load_secrets(ClaimSecrets *cs)
 {
 	int			rc = SPI_execute_plan(OutboxStatementPlan(&secrets_stmt, ext_nspoid),
-									  NULL, NULL, true, 0);
+									  NULL, NULL, false, 0);
 
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read the destinations' secrets: %s", SPI_result_code_string(rc));
@@ -820,14 +823,15 @@ leave_out(OutboxEvent *e)
 }
 
 /*
- * Decodes the nrows claimed rows in SPI_tuptable and prepares those the
- * limits admit (see OutboxClaim) into ev[0..], in the current memory
- * context; returns how many.
+ * Decodes the nrows claimed rows in tt and prepares those the limits
+ * admit (see OutboxClaim) into ev[0..], in the current memory context;
+ * returns how many.
  */
 static int
-admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm)
+admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prepare,
+			 Admission *adm)
 {
-	TupleDesc	desc = SPI_tuptable->tupdesc;
+	TupleDesc	desc = tt->tupdesc;
 	DestDecoding dd = {.desc = NULL, .secrets = adm->secrets};
 	int			n = 0;
 
@@ -838,7 +842,7 @@ admit_events(OutboxEvent *ev, int nrows, OutboxPrepareFn prepare, Admission *adm
 		bool		fits = true;
 
 		CHECK_FOR_INTERRUPTS();
-		cost = decode_event(SPI_tuptable->vals[i], desc, e, &dd);
+		cost = decode_event(tt->vals[i], desc, e, &dd);
 		if (e->blocked_by != 0)
 		{
 			/* not its key's turn: held, nothing built (OutboxHold) */
@@ -946,16 +950,19 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 	int			n;
 	MemoryContext old;
 
+	SPITupleTable *claimed;
+
 	memset(left, 0, sizeof(*left));
 	*events = NULL;
-	load_secrets(&secrets);
 	if (!claim_rows(lim->batch_size, lim->skip, lim->exclude, lim->nexclude, lim->only_id))
 		return 0;
 
 	left->claimed = (int) SPI_processed;
+	claimed = SPI_tuptable;		/* kept until SPI_finish */
+	load_secrets(&secrets);
 	old = MemoryContextSwitchTo(cxt);
 	*events = palloc0(sizeof(OutboxEvent) * Max(left->claimed, 1));
-	n = admit_events(*events, left->claimed, prepare, &adm);
+	n = admit_events(claimed, *events, left->claimed, prepare, &adm);
 	MemoryContextSwitchTo(old);
 	left->budget_limited = adm.budget_limited;
 	left->dest_limited = adm.dest_limited;

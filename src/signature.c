@@ -170,19 +170,26 @@ signing_key_seed(const char *secret, uint8 *seed)
 	uint8	   *bytes;
 	int			n;
 	uint8		pub[ED25519_PUBLIC_BYTES];
+	const char *why = NULL;
 
 	if (!strict_base64(b64, strlen(b64)))
 		return "After the whsk_ prefix comes the canonical base64 of an ed25519 secret key, padded with =.";
 	bytes = b64_bytes(b64, &n);
 	if (n != ED25519_SEED_BYTES && n != ED25519_SEED_BYTES + ED25519_PUBLIC_BYTES)
-		return "An ed25519 secret key is 32 bytes (its seed), or 64 (the seed, then its public key).";
-	memcpy(seed, bytes, ED25519_SEED_BYTES);
-	if (!ed25519_public(seed, pub))
-		return "OpenSSL cannot make an ed25519 key of it.";
-	if (n == ED25519_SEED_BYTES + ED25519_PUBLIC_BYTES &&
-		memcmp(bytes + ED25519_SEED_BYTES, pub, ED25519_PUBLIC_BYTES) != 0)
-		return "The second half of a 64-byte ed25519 secret key is the public key of the first, and it is not.";
-	return NULL;
+		why = "An ed25519 secret key is 32 bytes (its seed), or 64 (the seed, then its public key).";
+	else
+	{
+		memcpy(seed, bytes, ED25519_SEED_BYTES);
+		if (!ed25519_public(seed, pub))
+			why = "OpenSSL cannot make an ed25519 key of it.";
+		else if (n == ED25519_SEED_BYTES + ED25519_PUBLIC_BYTES &&
+				 memcmp(bytes + ED25519_SEED_BYTES, pub, ED25519_PUBLIC_BYTES) != 0)
+			why = "The second half of a 64-byte ed25519 secret key is the public key of the first, and it is not.";
+	}
+	/* key material does not stay in freed memory */
+	explicit_bzero(bytes, Max(n, 0));
+	pfree(bytes);
+	return why;
 }
 
 /*
@@ -356,9 +363,18 @@ OutboxSignatures(char *const *secrets, int nsecrets, const char *msg_id,
 			char	   *key = secret_key(secrets[i], &keylen);
 
 			sig = key ? sign_v1(key, keylen, content.data, content.len) : NULL;
+			if (key != NULL)
+			{
+				explicit_bzero(key, keylen);
+				pfree(key);
+			}
 		}
 		if (sig == NULL)
+		{
+			pfree(content.data);
+			pfree(out.data);
 			return NULL;
+		}
 		if (i > 0)
 			appendStringInfoChar(&out, ' ');
 		appendStringInfoString(&out, sig);

@@ -400,6 +400,7 @@ OutboxRecordIsolatedFailure(OutboxEvent *ev, const char *what, const char *error
 	ev->ok = false;
 	ev->permanent = false;
 	ev->retry_after_ms = -1;
+	ev->gone_target = NULL;		/* the outcome is this error, not the answer */
 	ev->error = psprintf("could not %s: %s", what, error);
 	memset(&r, 0, sizeof(r));
 	r.events = &ev;

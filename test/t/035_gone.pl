@@ -1,10 +1,13 @@
 # A webhook that answers 410 Gone is disabled (the Standard Webhooks
 # specification: the sender should stop sending to that endpoint): the
 # reason and time are in outbox_destinations, the 410 in the statistics and
-# the log; its events stay pending, none dead-lettered, while another
-# destination keeps flowing; enabling it again sends them. A 410 from a URL
-# the destination no longer has (it was moved while the request was out)
-# disables nothing.
+# the log; its events stay pending, none dead-lettered (not even at
+# outbox.max_attempts, 2 here), while another destination keeps flowing;
+# enabling it again sends them. A 410 from a URL the destination no longer
+# has (it was moved while the request was out) disables nothing. The relay
+# never waits to disable one: while a session holds outbox_destinations
+# locked (as a claim that parks events does), the destination stays enabled
+# and the other destinations flow; the next 410 after that disables it.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -15,7 +18,7 @@ use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = outbox_node('gone');
+my $node = outbox_node('gone', 'outbox.max_attempts' => 2);
 my $sink = start_sink();
 my $pid = wait_relay($node, 'postgres');
 ok($pid, 'relay runs');
@@ -24,8 +27,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 $sink->paths('/gone' => { status => 410 }, '/old' => { status => 410, hold => JSON::PP::true });
 sql(sprintf(q{
 	INSERT INTO outbox_destinations (name, event_types, url) VALUES
-		('gone', 'g.*', '%s'), ('other', 'o.*', '%s'), ('moved', 'm.*', '%s')},
-	$sink->url('/gone'), $sink->url('/ok'), $sink->url('/old')));
+		('gone', 'g.*', '%s'), ('other', 'o.*', '%s'), ('moved', 'm.*', '%s'), ('locked', 'l.*', '%s')},
+	$sink->url('/gone'), $sink->url('/ok'), $sink->url('/old'), $sink->url('/gone')));
 
 my $log_offset = -s $node->logfile;
 my @gone = @{ emit($node, 'postgres', 'g.step', 3) };
@@ -75,6 +78,28 @@ is( sql(q{SELECT enabled, disabled_at IS NULL FROM outbox_destinations WHERE nam
 	't|t', 'a 410 from the old URL leaves the destination enabled');
 is(join(',', map { $_->{status} } @{ $sink->requests('/old') }, @{ $sink->requests('/new') }),
 	'410,200', 'answered 410 at the old URL, then 200 at the new one');
+# a 410 while a session holds the table locked: the relay does not wait
+$sink->paths('/gone' => { status => 410 });
+my $locker = $node->background_psql('postgres');
+$locker->query_safe('BEGIN; LOCK TABLE outbox_destinations IN SHARE MODE;');
+$log_offset = -s $node->logfile;
+my ($locked) = @{ emit($node, 'postgres', 'l.step', 1) };
+ok( $node->poll_query_until('postgres',
+		"SELECT attempts >= 1 AND last_error LIKE 'HTTP status 410 %' FROM outbox WHERE event_id = '$locked'"),
+	'a 410 while the table is locked: the attempt is recorded');
+my @flow = @{ emit($node, 'postgres', 'o.more', 10) };
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 10 FROM outbox WHERE event_type = 'o.more' AND delivered_at IS NOT NULL}),
+	'the other destination flows meanwhile: the relay did not wait');
+is(sql(q{SELECT enabled FROM outbox_destinations WHERE name = 'locked'}), 't', 'the destination is still enabled');
+like(slurp_file($node->logfile, $log_offset),
+	qr/LOG:  could not disable destination "locked" now: outbox_destinations is locked/, 'the log says why');
+$locker->query_safe('COMMIT');
+ok($node->poll_query_until('postgres', q{SELECT NOT enabled FROM outbox_destinations WHERE name = 'locked'}),
+	'once the lock is gone, the next 410 disables it');
+is( sql("SELECT attempts >= 2 AND dead_at IS NULL AND delivered_at IS NULL FROM outbox WHERE event_id = '$locked'"),
+	't', 'its event is not dead-lettered at outbox.max_attempts: it waits for the destination');
+$locker->quit;
 is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
 
 $sink->stop;

@@ -98,9 +98,24 @@ my $whpk = sql(q{SELECT outbox_add_secret('hook', scheme => 'v1a')});
 like($whpk, qr/^whpk_[A-Za-z0-9+\/]{43}=$/, 'outbox_add_secret makes an ed25519 key and returns its public key');
 is(sql(q{SELECT public_key FROM outbox_destination_secrets WHERE secret LIKE 'whsk\_%'}), $whpk,
 	'the public key is readable in outbox_destination_secrets');
+# and an ed25519 key in its 64-byte form (seed, then public key), made here
+# from a new seed and its public key
+my $long_whpk = sql(q{
+	SELECT outbox_add_secret('hook', 'whsk_' || translate(encode(
+	           decode(substr(s, 6), 'base64') || decode(substr(outbox_public_key(s), 6), 'base64'),
+	           'base64'), E'\n', ''))
+	  FROM _outbox_new_secret('v1a') s});
+like($long_whpk, qr/^whpk_[A-Za-z0-9+\/]{43}=$/, 'a 64-byte ed25519 key is taken; its public key is returned');
+is(sql(q{SELECT length(secret) FROM outbox_destination_secrets WHERE public_key = '} . $long_whpk . q{'}),
+	'93', 'it is stored as given: whsk_ and the base64 of 64 bytes');
 $msg = signed_request('h.three');
-is(schemes($msg), 'v1 v1 v1a', 'three secrets: three signatures, space-separated');
-is(node_verdicts($msg, $old, $new, $whpk), 'ttt', 'a receiver holding any one of them verifies the message');
+is(schemes($msg), 'v1 v1 v1a v1a', 'four secrets: four signatures, space-separated');
+is(node_verdicts($msg, $old, $new, $whpk, $long_whpk), 'tttt', 'a receiver holding any one of them verifies the message');
+ok(openssl_verifies({ %$msg, signature => (split / /, $msg->{signature})[3] }, $long_whpk),
+	'the OpenSSL command line verifies the 64-byte key\'s signature');
+sql(qq{SELECT outbox_retire_secret('hook', '$long_whpk')});
+$msg = signed_request('h.three_again');
+is(schemes($msg), 'v1 v1 v1a', 'the 64-byte key retired: three signatures');
 ok(openssl_verifies($msg, $whpk), 'the OpenSSL command line verifies the v1a signature');
 my $forged = { %$msg, body => $msg->{body} . ' ' };
 is(node_verdicts($forged, $old, $new, $whpk), 'fff', 'a changed body verifies with none');

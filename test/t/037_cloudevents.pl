@@ -34,6 +34,7 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 sql(sprintf(q{
 	INSERT INTO outbox_destinations (name, event_types, url, format, cloudevents_source, secret) VALUES
 		('ce_s', 'cs.*', '%s', 'cloudevents', 'https://shop.example/orders', 'ce secret');
+	UPDATE outbox_destinations SET headers = '{"ce-type": "forged", "x-tenant": "t0"}' WHERE name = 'ce_s';
 	INSERT INTO outbox_destinations (name, event_types, url, format, headers) VALUES
 		('ce_b', 'cb.*', '%s', 'cloudevents-binary', '{"ce-type": "forged", "x-tenant": "t1"}');},
 	$sink->url('/structured'), $sink->url('/binary')));
@@ -92,6 +93,20 @@ my $signed = encode_utf8("$id.$req->{headers}{'webhook-timestamp'}.$req->{body}"
 my $mac = hmac_sha256_base64($signed, 'ce secret');
 $mac .= '=' while length($mac) % 4;
 is($req->{headers}{'webhook-signature'}, "v1,$mac", 'structured: the Standard Webhooks signature covers the body');
+is(join('|', map { $req->{headers}{$_} // 'absent' } qw(x-tenant ce-type)), 't0|absent',
+	"structured: the destination's headers are sent, but not a ce-* one");
+
+# an aggregate id without a type: the subject is the id alone; without an
+# aggregate: no subject, no partitionkey
+($id, $req) = request_of('/structured', 'cs.noted', q{'{}'}, 'NULL', q{'k-7'});
+$ce = decode_json(encode_utf8($req->{body}));
+is(join('|', map { $ce->{$_} // 'absent' } qw(subject partitionkey)), 'k-7|k-7',
+	'structured, aggregate_type NULL: subject and partitionkey are the aggregate_id');
+($id, $req) = request_of('/structured', 'cs.plain', q{'{}'}, 'NULL', 'NULL');
+$ce = decode_json(encode_utf8($req->{body}));
+is(join('|', sort keys %$ce), 'data|datacontenttype|id|source|specversion|time|type',
+	'structured, no aggregate: no subject, no partitionkey');
+is_deeply(sdk($req)->{valid}, [JSON::PP::true], 'structured, no aggregate: valid for the SDK');
 
 ############################################################################
 # binary mode: a hostile aggregate id, and no aggregate
