@@ -122,22 +122,11 @@ INSERT INTO outbox_destinations (name, event_types, url, format, cloudevents_sou
     ('ce_s', 'none.ce_s', 'http://127.0.0.1:1/', 'cloudevents', 'https://shop.example/orders'),
     ('ce_b', 'none.ce_b', 'http://127.0.0.1:1/', 'cloudevents-binary', NULL);
 SELECT name, format, cloudevents_source FROM outbox_destinations WHERE name LIKE 'ce\_%' ORDER BY name;
-CREATE FUNCTION pg_temp.try_detail(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    detail text;
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
-    RETURN SQLSTATE || ': ' || SQLERRM || coalesce(' (' || nullif(detail, '') || ')', '');
-END
-$$;
-SELECT pg_temp.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, format) VALUES ('ce_c', 'none.ce_c', 'c', 'cloudevents')$$);
-SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET format = 'CloudEvents' WHERE name = 'ce_s'$$);
-SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '' WHERE name = 'ce_s'$$);
-SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '/shop orders' WHERE name = 'ce_s'$$);
-SELECT pg_temp.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '/café' WHERE name = 'ce_s'$$);
-SELECT pg_temp.try_detail(format($$UPDATE outbox_destinations SET cloudevents_source = %L WHERE name = 'ce_s'$$, '/' || repeat('s', 1024)));
-SELECT pg_temp.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, cloudevents_source) VALUES ('ce_c', 'none.ce_c', 'c', '/x')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, format) VALUES ('ce_c', 'none.ce_c', 'c', 'cloudevents')$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET format = 'CloudEvents' WHERE name = 'ce_s'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '' WHERE name = 'ce_s'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '/shop orders' WHERE name = 'ce_s'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET cloudevents_source = '/café' WHERE name = 'ce_s'$$);
+SELECT regress.try_detail(format($$UPDATE outbox_destinations SET cloudevents_source = %L WHERE name = 'ce_s'$$, '/' || repeat('s', 1024)));
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, cloudevents_source) VALUES ('ce_c', 'none.ce_c', 'c', '/x')$$);
 ROLLBACK;

@@ -64,6 +64,18 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END
 $$;
+-- The same, with the error's detail in parentheses when it has one.
+CREATE FUNCTION regress.try_detail(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    detail text;
+BEGIN
+    EXECUTE sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RETURN SQLSTATE || ': ' || SQLERRM || coalesce(' (' || nullif(detail, '') || ')', '');
+END
+$$;
 GRANT USAGE ON SCHEMA regress TO PUBLIC;
 
 -- the seed lesson's tasks table
