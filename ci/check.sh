@@ -12,7 +12,10 @@
 # warns if it cannot, in which case that test is skipped.
 #
 # Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER,
-# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_TEST_JOBS.
+# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_TEST_JOBS; and to run some
+# tests only, PGXS's own variables: PROVE_TESTS (TAP files, e.g.
+# "test/t/035_gone.pl") and REGRESS (pg_regress files, "setup" first,
+# e.g. "setup secrets"). With one of them only, the other suite is left out.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,7 +43,9 @@ if [ "$(id -u)" = 0 ]; then
     chown -R "$user" "$work"
     echo "==> tests as $user in $work"
     if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" OUTBOX_1_0_SRC="$OUTBOX_1_0_SRC" \
-        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" bash "$work/ci/check.sh"; then
+        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
+        ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"} ${REGRESS+REGRESS="$REGRESS"} \
+        bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0
     fi
@@ -59,7 +64,15 @@ release=$(mktemp -d /tmp/outbox-1.0.XXXXXX)
 trap 'rm -rf "$out" "$release"' EXIT
 release_1_0 "$release"
 export OUTBOX_1_0_SRC OUTBOX_1_0_SRC_ERROR
-if make -s PG_CONFIG="$PG_CONFIG" installcheck PROVE_FLAGS="--timer -j$TEST_JOBS" 2>&1 | tee "$out"; then
+# what to run: everything, or the suites and files named
+what=(installcheck)
+if [ -n "${PROVE_TESTS:-}" ] && [ -z "${REGRESS:-}" ]; then
+    what=(prove_installcheck PROVE_TESTS="$PROVE_TESTS")
+elif [ -n "${REGRESS:-}" ]; then
+    what=(installcheck REGRESS="$REGRESS")
+    if [ -n "${PROVE_TESTS:-}" ]; then what+=(PROVE_TESTS="$PROVE_TESTS"); else what+=(TAP_TESTS=); fi
+fi
+if make -s PG_CONFIG="$PG_CONFIG" "${what[@]}" PROVE_FLAGS="--timer -j$TEST_JOBS" 2>&1 | tee "$out"; then
     exit 0
 fi
 # The logs of what failed: pg_regress's server for regression.diffs, and
