@@ -18,10 +18,15 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # The endpoint holds every request until the end: no request may time out
-# meanwhile, however long the relays take to share the events out.
+# meanwhile, however long the relays take to share the events out; and
+# relay 0 must have a connection for every event it may hold plus those it
+# sends again for relay 1 (under load it may take 15 of 18 events, which
+# with the default 16 connections left two resends waiting for a held
+# request's time limit).
 my $node = outbox_node('inflight',
 	'outbox.relays_per_database' => 2,
 	'outbox.batch_size' => 1,
+	'outbox.http_max_connections' => 256,
 	'outbox.http_timeout' => "'180s'");
 my $sink = start_sink();
 my $relays = "FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'postgres'";
