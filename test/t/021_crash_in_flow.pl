@@ -116,7 +116,12 @@ sub crash_relay
 	my $released = released($offset);
 	diag("a: $n events, " . scalar(@$requests) . " requests: $dups sent again; "
 		  . "the new relay counted $released attempts cut off by the crash");
-	cmp_ok($released, '<=', $conns, "a: at most http_max_connections ($conns) were in flight at the crash");
+	# a destination is left out of claims once it holds http_max_connections
+	# events, but the claim that reaches the limit may take a batch beyond it
+	# (docs/http.md): under load (the sanitizer run) 10 were seen with 8
+	my $batch = $node->safe_psql('postgres', 'SHOW outbox.batch_size');
+	cmp_ok($released, '<=', $conns - 1 + $batch,
+		"a: at most http_max_connections - 1 and one claim ($conns - 1 + $batch) were in flight at the crash");
 	check_repeats($node, 'a', 'flow.created', $requests, $released, $conns, $restarted_at);
 	is( $node->safe_psql('postgres',
 			"SELECT count(*) FROM outbox WHERE event_type = 'flow.created' AND attempts > 2"),
