@@ -964,7 +964,8 @@ http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 
 /*
  * decode: url, timeout_ms, headers, retry_client_errors, ca_file, the
- * format and a CloudEvents format's source into an HttpDestOptions (timeout_ms and headers are read by webhooks only,
+ * format and a CloudEvents format's source into an HttpDestOptions
+ * (timeout_ms and headers are read by webhooks only,
  * though every kind may have them: see check_shared_columns).
  */
 static Size

@@ -206,9 +206,11 @@ disable_one(const OutboxEvent *ev)
 	{
 		Datum		values[3];
 		int			rc;
+		/* a SAVE level of its own: a LOCAL setting would outlive the subtransaction */
+		int			nestlevel = NewGUCNestLevel();
 
 		(void) set_config_option("lock_timeout", DISABLE_LOCK_TIMEOUT, PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		values[0] = CStringGetTextDatum(ev->dest.name);
 		values[1] = CStringGetTextDatum(ev->gone_target);
 		values[2] = CStringGetTextDatum(psprintf("the endpoint answered 410 Gone to event %s",
@@ -218,6 +220,7 @@ disable_one(const OutboxEvent *ev)
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "%s", SPI_result_code_string(rc));
 		disabled = SPI_processed > 0;
+		AtEOXact_GUC(true, nestlevel);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
