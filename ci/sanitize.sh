@@ -28,7 +28,8 @@
 #
 # Environment: OUTBOX_SAN_DIR (default: a new /tmp/outbox-san.XXXXXX),
 # OUTBOX_TEST_USER (default postgres; initdb refuses to run as root),
-# OUTBOX_TEST_JOBS (see ci/lib.sh).
+# OUTBOX_TEST_JOBS (see ci/lib.sh); PROVE_TESTS and REGRESS run some tests
+# only, as in ci/check.sh (REGRESS= skips pg_regress).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -175,7 +176,10 @@ mv "$san"/reports/* "$canary/"
 # -- tests --------------------------------------------------------------------
 failed=0
 echo "==> pg_regress"
-if ! as_user make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no installcheck TAP_TESTS=; then
+if [ "${REGRESS-unset}" = "" ]; then
+    echo "(skipped: REGRESS is empty)"
+elif ! as_user make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no installcheck TAP_TESTS= \
+    ${REGRESS+REGRESS="$REGRESS"}; then
     failed=1
     [ -f "$work/regression.diffs" ] && cat "$work/regression.diffs"
 fi
@@ -190,7 +194,8 @@ echo "==> TAP suite"
 # copy's.
 if ! as_user env OUTBOX_TEST_SANITIZER=1 OUTBOX_1_0_SRC= \
     OUTBOX_1_0_SRC_ERROR="not under the sanitizer run (a copy of its wrapped postgres would not run from the copy)" \
-    make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no prove_installcheck PROVE_FLAGS="--timer -j$TEST_JOBS"; then
+    make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no prove_installcheck PROVE_FLAGS="--timer -j$TEST_JOBS" \
+    ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"}; then
     failed=1
     for f in "$work"/tmp_check/log/*; do
         [ -f "$f" ] && { echo "== $f"; tail -n 100 "$f"; }

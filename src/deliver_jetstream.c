@@ -55,6 +55,7 @@
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -422,6 +423,11 @@ typedef struct JsConn
 
 static MemoryContext js_cxt = NULL;
 static List *conns = NIL;		/* of JsConn, in js_cxt */
+static List *checked = NIL;		/* outbox_jetstream_check()'s, in js_cxt, while their
+								 * threads may run */
+
+/* how long a process that exits waits for its connections to close */
+#define JS_EXIT_WAIT_MS 500
 
 /* Copies src into dst[size], cut; for threads, which must not call PostgreSQL. */
 static void
@@ -935,6 +941,82 @@ fingerprint(const JsDestOptions *o, int timeout_ms)
 	return buf.data;
 }
 
+/*
+ * At the exit of a process that used JetStream (a relay, or a session that
+ * ran outbox_relay() or outbox_jetstream_check()), a before_shmem_exit
+ * callback: asks every connection's thread to close and end, and waits up
+ * to JS_EXIT_WAIT_MS for them (natsConnection_Close joins the
+ * connection's own reading and flushing threads). Without it the process
+ * runs its exit handlers (OpenSSL's frees its state) while those threads
+ * still use it. A thread that does not end in time (a connection attempt
+ * waits on an unresponsive server) is left, with a LOG line: a relay stops
+ * within a second whatever the broker does.
+ *
+ * Not nats_Close: libnats's final cleanup frees OpenSSL's list of
+ * compression methods (libnats 3.4, nats.c), which OpenSSL's own exit
+ * handler then frees again. Without it libnats's idle threads keep their
+ * hold on the library, which then skips that cleanup at exit.
+ */
+static void
+js_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	List	   *all = list_copy(conns);
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), JS_EXIT_WAIT_MS);
+	int			running;
+	long		left_ms;
+	ListCell   *lc;
+
+	all = list_concat(all, checked);
+	foreach(lc, all)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		if (c->thread_started)
+			request_stop(c);
+	}
+	for (;;)
+	{
+		running = 0;
+		foreach(lc, all)
+		{
+			JsConn	   *c = lfirst(lc);
+			bool		finished;
+
+			if (!c->thread_started)
+				continue;
+			pthread_mutex_lock(&c->mu);
+			finished = c->finished;
+			pthread_mutex_unlock(&c->mu);
+			if (finished)
+			{
+				pthread_join(c->thread, NULL);
+				c->thread_started = false;
+			}
+			else
+				running++;
+		}
+		left_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
+		if (running == 0 || left_ms <= 0)
+			break;
+		pg_usleep(5000L);
+	}
+	if (running > 0)
+		ereport(LOG,
+				(errmsg("outbox: %d JetStream connection(s) did not close within %d ms of exit",
+						running, JS_EXIT_WAIT_MS)));
+}
+
+/* The memory context of JetStream's connections; first, the exit callback. */
+static void
+js_setup(void)
+{
+	if (js_cxt != NULL)
+		return;
+	js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
+								   ALLOCSET_DEFAULT_SIZES);
+	before_shmem_exit(js_at_exit, (Datum) 0);
+}
+
 /* Creates the connection of a destination, not yet connecting. */
 static JsConn *
 new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_ms)
@@ -989,9 +1071,7 @@ conn_for(OutboxEvent *ev)
 	JsConn	   *c;
 	MemoryContext old;
 
-	if (js_cxt == NULL)
-		js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
-									   ALLOCSET_DEFAULT_SIZES);
+	js_setup();
 	fp = fingerprint(o, timeout_ms);
 	foreach(lc, conns)
 	{
@@ -1980,10 +2060,14 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	(void) js_decode(&row, &dest);
 	o = dest.options;
 	timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
-	if (js_cxt == NULL)
-		js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
-									   ALLOCSET_DEFAULT_SIZES);
+	js_setup();
 	c = new_conn(OutboxDestinationText(&row, "name"), o, "", timeout_ms);
+	{
+		MemoryContext old = MemoryContextSwitchTo(js_cxt);
+
+		checked = lappend(checked, c);
+		MemoryContextSwitchTo(old);
+	}
 	start_connect(c);
 	PG_TRY();
 	{
@@ -2017,6 +2101,7 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	PG_END_TRY();
 	if (c->thread_started)
 		pthread_join(c->thread, NULL);
+	c->thread_started = false;
 	values[0] = CStringGetTextDatum(c->stream);
 	if (state == JS_FAILED || !c->stopping)
 	{
@@ -2041,6 +2126,7 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 		values[5] = problem ? CStringGetTextDatum(problem) : (Datum) 0;
 		nulls[5] = problem == NULL;
 	}
+	checked = list_delete_ptr(checked, c);
 	free_conn(c);
 	ReleaseTupleDesc(desc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls)));
