@@ -294,6 +294,18 @@ ALTER TABLE @extschema@.outbox_destinations
 COMMENT ON COLUMN @extschema@.outbox_destinations.ca_file IS
     'Webhooks: absolute path of the CA certificates (PEM) that sign an https endpoint''s certificate, instead of the system''s; needs pg_read_server_files to set';
 
+/*
+ * Webhooks in batches: up to this many events per request, as a JSON array
+ * (the envelope) or a CloudEvents batch. 1: one event per request, as an
+ * object, as in 1.0. The validation trigger checks the range and refuses
+ * more than 1 with the CloudEvents binary mode (deliver_http.c).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN events_per_request integer NOT NULL DEFAULT 1;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.events_per_request IS
+    'Webhooks: the most events one request carries, 1 to 1000; above 1 every request is a batch (a JSON array, or application/cloudevents-batch+json)';
+
 CREATE FUNCTION @extschema@._outbox_destination_enabled()
 RETURNS trigger
 LANGUAGE plpgsql

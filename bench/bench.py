@@ -29,9 +29,14 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      and a larger outbox.batch_size, beside the broker's own ceiling: a C
      publisher with libnats (test/nats_tool.c) publishing asynchronously
      with message ids, as the relay does
+ 10. batched webhooks: draining 50,000 events to nginx with one event per
+     request and with 100 (events_per_request), at the default settings,
+     to an endpoint that answers at once and to one that answers after
+     10 ms (nginx's echo module: an endpoint across a network), beside
+     nginx's own ceiling for each
 
 Options: --quick shrinks every size (a smoke run of the script itself);
---only picks sections; --pg-bin DIR uses the PostgreSQL (and the outbox
+--only picks sections: digits ("23"), or a comma-separated list ("2,10"); --pg-bin DIR uses the PostgreSQL (and the outbox
 build installed in it) whose binaries are in DIR, so that two builds can
 be compared in one session (PostgreSQL installs are relocatable: a copy of
 /usr/lib/postgresql/15 and /usr/share/postgresql/15 under another root,
@@ -58,6 +63,8 @@ import psycopg2
 import psycopg2.extensions
 
 BIN = "/usr/lib/postgresql/15/bin"
+# libnginx-mod-http-echo (bench/run.sh installs it): echo_sleep for /late
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -189,6 +196,7 @@ def start_nginx(tmp):
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""
+load_module {ECHO_MODULE};
 daemon off;
 worker_processes 1;
 pid {tmp}/nginx.pid;
@@ -198,9 +206,12 @@ http {{
     access_log off;
     keepalive_requests 1000000;
     client_body_buffer_size 64k;
+    client_max_body_size 16m;
     server {{
         listen 127.0.0.1:{port};
         location / {{ return 200 'ok'; }}
+        # an endpoint across a network: the answer 10 ms after the request
+        location /late {{ echo_read_request_body; echo_sleep 0.01; echo ok; }}
     }}
 }}
 """)
@@ -556,6 +567,31 @@ def bench_slow(c, n, n_slow, nginx_port, sink_port, conns):
     c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
+# 10 -----------------------------------------------------------------------
+def bench_batches(c, tmp, n, nginx_port):
+    section("10. batched webhooks")
+    print(f"parameters: {n} events per drain, default settings (outbox.batch_size = 100, "
+          f"outbox.http_max_connections = 16), one relay; events_per_request 1 and 100")
+    rates = {}
+    for path, what in (("/hook", "answers at once"), ("/late", "answers after 10 ms")):
+        wrk = subprocess.run(["wrk", "-t", "1", "-c", "16", "-d", "5s", "-s",
+                              os.path.join(tmp, "post.lua"), f"http://127.0.0.1:{nginx_port}{path}"],
+                             capture_output=True, text=True).stdout
+        m = re.search(r"Requests/sec:\s+([0-9.]+)", wrk)
+        print(f"  endpoint {path} ({what}): nginx ceiling, wrk -t1 -c16 POST: "
+              f"{float(m.group(1)) if m else float('nan'):.0f} requests/s")
+        for per in (1, 100):
+            drain(c, n, "bench.batch",
+                  f"INSERT INTO outbox_destinations (name, event_types, url, events_per_request) "
+                  f"VALUES ('b', 'bench.*', 'http://127.0.0.1:{nginx_port}{path}', {per})",
+                  f"{per}/req")
+            span = c.sql("SELECT extract(epoch FROM max(delivered_at) - min(delivered_at)) FROM outbox")[0][0]
+            rates[(path, per)] = n / max(float(span or 0), 1e-9)
+        print(f"  {path}: 100 events per request drain {rates[(path, 100)] / rates[(path, 1)]:.1f}x "
+              f"as fast as 1 (first to last pass; target: at least 5x)")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+
+
 # 7 ------------------------------------------------------------------------
 def relay_hwm_mb(pids):
     """The largest peak resident set (VmHWM) of the relays, in MB; shared
@@ -754,11 +790,13 @@ def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="123456789", help="which sections to run, e.g. 23")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10",
+                    help='which sections to run: "23" or "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
+    only = set(args.only.split(",")) if "," in args.only else set(args.only)
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -772,27 +810,29 @@ def main():
         c.sql("CREATE EXTENSION outbox")
         nginx, nginx_port = start_nginx(tmp)
         sink, sink_port = start_sink(tmp)
-        if "1" in args.only:
+        if "1" in only:
             bench_emit(c, tmp, 5 if q else 30, 4)
-        if "2" in args.only:
+        if "2" in only:
             bench_throughput(c, tmp, 5000 if q else 100000, nginx_port, 1000, 32)
-        if "3" in args.only:
+        if "3" in only:
             bench_latency(c, 50 if q else 1000, sink_port)
-        if "4" in args.only:
+        if "4" in only:
             bench_backlog(c, 20000 if q else 1000000, 2000 if q else 100000, 20 if q else 200)
-        if "5" in args.only:
+        if "5" in only:
             bench_steady(c, tmp, 2000, 10 if q else 60, nginx_port)
-        if "6" in args.only:
+        if "6" in only:
             bench_slow(c, 2000 if q else 20000, 20 if q else 200, nginx_port, sink_port, 32)
-        if "7" in args.only:
+        if "7" in only:
             bench_memory(c, sink_port, q)
-        if "8" in args.only:
+        if "8" in only:
             bench_ordered(c, 5000 if q else 100000, 1000, nginx_port, 1000, 32,
                           20000 if q else 1000000, 2000 if q else 100000, 200 if q else 10000,
                           20 if q else 1000, 20 if q else 200)
-        if "9" in args.only:
+        if "9" in only:
             bench_jetstream(c, tmp, 5000 if q else 100000,
                             ((100, 1024, 1), (1000, 1024, 1), (1000, 4096, 1), (1000, 1024, 2)))
+        if "10" in only:
+            bench_batches(c, tmp, 5000 if q else 50000, nginx_port)
     finally:
         for p in (sink, nginx):
             if p:

@@ -14,7 +14,7 @@ mkdir -p "$LOG_DIR"
 
 bash ci/deps.sh
 new_nginx=$(missing_packages nginx-light)
-install_packages "$log" nginx-light wrk python3-psycopg2
+install_packages "$log" nginx-light libnginx-mod-http-echo wrk python3-psycopg2
 if [ -n "$new_nginx" ]; then
     step "disabling the system nginx that the package started (the benchmark runs its own)"
     systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true

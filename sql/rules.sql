@@ -130,3 +130,20 @@ SELECT regress.try_detail($$UPDATE outbox_destinations SET cloudevents_source = 
 SELECT regress.try_detail(format($$UPDATE outbox_destinations SET cloudevents_source = %L WHERE name = 'ce_s'$$, '/' || repeat('s', 1024)));
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, event_types, channel, cloudevents_source) VALUES ('ce_c', 'none.ce_c', 'c', '/x')$$);
 ROLLBACK;
+-- batches: a webhook takes 1 to 1000 events per request, 1 in the
+-- CloudEvents binary mode (one event per request); other kinds 1 only
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, url, format, events_per_request) VALUES
+    ('b_env', 'none.b_env', 'http://127.0.0.1:1/', 'envelope', 1000),
+    ('b_ce', 'none.b_ce', 'http://127.0.0.1:1/', 'cloudevents', 2),
+    ('b_bin', 'none.b_bin', 'http://127.0.0.1:1/', 'cloudevents-binary', 1);
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('b_chan', 'none.b_chan', 'c');
+SELECT name, format, events_per_request FROM outbox_destinations WHERE name LIKE 'b\_%' ORDER BY name;
+SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = 0 WHERE name = 'b_env'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = 1001 WHERE name = 'b_env'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = -2147483648 WHERE name = 'b_env'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = 2 WHERE name = 'b_bin'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET format = 'cloudevents-binary' WHERE name = 'b_ce'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = 2 WHERE name = 'b_chan'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = NULL WHERE name = 'b_env'$$);
+ROLLBACK;

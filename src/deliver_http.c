@@ -301,8 +301,9 @@ find_dest(const char *name)
 }
 
 /*
- * Hands the event's outcome back: appended to *done, the request forgets it.
- * The time it took goes into its destination's moving average.
+ * Hands the outcome of the request's events back: appended to *done, the
+ * request forgets them. The time it took goes into its destination's
+ * moving average.
  */
 static void
 report(HttpRequest *req, List **done)
@@ -310,9 +311,10 @@ report(HttpRequest *req, List **done)
 	HttpDest   *d = req->dest;
 	TimestampTz now = GetCurrentTimestamp();
 
-	*done = lappend(*done, req->event);
-	req->event = NULL;
-	d->unreported--;
+	for (int i = 0; i < req->nevents; i++)
+		*done = lappend(*done, req->events[i]);
+	d->unreported -= req->nevents;
+	req->nevents = 0;
 	d->last_active = now;
 	if (req->started_at != 0)
 	{
@@ -336,6 +338,8 @@ release_request(HttpRequest *req)
 	}
 	if (req->headers != NULL)
 		curl_slist_free_all(req->headers);
+	if (req->events != &req->one)
+		pfree(req->events);
 	pfree(req);
 }
 
@@ -351,12 +355,87 @@ http_enqueue(OutboxEvent *ev)
 
 	http_init();
 	req = MemoryContextAllocZero(http_cxt, sizeof(HttpRequest));
-	req->event = ev;
+	req->one = ev;
+	req->events = &req->one;
+	req->nevents = 1;
 	req->dest = find_dest(ev->dest.name);
 	dlist_push_tail(&req->dest->queue, &req->node);
 	req->dest->queued++;
 	req->dest->unreported++;
+	req->dest->per_request = HTTP_OPTIONS(ev)->events_per_request;
 	req->dest->last_active = GetCurrentTimestamp();
+}
+
+/*
+ * Whether event ev can go in the batch whose first event is first: it has
+ * no headers of its own (they are sent as HTTP headers, so such an event
+ * goes alone), and its destination row was the same when each was claimed
+ * (a row changed between two claims puts the events of each in requests
+ * of their own).
+ */
+static bool
+same_request(const OutboxEvent *first, const OutboxEvent *ev)
+{
+	const HttpDestOptions *a = HTTP_OPTIONS(first);
+	const HttpDestOptions *b = HTTP_OPTIONS(ev);
+
+	if (ev->headers != NULL || strcmp(a->url, b->url) != 0 ||
+		a->timeout_ms != b->timeout_ms || a->retry_client_errors != b->retry_client_errors ||
+		a->format != b->format || a->events_per_request != b->events_per_request ||
+		(a->ce_source == NULL) != (b->ce_source == NULL) ||
+		(a->ce_source != NULL && strcmp(a->ce_source, b->ce_source) != 0) ||
+		(a->ca_file == NULL) != (b->ca_file == NULL) ||
+		(a->ca_file != NULL && strcmp(a->ca_file, b->ca_file) != 0) ||
+		(a->headers == NULL) != (b->headers == NULL) ||
+		(a->headers != NULL && (VARSIZE(a->headers) != VARSIZE(b->headers) ||
+								memcmp(a->headers, b->headers, VARSIZE(a->headers)) != 0)) ||
+		first->dest.nsecrets != ev->dest.nsecrets)
+		return false;
+	for (int i = 0; i < first->dest.nsecrets; i++)
+		if (strcmp(first->dest.secrets[i], ev->dest.secrets[i]) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * Makes req, just taken from d's queue, a batch: moves into it the events
+ * queued behind it that can share its request (same_request), in queue
+ * order, up to its destination's events_per_request and while the body
+ * stays within HTTP_BATCH_MAX_BYTES. An event with headers of its own
+ * goes alone. An ordered destination has at most one event of a key in
+ * flight (the claim holds the others), so a batch has at most one of each.
+ */
+static void
+gather_batch(HttpRequest *req, HttpDest *d)
+{
+	OutboxEvent *first = req->events[0];
+	int			max = HTTP_OPTIONS(first)->events_per_request;
+	size_t		bytes = strlen(first->body) + 2;
+	dlist_mutable_iter iter;
+
+	if (max <= 1 || first->headers != NULL || d->queued == 0)
+		return;
+	req->events = MemoryContextAlloc(http_cxt, sizeof(OutboxEvent *) * Min(max, d->queued + 1));
+	req->events[0] = first;
+	dlist_foreach_modify(iter, &d->queue)
+	{
+		HttpRequest *next = dlist_container(HttpRequest, node, iter.cur);
+		OutboxEvent *ev = next->events[0];
+		size_t		len;
+
+		if (req->nevents >= max)
+			break;
+		if (!same_request(first, ev))
+			continue;
+		len = strlen(ev->body) + 1;
+		if (bytes + len > HTTP_BATCH_MAX_BYTES)
+			break;
+		bytes += len;
+		req->events[req->nevents++] = ev;
+		dlist_delete(&next->node);
+		d->queued--;
+		pfree(next);
+	}
 }
 
 /*
@@ -442,17 +521,19 @@ start_requests(List **done)
 			req = dlist_container(HttpRequest, node, dlist_pop_head_node(&d->queue));
 			d->queued--;
 			progress = true;
+			gather_batch(req, d);
 
 			old = MemoryContextSwitchTo(prepare_cxt);
 			prepared = OutboxHttpPrepare(req, http_timeout,
 										 multi_generation != OutboxTargetsGeneration());
 			MemoryContextSwitchTo(old);
-			if (req->event->error != NULL)
-				req->event->error = pstrdup(req->event->error);
+			if (req->events[0]->error != NULL)
+				req->events[0]->error = pstrdup(req->events[0]->error);
 			MemoryContextReset(prepare_cxt);
 			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
 			{
-				OutboxStartLogNote(req->event);
+				for (int i = 0; i < req->nevents; i++)
+					OutboxStartLogNote(req->events[i]);
 				req->started_at = now;
 				req->deadline = TimestampTzPlusMilliseconds(now, req->timeout_ms);
 				dlist_push_tail(&running_list, &req->node);
@@ -461,7 +542,8 @@ start_requests(List **done)
 				continue;
 			}
 			if (prepared)
-				req->event->error = "could not queue the HTTP request";
+				req->events[0]->error = "could not queue the HTTP request";
+			OutboxHttpShareOutcome(req);
 			if (req->easy != NULL)
 			{
 				OutboxHttpParkEasy(req->easy, http_max_connections);
@@ -494,7 +576,7 @@ read_done(List **done)
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
-		if (req->event != NULL)
+		if (req->nevents > 0)
 		{
 			OutboxHttpOutcome(req, msg->data.result);
 			report(req, done);
@@ -536,14 +618,14 @@ report_early(List **done)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
-		if (req->event != NULL && req->headers_done &&
+		if (req->nevents > 0 && req->headers_done &&
 			req->status >= 200 && req->status < 300)
 		{
 			OutboxHttpOutcome(req, CURLE_OK);
 			report(req, done);
 			req->reported_at = now;
 		}
-		else if (req->event == NULL &&
+		else if (req->nevents == 0 &&
 				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
 			release_request(req);
 	}
@@ -622,7 +704,7 @@ expire_requests(List **done)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
-		due |= req->event != NULL && now >= req->deadline;
+		due |= req->nevents > 0 && now >= req->deadline;
 	}
 	if (!due)
 		return;
@@ -633,7 +715,7 @@ expire_requests(List **done)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
-		if (req->event == NULL || now < req->deadline)
+		if (req->nevents == 0 || now < req->deadline)
 			continue;
 		snprintf(req->errbuf, sizeof(req->errbuf),
 				 "timed out after %ld ms with %zu bytes of the answer received",
@@ -768,7 +850,7 @@ note_away(TimestampTz now)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
-		if (req->event != NULL)
+		if (req->nevents > 0)
 			req->deadline += away;
 	}
 }
@@ -796,9 +878,9 @@ http_timeout_ms(void)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
-		if (req->event != NULL && (first == 0 || req->deadline < first))
+		if (req->nevents > 0 && (first == 0 || req->deadline < first))
 			first = req->deadline;
-		if (req->event == NULL)
+		if (req->nevents == 0)
 		{
 			TimestampTz t = TimestampTzPlusMilliseconds(req->reported_at, BODY_GRACE_MS);
 
@@ -842,8 +924,9 @@ http_busy(void)
 }
 
 /*
- * full: the destinations that hold outbox.http_max_connections events or
- * more in the transport: the relay claims none of theirs for now, so that
+ * full: the destinations that hold outbox.http_max_connections requests'
+ * worth of events or more in the transport (times events_per_request):
+ * the relay claims none of theirs for now, so that
  * a slow destination's backlog stays in the table, where other
  * destinations' events can overtake it.
  */
@@ -857,7 +940,7 @@ http_full(void)
 	{
 		HttpDest   *d = lfirst(lc);
 
-		if (d->unreported >= http_max_connections)
+		if (d->unreported >= http_max_connections * Max(d->per_request, 1))
 			full = lappend(full, d->name);
 	}
 	return full;
@@ -948,23 +1031,40 @@ url_check(const char *url, OutboxProblem *p)
 /*
  * check_destination: a webhook has a valid url (url_check), and a valid
  * cloudevents_source (OutboxCloudEventSourceCheck) and ca_file
- * (OutboxDestinationFileCheck: the relay reads it) if it has them.
+ * (OutboxDestinationFileCheck: the relay reads it) if it has them;
+ * events_per_request is 1 to HTTP_MAX_EVENTS_PER_REQUEST, and 1 in the
+ * CloudEvents binary mode, which carries one event per request (the
+ * CloudEvents HTTP binding: batches are a structured-mode format).
  */
 static bool
 http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 {
 	char	   *source = OutboxDestinationText(row, "cloudevents_source");
+	char	   *format = OutboxDestinationText(row, "format");
+	bool		isnull;
+	Datum		per_request = OutboxDestinationColumn(row, "events_per_request", &isnull);
 
 	if (!url_check(OutboxDestinationText(row, "url"), p))
 		return false;
 	if (source != NULL && !OutboxCloudEventSourceCheck(source, p))
 		return false;
+	if (!isnull && (DatumGetInt32(per_request) < 1 ||
+					DatumGetInt32(per_request) > HTTP_MAX_EVENTS_PER_REQUEST))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination events_per_request is out of range"),
+								psprintf("A webhook takes 1 to %d events per request.",
+										 HTTP_MAX_EVENTS_PER_REQUEST));
+	if (!isnull && DatumGetInt32(per_request) > 1 && format != NULL &&
+		strcmp(format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination events_per_request must be 1 in the cloudevents-binary format"),
+								pstrdup("The binary mode carries one event per request; batches use the cloudevents format (application/cloudevents-batch+json)."));
 	return OutboxDestinationFileCheck(row, "ca_file", p);
 }
 
 /*
- * decode: url, timeout_ms, headers, retry_client_errors, ca_file, the
- * format and a CloudEvents format's source into an HttpDestOptions
+ * decode: url, timeout_ms, headers, retry_client_errors, ca_file,
+ * events_per_request, the format and a CloudEvents format's source into an HttpDestOptions
  * (timeout_ms and headers are read by webhooks only,
  * though every kind may have them: see check_shared_columns).
  */
@@ -983,6 +1083,8 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	o->retry_client_errors = !isnull && DatumGetBool(d);
 	o->ca_file = OutboxDestinationText(row, "ca_file");
 	bytes += o->ca_file ? strlen(o->ca_file) + 1 : 0;
+	d = OutboxDestinationColumn(row, "events_per_request", &isnull);
+	o->events_per_request = isnull ? 1 : DatumGetInt32(d);
 	o->format = strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS) == 0 ? HTTP_FORMAT_CLOUDEVENTS :
 		strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0 ? HTTP_FORMAT_CLOUDEVENTS_BINARY :
 		HTTP_FORMAT_ENVELOPE;
@@ -1065,6 +1167,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 		{"retry_client_errors", "f"},
 		{"cloudevents_source", NULL},
 		{"ca_file", NULL},
+		{"events_per_request", "1"},
 		{NULL}
 	},
 	.formats = (const char *const[]) {

@@ -149,6 +149,9 @@ typedef struct OutboxEvent
 	char	   *response;		/* the start of the endpoint's answer, credentials
 								 * masked: for last_error only, or NULL */
 	int64		retry_after_ms; /* the endpoint's Retry-After; -1: none */
+	bool		jitter_set;		/* jitter is the kind's: events that failed
+								 * in one request come back together */
+	double		jitter;			/* then the random share of the backoff, in [0, 1) */
 	char	   *gone_target;	/* the endpoint said it is gone for good (HTTP
 								 * 410): the target it was sent to, for which
 								 * the destination is disabled; else NULL */

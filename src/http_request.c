@@ -33,6 +33,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "common/cryptohash.h"
+#include "common/pg_prng.h"
+#include "common/sha2.h"
 #include "miscadmin.h"
 #include "utils/formatting.h"
 #include "utils/memutils.h"
@@ -45,6 +48,8 @@
 #include "signature.h"
 
 static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
+
+static void record_outcome(HttpRequest *req, CURLcode result);
 
 /*
  * Easy handles of finished requests, reset, for the next ones: a handle
@@ -206,12 +211,12 @@ target_allowed(HttpRequest *req, const char *url)
 	}
 	if (!d->target_parsed)
 	{
-		req->event->error = pstrdup("the destination's url cannot be parsed");
+		req->events[0]->error = pstrdup("the destination's url cannot be parsed");
 		return false;
 	}
 	if (d->target_verdict == OUTBOX_TARGET_REFUSED)
 	{
-		req->event->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
+		req->events[0]->error = pstrdup("the destination's host and port are not allowed by outbox.http_allowed_targets");
 		return false;
 	}
 	req->check_address = d->target_verdict == OUTBOX_TARGET_CHECK_ADDRESS;
@@ -219,17 +224,86 @@ target_allowed(HttpRequest *req, const char *url)
 }
 
 /*
- * The header lines of req: the Standard Webhooks headers (signed when the
- * destination has a secret, timestamp: this attempt's), then the merged
- * headers of the destination and the event. On a problem that retrying
- * cannot solve (an invalid header, a secret that cannot sign) the event
- * fails permanently and false is returned; false without an error: out of
- * memory in libcurl.
+ * Whether req's destination sends batches: every request a JSON array,
+ * however many events it has.
  */
 static bool
-build_header_list(HttpRequest *req, const char *timestamp)
+is_batch(const HttpRequest *req)
 {
-	OutboxEvent *ev = req->event;
+	return HTTP_OPTIONS(req->events[0])->events_per_request > 1;
+}
+
+/*
+ * The body of req: its event's, or for a batch a JSON array of its events'
+ * bodies (envelopes, or structured CloudEvents: the CloudEvents JSON
+ * format's batch), in the order of the request. Palloc'd.
+ */
+static char *
+request_body(const HttpRequest *req)
+{
+	StringInfoData buf;
+
+	if (!is_batch(req))
+		return req->events[0]->body;
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '[');
+	for (int i = 0; i < req->nevents; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		appendStringInfoString(&buf, req->events[i]->body);
+	}
+	appendStringInfoChar(&buf, ']');
+	return buf.data;
+}
+
+/*
+ * The webhook-id of req: its event's event_id when it carries one event, as
+ * the Standard Webhooks specification has it (the id of the message, the
+ * same on every attempt). A batch of several is one message made of
+ * events: its id is a UUID (version 8, RFC 9562: its bits are the
+ * sender's) from the SHA-256 of its events' ids in order, so that the same
+ * batch sent again has the same id. A receiver dedupes events by each
+ * one's id in the body.
+ */
+static char *
+request_id(const HttpRequest *req)
+{
+	pg_cryptohash_ctx *ctx;
+	uint8		hash[PG_SHA256_DIGEST_LENGTH];
+	bool		ok;
+
+	if (req->nevents == 1)
+		return req->events[0]->event_id;
+	ctx = pg_cryptohash_create(PG_SHA256);
+	ok = ctx != NULL && pg_cryptohash_init(ctx) == 0;
+	for (int i = 0; ok && i < req->nevents; i++)
+		ok = pg_cryptohash_update(ctx, (const uint8 *) req->events[i]->event_id,
+								  strlen(req->events[i]->event_id) + 1) == 0;
+	ok = ok && pg_cryptohash_final(ctx, hash, sizeof(hash)) == 0;
+	pg_cryptohash_free(ctx);
+	if (!ok)
+		return NULL;
+	hash[6] = (hash[6] & 0x0f) | 0x80;	/* version 8 */
+	hash[8] = (hash[8] & 0x3f) | 0x80;	/* the RFC 9562 variant */
+	return psprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+					hash[0], hash[1], hash[2], hash[3], hash[4], hash[5], hash[6], hash[7],
+					hash[8], hash[9], hash[10], hash[11], hash[12], hash[13], hash[14], hash[15]);
+}
+
+/*
+ * The header lines of req: the Standard Webhooks headers (signed when the
+ * destination has a secret, timestamp: this attempt's), then the merged
+ * headers of the destination and the event (a batch's events have none of
+ * their own). On a problem that retrying cannot solve (an invalid header,
+ * a secret that cannot sign) the event fails permanently and false is
+ * returned; false without an error: out of memory.
+ */
+static bool
+build_header_list(HttpRequest *req, const char *timestamp, const char *body)
+{
+	OutboxEvent *ev = req->events[0];
+	char	   *id = request_id(req);
 	OutboxHeader *headers;
 	int			nheaders = OutboxMergeHeaders(HTTP_OPTIONS(ev)->headers, ev->headers,
 											  &headers);
@@ -248,16 +322,20 @@ build_header_list(HttpRequest *req, const char *timestamp)
 		}
 	}
 
-	ok = append_header(req, HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS ?
-					   "content-type: application/cloudevents+json" :
-					   "content-type: application/json") &&
+	if (id == NULL)
+		return false;
+	/* the media types of the CloudEvents JSON format (structured, batched) */
+	ok = append_header(req, HTTP_OPTIONS(ev)->format != HTTP_FORMAT_CLOUDEVENTS ?
+					   "content-type: application/json" :
+					   is_batch(req) ? "content-type: application/cloudevents-batch+json" :
+					   "content-type: application/cloudevents+json") &&
 		append_header(req, "Expect:") &&
-		append_header(req, psprintf("webhook-id: %s", ev->event_id)) &&
+		append_header(req, psprintf("webhook-id: %s", id)) &&
 		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
 	if (ok && ev->dest.nsecrets > 0)
 	{
-		char	   *sig = OutboxSignatures(ev->dest.secrets, ev->dest.nsecrets, ev->event_id,
-										   timestamp, ev->body, strlen(ev->body));
+		char	   *sig = OutboxSignatures(ev->dest.secrets, ev->dest.nsecrets, id,
+										   timestamp, body, strlen(body));
 
 		if (sig == NULL)
 		{
@@ -307,9 +385,9 @@ build_header_list(HttpRequest *req, const char *timestamp)
  * callbacks. Returns false if libcurl is out of memory.
  */
 static bool
-setup_easy(HttpRequest *req, bool fresh_connect)
+setup_easy(HttpRequest *req, bool fresh_connect, const char *body)
 {
-	OutboxEvent *ev = req->event;
+	OutboxEvent *ev = req->events[0];
 
 	return req->easy != NULL &&
 		curl_easy_setopt(req->easy, CURLOPT_URL, HTTP_OPTIONS(ev)->url) == CURLE_OK &&
@@ -334,8 +412,8 @@ setup_easy(HttpRequest *req, bool fresh_connect)
 		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, 0L) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_BACKSTOP_MS) == CURLE_OK &&
 		/* libcurl keeps its own copy: the transfer may outlive the event */
-		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(ev->body)) == CURLE_OK &&
-		curl_easy_setopt(req->easy, CURLOPT_COPYPOSTFIELDS, ev->body) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(body)) == CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_COPYPOSTFIELDS, body) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION) == CURLE_OK &&
 		curl_easy_setopt(req->easy, CURLOPT_HEADERFUNCTION, collect_header) == CURLE_OK &&
@@ -356,19 +434,20 @@ setup_easy(HttpRequest *req, bool fresh_connect)
 
 /*
  * Builds the easy handle of one request. On a problem that retrying cannot
- * solve (an invalid header, a bad secret) the event fails permanently and
- * false is returned; the caller does not send it.
+ * solve (an invalid header, a bad secret) the first event fails
+ * permanently and false is returned; the caller does not send it.
  */
 static bool
 prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 {
-	OutboxEvent *ev = req->event;
+	OutboxEvent *ev = req->events[0];
 	char		timestamp[32];
 	long		timeout = HTTP_OPTIONS(ev)->timeout_ms >= 0 ?
 		HTTP_OPTIONS(ev)->timeout_ms : default_timeout_ms;
+	char	   *body = request_body(req);
 
 	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
-	if (!build_header_list(req, timestamp))
+	if (!build_header_list(req, timestamp, body))
 	{
 		if (ev->error == NULL)
 			ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
@@ -378,7 +457,7 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 		return false;
 	req->easy = take_easy();
 	req->timeout_ms = timeout;
-	if (!setup_easy(req, fresh_connect))
+	if (!setup_easy(req, fresh_connect, body))
 	{
 		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
 		return false;
@@ -387,14 +466,15 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 }
 
 /*
- * Builds the easy handle of req (its event's headers, signature, body and
- * libcurl options; default_timeout_ms unless the destination has its own
- * timeout; fresh_connect: reuse no kept connection) with a resource owner
- * in place: the worker builds requests between transactions, where there
- * is none, and PostgreSQL's HMAC (with OpenSSL) registers its context with
- * the current one. Returns false, with the event's error set (permanent
- * when retrying cannot help), when the request cannot be sent. Allocates
- * in the current memory context; no transaction needed.
+ * Builds the easy handle of req (its headers, signature, body and libcurl
+ * options; default_timeout_ms unless the destination has its own timeout;
+ * fresh_connect: reuse no kept connection) with a resource owner in
+ * place: the worker builds requests between transactions, where there is
+ * none, and PostgreSQL's HMAC and SHA-256 (with OpenSSL) register their
+ * contexts with the current one. Returns false, with the first event's
+ * error set (permanent when retrying cannot help; OutboxHttpShareOutcome
+ * gives it to the others), when the request cannot be sent. Allocates in
+ * the current memory context; no transaction needed.
  */
 bool
 OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
@@ -421,6 +501,38 @@ OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 }
 
 /*
+ * Gives every event of req the outcome of its first (a batch's outcome is
+ * each of its events'), and one random share of their backoff, so that
+ * after a failure they are due at once and go out in one request again
+ * (outcome.c). The strings are copied into the current memory context.
+ */
+void
+OutboxHttpShareOutcome(HttpRequest *req)
+{
+	OutboxEvent *first = req->events[0];
+
+	if (req->nevents > 1)
+	{
+		first->jitter_set = true;
+		first->jitter = pg_prng_double(&pg_global_prng_state);
+	}
+
+	for (int i = 1; i < req->nevents; i++)
+	{
+		OutboxEvent *ev = req->events[i];
+
+		ev->ok = first->ok;
+		ev->permanent = first->permanent;
+		ev->error = first->error ? pstrdup(first->error) : NULL;
+		ev->response = first->response ? pstrdup(first->response) : NULL;
+		ev->retry_after_ms = first->retry_after_ms;
+		ev->gone_target = first->gone_target ? pstrdup(first->gone_target) : NULL;
+		ev->jitter_set = first->jitter_set;
+		ev->jitter = first->jitter;
+	}
+}
+
+/*
  * Whether an HTTP status is worth retrying. 5xx and the 4xx that say "not
  * now" (408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
  * Requests) are; any other 4xx says the request itself is wrong, and the
@@ -440,16 +552,25 @@ status_retryable(long status, const HttpDestOptions *dest)
 #define LOCATION_MAX_BYTES 512
 
 /*
- * Records the outcome of a request in its event: delivered for a 2xx
- * status line, whatever happened to the body after it; otherwise the status
- * (with a redirect's Location, and the start of the body, credentials
- * masked: OutboxRedact) or the transfer error, whether it is worth
- * retrying, and the endpoint's Retry-After for 429 and 503.
+ * Records the outcome of a request in its events (OutboxHttpShareOutcome):
+ * delivered for a 2xx status line, whatever happened to the body after
+ * it; otherwise the status (with a redirect's Location, and the start of
+ * the body, credentials masked: OutboxRedact) or the transfer error,
+ * whether it is worth retrying, and the endpoint's Retry-After for 429
+ * and 503.
  */
 void
 OutboxHttpOutcome(HttpRequest *req, CURLcode result)
 {
-	OutboxEvent *ev = req->event;
+	record_outcome(req, result);
+	OutboxHttpShareOutcome(req);
+}
+
+/* OutboxHttpOutcome for the first event of req. */
+static void
+record_outcome(HttpRequest *req, CURLcode result)
+{
+	OutboxEvent *ev = req->events[0];
 	long		status = req->status;
 
 	if (req->headers_done && status >= 200 && status < 300)

@@ -45,18 +45,34 @@ typedef struct HttpDestOptions
 	HttpFormat	format;
 	const char *ce_source;		/* CloudEvents formats: the source */
 	char	   *ca_file;		/* CA bundle for https, or NULL: libcurl's */
+	int			events_per_request; /* above 1: every request is a batch */
 } HttpDestOptions;
+
+/* the most events_per_request allowed */
+#define HTTP_MAX_EVENTS_PER_REQUEST 1000
+/*
+ * A batch takes no event that would bring its body past this (the default
+ * request body limit of nginx, 1 MiB); an event larger alone goes alone.
+ */
+#define HTTP_BATCH_MAX_BYTES (1024 * 1024)
 
 /* The options of ev's destination, a webhook. */
 #define HTTP_OPTIONS(ev) ((const HttpDestOptions *) (ev)->dest.options)
 
 typedef struct HttpDest HttpDest;
 
-/* One request, from its event's enqueue to its release. */
+/*
+ * One request, from its first event's enqueue to its release. It is queued
+ * with one event; when it starts, a destination with events_per_request
+ * above 1 moves queued events of the same options into it (a batch).
+ */
 typedef struct HttpRequest
 {
 	dlist_node	node;			/* in its destination's queue, then in running_list */
-	OutboxEvent *event;			/* NULL once its outcome was reported */
+	OutboxEvent **events;		/* what it sends, in order; the first one's
+								 * destination options apply */
+	int			nevents;		/* 0 once their outcome was reported */
+	OutboxEvent *one;			/* events' storage while it has one */
 	HttpDest   *dest;
 	CURL	   *easy;
 	struct curl_slist *headers;
@@ -87,6 +103,7 @@ struct HttpDest
 	TimestampTz last_active;	/* when an event was last handed over, or
 								 * its outcome reported */
 	double		avg_ms;			/* moving average of its requests' time to an outcome */
+	int			per_request;	/* events_per_request of its last event enqueued */
 
 	/* what target_allowed last found for this destination's URL */
 	char	   *target_url;		/* NULL: nothing yet */
@@ -97,6 +114,7 @@ struct HttpDest
 
 extern bool OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect);
 extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
+extern void OutboxHttpShareOutcome(HttpRequest *req);
 extern void OutboxHttpParkEasy(CURL *easy, int keep);
 extern void OutboxHttpDropIdleEasy(void);
 

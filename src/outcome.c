@@ -96,19 +96,23 @@ static OutboxStatement failure_stmt = {
 };
 
 /*
- * Delay before the next attempt after `attempts` failed ones, in ms:
+ * Delay before the next attempt of ev after `attempts` failed ones, in ms:
  * exponential from outbox.backoff_base, capped at outbox.backoff_max, with
  * "equal jitter" (half fixed, half random; the variant of that name in the
  * AWS Architecture Blog's "Exponential Backoff And Jitter") so that events
- * failing together do not all come back at the same instant.
+ * failing together do not all come back at the same instant. The events
+ * of one request (a webhook's batch) share their random share, which the
+ * kind drew (ev->jitter), so that they come back together, in one request
+ * again.
  */
 static double
-backoff_ms(int attempts)
+backoff_ms(const OutboxEvent *ev, int attempts)
 {
 	double		delay = (double) outbox_backoff_base * pow(2.0, Min(attempts - 1, 60));
+	double		jitter = ev->jitter_set ? ev->jitter : pg_prng_double(&pg_global_prng_state);
 
 	delay = Min(delay, (double) outbox_backoff_max);
-	return delay / 2.0 + pg_prng_double(&pg_global_prng_state) * delay / 2.0;
+	return delay / 2.0 + jitter * delay / 2.0;
 }
 
 /*
@@ -129,7 +133,7 @@ failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 	if (!dead)
 		*delay_ms = ev->retry_after_ms >= 0
 			? (double) Min(ev->retry_after_ms, (int64) outbox_backoff_max)
-			: backoff_ms(ev->not_sent ? attempts + 1 : attempts);
+			: backoff_ms(ev, ev->not_sent ? attempts + 1 : attempts);
 
 	ereport(dead ? WARNING : LOG,
 			(ev->dest.name != NULL ?
