@@ -36,7 +36,7 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      nginx's own ceiling for each
 
 Options: --quick shrinks every size (a smoke run of the script itself);
---only picks sections: digits ("23"), or a comma-separated list ("2,10"); --pg-bin DIR uses the PostgreSQL (and the outbox
+--only picks sections: "23" runs 2 and 3, "10" or "2,10" section 10 too; --pg-bin DIR uses the PostgreSQL (and the outbox
 build installed in it) whose binaries are in DIR, so that two builds can
 be compared in one session (PostgreSQL installs are relocatable: a copy of
 /usr/lib/postgresql/15 and /usr/share/postgresql/15 under another root,
@@ -791,12 +791,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
     ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10",
-                    help='which sections to run: "23" or "2,10"')
+                    help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
-    only = set(args.only.split(",")) if "," in args.only else set(args.only)
+    # "10" is section 10; other digits are one section each; commas optional
+    only = set(re.findall(r"10|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
