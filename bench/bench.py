@@ -34,9 +34,16 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      to an endpoint that answers at once and to one that answers after
      10 ms (nginx's echo module: an endpoint across a network), beside
      nginx's own ceiling for each
+ 11. the defaults against hand tuning: the same 50,000-event HTTP drain at
+     the default outbox.batch_size and outbox.http_max_connections and at
+     a small grid of larger ones, and the ratio of the defaults to the best
+ 12. HTTPS: the same drain to nginx over plain http, over TLS 1.3 with
+     HTTP/1.1 (a private CA, the destination's ca_file), and over TLS with
+     HTTP/2 offered by ALPN
 
 Options: --quick shrinks every size (a smoke run of the script itself);
---only picks sections: "23" runs 2 and 3, "10" or "2,10" section 10 too; --pg-bin DIR uses the PostgreSQL (and the outbox
+--only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
+not sections: two-digit numbers are read first), "2,11" both; --pg-bin DIR uses the PostgreSQL (and the outbox
 build installed in it) whose binaries are in DIR, so that two builds can
 be compared in one session (PostgreSQL installs are relocatable: a copy of
 /usr/lib/postgresql/15 and /usr/share/postgresql/15 under another root,
@@ -134,6 +141,16 @@ max_connections = 100
         if settle:
             time.sleep(0.3)  # let the workers process SIGHUP before measuring
 
+    def restart(self, **settings):
+        """Sets server settings (ALTER SYSTEM) that need a restart, and restarts."""
+        conn = self.connect()
+        with conn.cursor() as cur:
+            for k, v in settings.items():
+                cur.execute(f"ALTER SYSTEM SET {k} = %s", (str(v),))
+        conn.close()
+        as_postgres([f"{BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"),
+                     "-m", "fast", "-w", "restart"], stdout=subprocess.DEVNULL)
+
     def stop(self):
         subprocess.run(["runuser", "-u", "postgres", "--", f"{BIN}/pg_ctl", "-D", self.data,
                         "-m", "fast", "-w", "stop"], stdout=subprocess.DEVNULL,
@@ -191,8 +208,28 @@ def relay_pids(c):
     return [r[0] for r in c.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")]
 
 
-def start_nginx(tmp):
-    port = free_port()
+def make_certificate(tmp):
+    """A CA and a server certificate for 127.0.0.1 that it signed (openssl
+    command line); returns the CA's, the server's and its key's paths."""
+    ca, ca_key = os.path.join(tmp, "ca.pem"), os.path.join(tmp, "ca.key")
+    crt, key, csr = (os.path.join(tmp, f) for f in ("server.pem", "server.key", "server.csr"))
+    ext = os.path.join(tmp, "san.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName = IP:127.0.0.1\n")
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=bench CA"], **quiet)
+    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"], **quiet)
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                    "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext], **quiet)
+    for f in (ca, crt):
+        os.chmod(f, 0o644)
+    return ca, crt, key
+
+
+def start_nginx(tmp, crt, key):
+    port, tls_port, h2_port = free_port(), free_port(), free_port()
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -213,6 +250,19 @@ http {{
         # an endpoint across a network: the answer 10 ms after the request
         location /late {{ echo_read_request_body; echo_sleep 0.01; echo ok; }}
     }}
+    ssl_certificate {crt};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.3;
+    ssl_session_cache shared:bench:1m;
+    server {{
+        listen 127.0.0.1:{tls_port} ssl;
+        location / {{ return 200 'ok'; }}
+    }}
+    server {{
+        listen 127.0.0.1:{h2_port} ssl http2;
+        http2_max_concurrent_streams 1024;
+        location / {{ return 200 'ok'; }}
+    }}
 }}
 """)
     proc = subprocess.Popen(["nginx", "-c", conf, "-p", tmp])
@@ -222,7 +272,7 @@ http {{
             break
         except OSError:
             time.sleep(0.05)
-    return proc, port
+    return proc, port, tls_port, h2_port
 
 
 def start_sink(tmp):
@@ -244,7 +294,12 @@ def section(title):
 # 1 ------------------------------------------------------------------------
 def bench_emit(c, tmp, seconds, clients):
     section("1. emit cost (pgbench)")
+    # (d) needs logical decoding's WAL level, for this section only
+    c.restart(wal_level="logical")
     c.set(databases="")  # no relay: measure the writers alone
+    # the envelope of the events (c) writes: (d) writes a WAL message as long
+    envelope_len = c.sql("""SELECT length(_outbox_envelope(gen_random_uuid(), 'task.created', 'task', '12345',
+                                                           now(), 1, '{"title": "task"}'))""")[0][0]
     c.sql("""CREATE TABLE IF NOT EXISTS bench_tasks (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                                                     user_id int NOT NULL, title text NOT NULL)""")
     scripts = {
@@ -254,9 +309,13 @@ def bench_emit(c, tmp, seconds, clients):
              "VALUES (gen_random_uuid(), 'task.created', 'task', :uid, '{\"title\": \"task\"}');\nCOMMIT;",
         "c": "BEGIN;\nINSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
              "SELECT outbox_emit('task.created', '{\"title\": \"task\"}', 'task', :uid::text);\nCOMMIT;",
+        # the physical limit: the same data in the WAL alone, no table, no index
+        "d": "BEGIN;\nINSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
+             f"SELECT pg_logical_emit_message(true, 'outbox', repeat('x', {envelope_len}));\nCOMMIT;",
     }
     labels = {"a": "task insert only", "b": "task + plain INSERT INTO outbox",
-              "c": "task + outbox_emit()"}
+              "c": "task + outbox_emit()",
+              "d": f"task + pg_logical_emit_message ({envelope_len} B)"}
     tps = {}
     for rnd in range(2):  # interleave rounds so drift hits each case alike
         for key, body in scripts.items():
@@ -271,14 +330,16 @@ def bench_emit(c, tmp, seconds, clients):
             m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
             tps.setdefault(key, []).append(float(m.group(1)))
     print(f"parameters: pgbench -M prepared -c {clients} -j 2 -T {seconds}, 2 interleaved rounds, "
-          f"median; synchronous_commit = on; relay stopped")
+          f"median; synchronous_commit = on; wal_level = logical; relay stopped")
     for key in scripts:
-        print(f"  ({key}) {labels[key]:34s} {statistics.median(tps[key]):10.0f} tps   "
+        print(f"  ({key}) {labels[key]:44s} {statistics.median(tps[key]):10.0f} tps   "
               f"(rounds: {', '.join(f'{t:.0f}' for t in tps[key])})")
-    a, b, cc = (statistics.median(tps[k]) for k in "abc")
+    a, b, cc, d = (statistics.median(tps[k]) for k in "abcd")
     print(f"  (c)/(a) = {cc / a:.3f}   (c)/(b) = {cc / b:.3f}   "
           f"outbox_emit vs plain INSERT: {100 * (1 - cc / b):+.1f}% slower")
+    print(f"  (c)/(d) = {cc / d:.3f}: outbox_emit against the WAL-only limit (target: at least 0.8)")
     c.sql("TRUNCATE outbox")
+    c.restart(wal_level="replica")
     c.set(databases="postgres")
 
 
@@ -318,6 +379,7 @@ def drain(c, n, event_type, dest_sql, label):
     # CPU the relay used, per event: a figure that other load on the machine
     # changes much less than the rate
     print(f"  {'':8s} relay CPU {cpu:.2f} s = {1e6 * cpu / max(delivered, 1):.1f} us per event")
+    return t, cpu
 
 
 def bench_throughput(c, tmp, n, nginx_port, batch, conns):
@@ -592,6 +654,48 @@ def bench_batches(c, tmp, n, nginx_port):
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
 
 
+# 11 -----------------------------------------------------------------------
+def bench_defaults(c, n, nginx_port):
+    section("11. the defaults against hand tuning")
+    grid = ((100, 16), (100, 32), (1000, 16), (1000, 32), (1000, 64))
+    print(f"parameters: {n} events to nginx on 127.0.0.1 per drain, one relay; "
+          f"outbox.batch_size x outbox.http_max_connections: "
+          f"{', '.join(f'{b} x {k}' for b, k in grid)}; the first is the default")
+    rates = []
+    for batch, conns in grid:
+        c.set(batch_size=batch, http_max_connections=conns)
+        t, _ = drain(c, n, "bench.http",
+                     f"INSERT INTO outbox_destinations (name, event_types, url) "
+                     f"VALUES ('h', 'bench.*', 'http://127.0.0.1:{nginx_port}/hook')",
+                     f"{batch}x{conns}")
+        rates.append(n / t)
+    best = max(rates[1:])
+    print(f"  the defaults reach {rates[0] / best:.2f} of the best tuned drain "
+          f"(target: at least 0.8)")
+    c.set(batch_size=100, http_max_connections=16)
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+
+
+# 12 -----------------------------------------------------------------------
+def bench_https(c, n, nginx_port, tls_port, h2_port, ca_file):
+    section("12. HTTPS")
+    print(f"parameters: {n} events per drain, default settings, one relay; nginx on 127.0.0.1: "
+          f"plain http, https (TLS 1.3, self-signed, keep-alive) with HTTP/1.1, and https "
+          f"offering HTTP/2 by ALPN (libcurl multiplexes on it)")
+    rates = {}
+    for label, url in (("http", f"http://127.0.0.1:{nginx_port}/hook"),
+                       ("https/1.1", f"https://127.0.0.1:{tls_port}/hook"),
+                       ("https/2", f"https://127.0.0.1:{h2_port}/hook")):
+        t, _ = drain(c, n, "bench.tls",
+                     f"INSERT INTO outbox_destinations (name, event_types, url, ca_file) "
+                     f"VALUES ('t', 'bench.*', '{url}', {'NULL' if label == 'http' else repr(ca_file)})",
+                     label)
+        rates[label] = n / t
+    print(f"  https/1.1 : http = {rates['https/1.1'] / rates['http']:.2f} (target: at least 0.7);  "
+          f"https/2 : https/1.1 = {rates['https/2'] / rates['https/1.1']:.2f}")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+
+
 # 7 ------------------------------------------------------------------------
 def relay_hwm_mb(pids):
     """The largest peak resident set (VmHWM) of the relays, in MB; shared
@@ -790,14 +894,14 @@ def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12",
                     help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
     # "10" is section 10; other digits are one section each; commas optional
-    only = set(re.findall(r"10|[1-9]", args.only))
+    only = set(re.findall(r"1[0-2]|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -809,7 +913,8 @@ def main():
         print(f"machine: {os.cpu_count()} cores; PostgreSQL 15 from {BIN}; cluster in {tmp}")
         c = Cluster(tmp)
         c.sql("CREATE EXTENSION outbox")
-        nginx, nginx_port = start_nginx(tmp)
+        ca, crt, key = make_certificate(tmp)
+        nginx, nginx_port, tls_port, h2_port = start_nginx(tmp, crt, key)
         sink, sink_port = start_sink(tmp)
         if "1" in only:
             bench_emit(c, tmp, 5 if q else 30, 4)
@@ -834,6 +939,10 @@ def main():
                             ((100, 1024, 1), (1000, 1024, 1), (1000, 4096, 1), (1000, 1024, 2)))
         if "10" in only:
             bench_batches(c, tmp, 5000 if q else 50000, nginx_port)
+        if "11" in only:
+            bench_defaults(c, 5000 if q else 50000, nginx_port)
+        if "12" in only:
+            bench_https(c, 5000 if q else 50000, nginx_port, tls_port, h2_port, ca)
     finally:
         for p in (sink, nginx):
             if p:
