@@ -1,7 +1,8 @@
 # Signatures as receivers check them: key rotation and v1a (ed25519). Each
 # message carries one signature per secret in use, space-separated in
 # webhook-signature; each is verified by Node's crypto module
-# (test/verify_signature.js) and each v1a also by the OpenSSL command line,
+# (test/verify_signature.js), each v1 also by the npm standardwebhooks
+# package, and each v1a also by the OpenSSL command line,
 # never by the extension's own code. The rotation is the procedure the
 # README gives: add the new secret, receivers move to it while both sign,
 # retire the old one after an overlap; a receiver holding either secret
@@ -21,6 +22,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $test_dir = File::Spec->rel2abs("$FindBin::RealBin/..");
+# the npm packages ci/deps.sh installs (test/node/package.json)
+my $node_modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
+die "the standardwebhooks package is not in $node_modules: run ci/deps.sh as root"
+  unless -d "$node_modules/standardwebhooks";
 my $node = outbox_node('signatures');
 my $sink = start_sink();
 ok(wait_relay($node, 'postgres'), 'relay runs');
@@ -39,6 +44,21 @@ sub node_verdicts
 	IPC::Run::run([ 'node', "$test_dir/verify_signature.js" ],
 		'<', \encode_json({ %$msg, keys => \@keys }), '>', \$out, '2>', \$err)
 	  or die "verify_signature.js: $err";
+	return join('', map { $_ ? 't' : 'f' } @{ decode_json($out) });
+}
+
+# For each v1 secret, whether the npm standardwebhooks package (the
+# specification's reference library) accepts $msg with it: "t" or "f".
+sub library_verdicts
+{
+	my ($msg, @secrets) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{NODE_PATH} = $node_modules;
+	IPC::Run::run([ 'node', "$test_dir/standardwebhooks_check.js" ], '<', \encode_json({
+				headers => { 'webhook-id' => $msg->{id}, 'webhook-timestamp' => $msg->{timestamp},
+					'webhook-signature' => $msg->{signature} },
+				body => $msg->{body}, secrets => \@secrets }), '>', \$out, '2>', \$err)
+	  or die "standardwebhooks_check.js: $err";
 	return join('', map { $_ ? 't' : 'f' } @{ decode_json($out) });
 }
 
@@ -89,6 +109,8 @@ my $msg = signed_request('h.one');
 is(schemes($msg), 'v1', 'one secret: one v1 signature');
 is(node_verdicts($msg, $old, 'whsec_' . encode_base64('another key', '')), 'tf',
 	'it verifies with the secret, not with another');
+is(library_verdicts($msg, $old, 'whsec_' . encode_base64('another key', '')), 'tf',
+	'so says the standardwebhooks package');
 
 # 2. a new v1 secret and a new ed25519 key: three signatures, in the order
 # of the secret column, then the secrets added, oldest first
@@ -111,6 +133,7 @@ is(sql(q{SELECT length(secret) FROM outbox_destination_secrets WHERE public_key 
 $msg = signed_request('h.three');
 is(schemes($msg), 'v1 v1 v1a v1a', 'four secrets: four signatures, space-separated');
 is(node_verdicts($msg, $old, $new, $whpk, $long_whpk), 'tttt', 'a receiver holding any one of them verifies the message');
+is(library_verdicts($msg, $old, $new), 'tt', 'the standardwebhooks package verifies with either v1 secret');
 ok(openssl_verifies({ %$msg, signature => (split / /, $msg->{signature})[3] }, $long_whpk),
 	'the OpenSSL command line verifies the 64-byte key\'s signature');
 sql(qq{SELECT outbox_retire_secret('hook', '$long_whpk')});
@@ -128,12 +151,14 @@ is(sql(q{SELECT secret IS NULL FROM outbox_destinations WHERE name = 'hook'}), '
 	'it left the secret column for outbox_destination_secrets');
 $msg = signed_request('h.overlap');
 is(node_verdicts($msg, $old, $new, $whpk), 'ttt', 'during the overlap, the old secret still verifies');
+is(library_verdicts($msg, $old, $new), 'tt', 'for the standardwebhooks package too');
 
 # 4. the overlap ends (its time is made to pass): the old one no longer signs
 sql(qq{UPDATE outbox_destination_secrets SET retire_at = now() - interval '1 second' WHERE secret = '$old'});
 $msg = signed_request('h.after');
 is(schemes($msg), 'v1 v1a', 'after the overlap: two signatures');
 is(node_verdicts($msg, $old, $new, $whpk), 'ftt', 'the old secret verifies no more, the others do');
+is(library_verdicts($msg, $old, $new), 'ft', 'for the standardwebhooks package too');
 
 # 5. the ed25519 key, named by its public key, retires now
 sql(qq{SELECT outbox_retire_secret('hook', '$whpk')});

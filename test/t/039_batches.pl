@@ -26,8 +26,8 @@ use Test::More;
 
 my $test_dir = File::Spec->rel2abs("$FindBin::RealBin/..");
 my $node_modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
-die "the cloudevents package is not in $node_modules: run ci/deps.sh as root"
-  unless -d "$node_modules/cloudevents";
+die "the cloudevents and standardwebhooks packages are not in $node_modules: run ci/deps.sh as root"
+  unless -d "$node_modules/cloudevents" && -d "$node_modules/standardwebhooks";
 
 # the framework turns restart_after_crash off; a relay killed by a signal
 # must bring the server through a crash restart, as in production
@@ -127,6 +127,15 @@ for my $r (@$reqs)
 	is($r->{headers}{'webhook-signature'}, "v1,$mac", 'envelope: v1 over the whole body (Perl)');
 }
 is(node_verifies($reqs->[1], $secret, 'another secret'), 'tf', "envelope: and by Node's crypto");
+{
+	my ($out, $err) = ('', '');
+	local $ENV{NODE_PATH} = $node_modules;
+	IPC::Run::run([ 'node', "$test_dir/standardwebhooks_check.js" ], '<', \encode_json({
+				headers => $reqs->[2]{headers}, body => $reqs->[2]{body}, secrets => [ $secret, 'another secret' ] }),
+		'>', \$out, '2>', \$err)
+	  or die "standardwebhooks_check.js: $err";
+	is($out, "[true,false]\n", 'envelope: and by the standardwebhooks package');
+}
 is(sql(q{SELECT count(*) FILTER (WHERE attempts = 1) FROM outbox WHERE event_type = 'env.made'}), '25',
 	'envelope: one attempt each');
 
