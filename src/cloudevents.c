@@ -48,6 +48,23 @@
 /* the structured object's member names and fixed values, with room to spare */
 #define CE_FIXED_BYTES 256
 
+/*
+ * text in UTF-8, the encoding the CloudEvents HTTP binding percent-encodes
+ * (RFC 3986 too): converted from the database's encoding, which needs a
+ * transaction (an encoding's conversion function is looked up in the
+ * catalog); a SQL_ASCII database's bytes have no known encoding and are
+ * taken as they are.
+ */
+static const char *
+to_utf8(const char *text)
+{
+	if (GetDatabaseEncoding() == PG_SQL_ASCII)
+		return text;
+	return pg_server_to_any(text, strlen(text), PG_UTF8);
+}
+
+static List *cloudevent_headers(const OutboxEvent *ev, const char *source);
+
 /* "<aggregate_type>/<aggregate_id>", the aggregate_id alone, or NULL */
 static char *
 aggregate_key(const OutboxEvent *ev)
@@ -72,7 +89,8 @@ default_source(void)
 
 	if (source == NULL)
 	{
-		char	   *name = get_database_name(MyDatabaseId);
+		char	   *db = get_database_name(MyDatabaseId);
+		const char *name = db != NULL ? to_utf8(db) : NULL;
 		StringInfoData buf;
 
 		initStringInfo(&buf);
@@ -190,6 +208,17 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
 	ev->body = buf.data;
 	pfree(ev->payload);
 	ev->payload = NULL;
+	if (binary)
+	{
+		ListCell   *lc;
+		Size		bytes = 0;
+
+		/* now, in the claim's transaction: the relay sends them without one */
+		ev->extra_headers = cloudevent_headers(ev, source);
+		foreach(lc, ev->extra_headers)
+			bytes += strlen(lfirst(lc)) + 1;
+		return 2 * (buf.len + bytes);
+	}
 	return 2 * buf.len;
 }
 
@@ -201,7 +230,7 @@ static List *
 header_line(List *lines, const char *name, const char *text)
 {
 	StringInfoData buf;
-	const char *value = pg_server_to_any(text, strlen(text), PG_UTF8);
+	const char *value = to_utf8(text);
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "ce-%s: ", name);
@@ -217,11 +246,12 @@ header_line(List *lines, const char *name, const char *text)
 
 /*
  * The ce-* header lines of an event in binary mode (see the file's header),
- * a List of palloc'd strings in the current memory context. Any process;
- * no transaction needed.
+ * a List of palloc'd strings in the current memory context. In a
+ * transaction (to_utf8): OutboxPrepareCloudEvent builds them in the claim's,
+ * and the webhook kind sends them (ev->extra_headers).
  */
-List *
-OutboxCloudEventHeaders(const OutboxEvent *ev, const char *source)
+static List *
+cloudevent_headers(const OutboxEvent *ev, const char *source)
 {
 	List	   *lines = NIL;
 	char	   *key = aggregate_key(ev);

@@ -18,6 +18,5 @@
 extern bool OutboxCloudEventSourceCheck(const char *source, OutboxProblem *p);
 extern const char *OutboxCloudEventSource(const char *column);
 extern Size OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary);
-extern List *OutboxCloudEventHeaders(const OutboxEvent *ev, const char *source);
 
 #endif							/* OUTBOX_CLOUDEVENTS_H */

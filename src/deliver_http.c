@@ -949,12 +949,14 @@ http_full(void)
 /*
  * prepare: an event's own headers must follow the rules for headers an
  * event may carry (checked here, where they are first read); the body is
- * the envelope, or the event as a CloudEvent (cloudevents.c).
+ * the envelope, or the event as a CloudEvent (cloudevents.c), in UTF-8
+ * whatever the database's encoding (OutboxBodyToUtf8: JSON on the wire).
  */
 static Size
 http_prepare(OutboxEvent *ev)
 {
 	OutboxProblem p;
+	Size		cost;
 
 	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
 	{
@@ -963,9 +965,11 @@ http_prepare(OutboxEvent *ev)
 		return 0;
 	}
 	if (HTTP_OPTIONS(ev)->format != HTTP_FORMAT_ENVELOPE)
-		return OutboxPrepareCloudEvent(ev, HTTP_OPTIONS(ev)->ce_source,
+		cost = OutboxPrepareCloudEvent(ev, HTTP_OPTIONS(ev)->ce_source,
 									   HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY);
-	return OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
+	else
+		cost = OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
+	return OutboxBodyToUtf8(ev, cost);
 }
 
 /*

@@ -1754,7 +1754,7 @@ js_abandon(void)
 
 /*
  * prepare: the event's own headers follow the rules for headers, and its
- * subject can be built; the body is the envelope.
+ * subject can be built; the body is the envelope, in UTF-8 (OutboxBodyToUtf8).
  */
 static Size
 js_prepare(OutboxEvent *ev)
@@ -1775,7 +1775,7 @@ js_prepare(OutboxEvent *ev)
 		return 0;
 	}
 	pfree(subject);
-	return OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
+	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL));
 }
 
 /* ---------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/json.h"
+#include "mb/pg_wchar.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -83,6 +84,32 @@ OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form)
 	pfree(ev->payload);
 	ev->payload = NULL;
 	return 2 * strlen(ev->body);
+}
+
+/*
+ * Converts a prepared event's body to UTF-8 for a kind whose wire format
+ * requires it (JSON exchanged between systems: RFC 8259, section 8.1),
+ * from the database's encoding; a SQL_ASCII database's bytes have no known
+ * encoding and stay as they are. Returns the bytes the body then costs
+ * (twice its length, as OutboxPrepareEnvelope counts it), cost when there
+ * is no body. For a kind's prepare callback: in the claim's transaction
+ * (a conversion function is looked up in the catalog).
+ */
+Size
+OutboxBodyToUtf8(OutboxEvent *ev, Size cost)
+{
+	int			encoding = GetDatabaseEncoding();
+	char	   *utf8;
+
+	if (ev->body == NULL || encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+		return cost;
+	utf8 = pg_server_to_any(ev->body, strlen(ev->body), PG_UTF8);
+	if (utf8 == ev->body)
+		return cost;
+	cost = cost - 2 * strlen(ev->body) + 2 * strlen(utf8);
+	pfree(ev->body);
+	ev->body = utf8;
+	return cost;
 }
 
 static void

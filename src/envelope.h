@@ -30,6 +30,7 @@ typedef enum OutboxEnvelopeForm
 extern void OutboxAppendUtcTime(StringInfo buf, TimestampTz t);
 extern Size OutboxEventEnvelopeBound(OutboxEvent *ev);
 extern Size OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form);
+extern Size OutboxBodyToUtf8(OutboxEvent *ev, Size cost);
 extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,
 									 OutboxEnvelopeForm form);
 

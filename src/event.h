@@ -17,6 +17,7 @@
 #define OUTBOX_EVENT_H
 
 #include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
 #include "storage/itemptr.h"
 #include "utils/jsonb.h"
 
@@ -130,6 +131,8 @@ typedef struct OutboxEvent
 
 	/* what is sent: the JSON envelope; NULL when it cannot be built */
 	char	   *body;
+	List	   *extra_headers;	/* header lines its kind's prepare built with
+								 * the body (in the claim's transaction), or NIL */
 	Size		cost;			/* bytes it holds in the relay (decoded, body
 								 * twice): see OUTBOX_RELAY_BYTES */
 	Size		envelope_bound; /* OutboxEventEnvelopeBound; 0: not yet */

@@ -345,11 +345,12 @@ build_header_list(HttpRequest *req, const char *timestamp, const char *body)
 		}
 		ok = append_header(req, psprintf("webhook-signature: %s", sig));
 	}
-	if (ok && HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY)
+	/* the ce-* lines of the CloudEvents binary mode, built with the body */
+	if (ok)
 	{
 		ListCell   *lc;
 
-		foreach(lc, OutboxCloudEventHeaders(ev, HTTP_OPTIONS(ev)->ce_source))
+		foreach(lc, ev->extra_headers)
 		{
 			ok = append_header(req, lfirst(lc));
 			if (!ok)

@@ -5,7 +5,9 @@
 # that is missing, and does not percent-decode headers): the mapping of
 # every attribute, the percent-encoding of header values, ce-time in
 # RFC 3339 UTC under a server TimeZone and DateStyle that would print
-# otherwise, and the Standard Webhooks signature over the body.
+# otherwise, and the Standard Webhooks signature over the body. Then a
+# LATIN1 database: its ce-* values percent-encoded from UTF-8 and its body
+# in UTF-8, built in the claim's transaction (the relay sends without one).
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -135,6 +137,30 @@ is(join('|', map { $h->{"ce-$_"} // 'absent' } qw(id subject partitionkey)), "$i
 $sdk = sdk($req);
 is_deeply([ $sdk->{valid}, $sdk->{events}[0]{data} ], [ [JSON::PP::true], [ 1, 2 ] ],
 	'binary, no aggregate: valid, its data an array');
+
+############################################################################
+# a LATIN1 database: the relay builds the ce-* headers in the claim's
+# transaction, converting to UTF-8 there, and sends them without one
+
+$node->safe_psql('postgres',
+	q{CREATE DATABASE latin ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
+$node->safe_psql('latin', 'CREATE EXTENSION outbox');
+$node->safe_psql('latin', sprintf(q{
+	INSERT INTO outbox_destinations (name, event_types, url, format) VALUES ('ce_l', 'cl.*', '%s', 'cloudevents-binary')},
+	$sink->url('/latin')));
+my $latin_pid = relay_pid($node, 'postgres');
+set_databases($node, 'postgres, latin');
+ok(wait_relay($node, 'latin'), 'latin: its relay runs');
+my $lid = $node->safe_psql('latin',
+	q{SELECT outbox_emit('cl.paid', '{"note": "caf\u00e9"}', 'client', 'Zo' || chr(235) || ' M' || chr(252) || 'ller')});
+ok($node->poll_query_until('latin', "SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$lid'"),
+	'latin: delivered');
+($req) = @{ $sink->requests('/latin') };
+is(join('|', map { $req->{headers}{"ce-$_"} // 'absent' } qw(source subject)),
+	'/outbox/latin|client/Zo%C3%AB%20M%C3%BCller', 'latin: the subject percent-encoded from UTF-8');
+is(decode_json(encode_utf8($req->{body}))->{note}, "caf\x{e9}", 'latin: the payload, UTF-8 on the wire');
+ok(wait_relay($node, 'latin'), 'latin: the relay still runs');
+is(relay_pid($node, 'postgres'), $latin_pid, 'the relay of postgres is the same throughout');
 
 $sink->stop;
 $node->stop;
