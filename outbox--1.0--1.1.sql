@@ -1259,10 +1259,12 @@ BEGIN
     END IF;
     -- raises, with the reason and without the secret, if it breaks a rule
     PERFORM @extschema@.outbox_public_key(NEW.secret);
-    -- (the secret column may hold one of them too: it signs twice, harmless)
-    IF EXISTS (
+    -- among the rows in use (the secret column may hold one of them too:
+    -- it signs twice, harmless); a row past its retire_at may be added again
+    IF (NEW.retire_at IS NULL OR NEW.retire_at > now()) AND EXISTS (
            SELECT FROM @extschema@.outbox_destination_secrets s
             WHERE s.destination = NEW.destination AND s.secret = NEW.secret
+              AND (s.retire_at IS NULL OR s.retire_at > now())
               AND (TG_OP = 'INSERT' OR s.id <> OLD.id)) THEN
         RAISE EXCEPTION 'destination "%" already has this secret', NEW.destination
             USING ERRCODE = 'unique_violation';
@@ -1275,7 +1277,7 @@ COMMENT ON FUNCTION @extschema@._outbox_check_secret() IS
     'Internal: trigger that refuses a secret that breaks the rules, a destination that does not sign, or a secret the destination already has, without printing the secret';
 
 CREATE TRIGGER outbox_destination_secrets_check
-    BEFORE INSERT OR UPDATE OF destination, secret, added_at ON @extschema@.outbox_destination_secrets
+    BEFORE INSERT OR UPDATE OF destination, secret, added_at, retire_at ON @extschema@.outbox_destination_secrets
     FOR EACH ROW EXECUTE FUNCTION @extschema@._outbox_check_secret();
 
 CREATE FUNCTION @extschema@.outbox_add_secret(destination text, secret text DEFAULT NULL,
@@ -1311,6 +1313,13 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'destination "%" already has this secret', outbox_add_secret.destination
             USING ERRCODE = 'unique_violation';
+    END IF;
+    -- a secret in its overlap, retiring later, is kept: a rotation undone
+    UPDATE @extschema@.outbox_destination_secrets s SET retire_at = NULL
+     WHERE s.destination = outbox_add_secret.destination AND s.secret = new_secret
+       AND s.retire_at > now();
+    IF FOUND THEN
+        RETURN coalesce(@extschema@.outbox_public_key(new_secret), new_secret);
     END IF;
     INSERT INTO @extschema@.outbox_destination_secrets (destination, secret)
     VALUES (outbox_add_secret.destination, new_secret);
@@ -1374,7 +1383,11 @@ BEGIN
     END IF;
     IF in_column THEN
         UPDATE @extschema@.outbox_destinations o SET secret = NULL WHERE o.name = d.name;
-        IF after > interval '0' THEN
+        -- signs on from the table until it retires (there already, if a row has it)
+        IF after > interval '0' AND NOT EXISTS (
+               SELECT FROM @extschema@.outbox_destination_secrets s
+                WHERE s.destination = d.name AND s.secret = d.secret
+                  AND (s.retire_at IS NULL OR s.retire_at > now())) THEN
             INSERT INTO @extschema@.outbox_destination_secrets (destination, secret, retire_at)
             VALUES (d.name, d.secret, retire);
         END IF;

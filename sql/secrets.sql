@@ -104,6 +104,31 @@ BEGIN;
 UPDATE outbox_destination_secrets SET retire_at = now() - interval '1 second' WHERE secret = 'second raw secret';
 SELECT regress.try($$SELECT outbox_retire_secret('sig_hook', 'second raw secret')$$);
 ROLLBACK;
+-- the column's secret also in the table (allowed: it signs twice) retires
+-- with an overlap: one row left, retiring then
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, url, secret)
+VALUES ('sig_twice', 'none.twice', 'http://127.0.0.1:1/', 'twice secret');
+INSERT INTO outbox_destination_secrets (destination, secret) VALUES ('sig_twice', 'twice secret'), ('sig_twice', 'next secret');
+SELECT outbox_retire_secret('sig_twice', 'twice secret', '1 hour') - now() AS retires_in;
+SELECT (SELECT secret FROM outbox_destinations WHERE name = 'sig_twice') AS column_secret,
+       count(*) AS rows, max(retire_at) - now() AS retires_in
+  FROM outbox_destination_secrets WHERE destination = 'sig_twice' AND secret = 'twice secret';
+-- added again during its overlap: kept, no longer retiring
+SELECT outbox_add_secret('sig_twice', 'twice secret') AS added_back;
+SELECT count(*) AS rows, max(retire_at) AS retire_at
+  FROM outbox_destination_secrets WHERE destination = 'sig_twice' AND secret = 'twice secret';
+ROLLBACK;
+-- a secret past its retire time may be added again
+BEGIN;
+UPDATE outbox_destination_secrets SET retire_at = now() - interval '1 second' WHERE secret = 'second raw secret';
+SELECT outbox_add_secret('sig_hook', 'second raw secret') AS added_again;
+SELECT count(*) AS rows, count(*) FILTER (WHERE retire_at IS NULL) AS in_use
+  FROM outbox_destination_secrets WHERE secret = 'second raw secret';
+-- but not twice in use, nor made in use again by an UPDATE beside it
+SELECT regress.try($$SELECT outbox_add_secret('sig_hook', 'second raw secret')$$);
+SELECT regress.try($$UPDATE outbox_destination_secrets SET retire_at = NULL WHERE secret = 'second raw secret' AND retire_at IS NOT NULL$$);
+ROLLBACK;
 
 -- only outbox_admin reads or changes secrets
 SET ROLE outbox_writer;
