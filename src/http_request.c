@@ -557,8 +557,8 @@ status_retryable(long status, const HttpDestOptions *dest)
  * delivered for a 2xx status line, whatever happened to the body after
  * it; otherwise the status (with a redirect's Location, and the start of
  * the body, credentials masked: OutboxRedact) or the transfer error,
- * whether it is worth retrying, and the endpoint's Retry-After for 429
- * and 503.
+ * whether it is worth retrying, and the endpoint's Retry-After for 429,
+ * 502, 503 and 504.
  */
 void
 OutboxHttpOutcome(HttpRequest *req, CURLcode result)
@@ -615,7 +615,11 @@ record_outcome(HttpRequest *req, CURLcode result)
 	if (req->response_len > 0)
 		ev->response = OutboxRedact(req->response, req->response_len);
 	ev->permanent = status != 410 && !status_retryable(status, HTTP_OPTIONS(ev));
-	if (status == 429 || status == 503)
+	/*
+	 * Retry-After: RFC 9110 10.2.3 names 503 (and 429, RFC 6585); 502 and
+	 * 504 come from a gateway before the endpoint, which may send it too
+	 */
+	if (status == 429 || status == 502 || status == 503 || status == 504)
 	{
 		curl_off_t	retry_after = 0;
 

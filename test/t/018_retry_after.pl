@@ -1,7 +1,7 @@
-# A 429 or 503 answer with Retry-After sets the time of the next attempt, in
-# either form the header takes (seconds, or an HTTP-date), instead of the
-# backoff (outbox.backoff_base is 100 ms here), and capped by
-# outbox.backoff_max. Other statuses do not honour it.
+# A 429, 502, 503 or 504 answer with Retry-After sets the time of the next
+# attempt, in either form the header takes (seconds, or an HTTP-date),
+# instead of the backoff (outbox.backoff_base is 100 ms here), and capped
+# by outbox.backoff_max. Other statuses (a 500) do not honour it.
 #
 # Each case answers its status once, then 200; the gap between the two
 # requests is read from the times the sink recorded.
@@ -24,6 +24,8 @@ my %case = (
 	seconds => { status => 503, retry_after => '2' },
 	date => { status => 429, retry_after_in => 3 },
 	ignored => { status => 500, retry_after => '3600' },
+	gateway => { status => 502, retry_after => '2' },
+	gateway_timeout => { status => 504, retry_after => '2' },
 	capped => { status => 503, retry_after => '3600' },
 );
 $sink->paths(map { ("/$_" => { script => [ $case{$_} ] }) } keys %case);
@@ -65,6 +67,14 @@ cmp_ok($gap, '<=', 3.5, 'seconds: and not much longer');
 $gap = gap_of('date');
 cmp_ok($gap, '>=', 2.9, 'date: Retry-After as an HTTP-date waits until that date');
 cmp_ok($gap, '<=', 5.5, 'date: and not much longer');
+
+# a gateway's 502 and 504 (a proxy before the endpoint) honour it too
+for my $name ('gateway', 'gateway_timeout')
+{
+	$gap = gap_of($name);
+	cmp_ok($gap, '>=', 1.9, "$name: Retry-After: 2 waits at least 1.9 s");
+	cmp_ok($gap, '<=', 3.5, "$name: and not much longer");
+}
 
 # a 500 does not honour Retry-After: the backoff applies (50 to 100 ms)
 $gap = gap_of('ignored');
