@@ -643,14 +643,13 @@ def bench_batches(c, tmp, n, nginx_port):
         print(f"  endpoint {path} ({what}): nginx ceiling, wrk -t1 -c16 POST: "
               f"{float(m.group(1)) if m else float('nan'):.0f} requests/s")
         for per in (1, 100):
-            drain(c, n, "bench.batch",
-                  f"INSERT INTO outbox_destinations (name, event_types, url, events_per_request) "
-                  f"VALUES ('b', 'bench.*', 'http://127.0.0.1:{nginx_port}{path}', {per})",
-                  f"{per}/req")
-            span = c.sql("SELECT extract(epoch FROM max(delivered_at) - min(delivered_at)) FROM outbox")[0][0]
-            rates[(path, per)] = n / max(float(span or 0), 1e-9)
+            t, _ = drain(c, n, "bench.batch",
+                         f"INSERT INTO outbox_destinations (name, event_types, url, events_per_request) "
+                         f"VALUES ('b', 'bench.*', 'http://127.0.0.1:{nginx_port}{path}', {per})",
+                         f"{per}/req")
+            rates[(path, per)] = n / t
         print(f"  {path}: 100 events per request drain {rates[(path, 100)] / rates[(path, 1)]:.1f}x "
-              f"as fast as 1 (first to last pass; target: at least 5x)")
+              f"as fast as 1 (wall time, from the relay's start; target: at least 5x)")
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
 
 
