@@ -1269,6 +1269,17 @@ BEGIN
         RAISE EXCEPTION 'destination "%" already has this secret', NEW.destination
             USING ERRCODE = 'unique_violation';
     END IF;
+    -- each signs every message: a NOTIFY payload (8000 bytes) must still
+    -- hold the id form with all the signatures (deliver_notify.c)
+    IF (NEW.retire_at IS NULL OR NEW.retire_at > now()) AND (
+           SELECT count(*) FROM @extschema@.outbox_destination_secrets s
+            WHERE s.destination = NEW.destination
+              AND (s.retire_at IS NULL OR s.retire_at > now())
+              AND (TG_OP = 'INSERT' OR s.id <> OLD.id)) >= 10 THEN
+        RAISE EXCEPTION 'destination "%" has 10 secrets in use, the most it may have', NEW.destination
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Retire one with outbox_retire_secret() first.';
+    END IF;
     RETURN NEW;
 END
 $$;

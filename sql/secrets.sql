@@ -129,6 +129,13 @@ SELECT count(*) AS rows, count(*) FILTER (WHERE retire_at IS NULL) AS in_use
 SELECT regress.try($$SELECT outbox_add_secret('sig_hook', 'second raw secret')$$);
 SELECT regress.try($$UPDATE outbox_destination_secrets SET retire_at = NULL WHERE secret = 'second raw secret' AND retire_at IS NOT NULL$$);
 ROLLBACK;
+-- at most 10 secrets in use in the table per destination (54000)
+BEGIN;
+SELECT count(outbox_add_secret('sig_chan')) AS added FROM generate_series(1, 10 - (
+    SELECT count(*) FROM outbox_destination_secrets WHERE destination = 'sig_chan'
+       AND (retire_at IS NULL OR retire_at > now()))::int);
+SELECT regress.try($$SELECT outbox_add_secret('sig_chan')$$);
+ROLLBACK;
 
 -- only outbox_admin reads or changes secrets
 SET ROLE outbox_writer;

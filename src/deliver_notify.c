@@ -16,12 +16,15 @@
  * signature: with a secret, the notification is
  *
  *	 {"webhook-id": <event_id>, "webhook-timestamp": <Unix seconds>,
- *	  "webhook-signature": "v1,<base64 HMAC-SHA256>", "body": <form, as a
- *	  JSON string>}
+ *	  "webhook-signature": "<one signature per secret, space-separated>",
+ *	  "body": <form, as a JSON string>}
  *
  * signed as a webhook is (signature.c: "<id>.<timestamp>.<body>"), so that
  * the three fields are the Standard Webhooks headers and the body string
  * is the exact bytes signed, whatever JSON parser reads the outer object.
+ * A destination has at most 11 secrets in use (its column and 10 rows of
+ * outbox_destination_secrets, the table's trigger), about 1 kB of
+ * signatures, so the id form still fits.
  *
  * src/deliver_notify.c
  *

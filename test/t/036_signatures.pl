@@ -167,7 +167,7 @@ is(schemes($msg), 'v1', 'retired now: one signature left');
 is(node_verdicts($msg, $new, $whpk), 'tf', 'made with the new secret');
 
 # 6. a NOTIFY channel with a raw secret and the ed25519 key of RFC 8032's
-# first test vector signs each notification with both
+# first test vector signs each notification with both; rotates the same way
 sql(q{INSERT INTO outbox_destinations (name, event_types, channel, secret) VALUES ('chan', 'c.*', 'signed_chan', 'channel raw secret')});
 my $rfc_whpk = sql(q{SELECT outbox_add_secret('chan', 'whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=')});
 is($rfc_whpk, 'whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=', "the key's public key is RFC 8032's");
@@ -187,6 +187,19 @@ is($msg->{id}, $cid, 'the notification is the event');
 is(schemes($msg), 'v1 v1a', 'a channel: one signature per secret');
 is(node_verdicts($msg, 'channel raw secret', $rfc_whpk), 'tt', 'both verify');
 ok(openssl_verifies($msg, $rfc_whpk), 'the v1a one with the OpenSSL command line too');
+
+# the channel's raw secret retires now: the next notification carries the v1a one only
+sql(q{SELECT outbox_retire_secret('chan', 'channel raw secret')});
+($cid) = @{ emit($node, 'postgres', 'c.two', 1) };
+ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$cid'"),
+	'a channel, after the retirement: sent');
+ok($listener->sync, 'and received');
+$note = decode_json($listener->notes->[1]{payload});
+$msg = { id => $note->{'webhook-id'}, timestamp => $note->{'webhook-timestamp'}, body => $note->{body},
+	signature => $note->{'webhook-signature'} };
+is($msg->{id}, $cid, 'a channel, after the retirement: the second event');
+is(schemes($msg), 'v1a', 'a channel, after the retirement: one signature');
+is(node_verdicts($msg, 'channel raw secret', $rfc_whpk), 'ft', 'a channel: the retired secret verifies no more');
 $listener->quit;
 
 $sink->stop;
