@@ -49,6 +49,7 @@
 #include <signal.h>
 
 #include <nats/nats.h>
+#include <openssl/crypto.h>
 
 #include "catalog/pg_authid.h"
 #include "funcapi.h"
@@ -428,6 +429,10 @@ static List *checked = NIL;		/* outbox_jetstream_check()'s, in js_cxt, while the
 
 /* how long a process that exits waits for its connections to close */
 #define JS_EXIT_WAIT_MS 500
+
+/* a connection's thread outlived JS_EXIT_WAIT_MS: exit without atexit handlers */
+static bool js_threads_left = false;
+static int	js_exit_code = 0;
 
 /* Copies src into dst[size], cut; for threads, which must not call PostgreSQL. */
 static void
@@ -949,8 +954,10 @@ fingerprint(const JsDestOptions *o, int timeout_ms)
  * connection's own reading and flushing threads). Without it the process
  * runs its exit handlers (OpenSSL's frees its state) while those threads
  * still use it. A thread that does not end in time (a connection attempt
- * waits on an unresponsive server) is left, with a LOG line: a relay stops
- * within a second whatever the broker does.
+ * waits on an unresponsive or slow server) is left, with a LOG line, so
+ * that a relay stops within a second whatever the broker does; then the
+ * process skips those handlers (js_atexit), as PostgreSQL's own quick exit
+ * does, once its own exit callbacks have run.
  *
  * Not nats_Close: libnats's final cleanup frees OpenSSL's list of
  * compression methods (libnats 3.4, nats.c), which OpenSSL's own exit
@@ -1000,13 +1007,36 @@ js_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 			break;
 		pg_usleep(5000L);
 	}
+	js_exit_code = code;
 	if (running > 0)
+	{
+		js_threads_left = true;
 		ereport(LOG,
 				(errmsg("outbox: %d JetStream connection(s) did not close within %d ms of exit",
-						running, JS_EXIT_WAIT_MS)));
+						running, JS_EXIT_WAIT_MS),
+				 errdetail("The process exits without the libraries' exit handlers, which would free what those connections use.")));
+	}
 }
 
-/* The memory context of JetStream's connections; first, the exit callback. */
+/*
+ * An atexit handler, registered after OpenSSL's and libnats's (js_setup),
+ * so run before them: when a connection's thread is still running, ends
+ * the process at once with its exit code (_exit), every PostgreSQL exit
+ * callback done, and the libraries' handlers not run.
+ */
+static void
+js_atexit(void)
+{
+	if (js_threads_left)
+		_exit(js_exit_code);
+}
+
+/*
+ * The memory context of JetStream's connections; first, the exit
+ * callbacks. OpenSSL and libnats register their atexit handlers when they
+ * are first initialized: that is done here, so that js_atexit, registered
+ * after them, runs before them.
+ */
 static void
 js_setup(void)
 {
@@ -1014,6 +1044,10 @@ js_setup(void)
 		return;
 	js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
 								   ALLOCSET_DEFAULT_SIZES);
+	(void) OPENSSL_init_crypto(0, NULL);
+	(void) nats_Open(-1);
+	if (atexit(js_atexit) != 0)
+		elog(ERROR, "could not register an exit handler for JetStream connections");
 	before_shmem_exit(js_at_exit, (Datum) 0);
 }
 
