@@ -79,7 +79,11 @@ static OutboxStatement journal_done_stmt = {
  * runs $4), or the log has it at that count (ids $5, attempts $6).
  *
  * An attempt its relay's end cut off is also counted in cut_off_attempts,
- * in a row (any outcome sets it back to 0). At 2, or once the attempts
+ * in a row (any outcome sets it back to 0), unless the relay was asked to
+ * stop (its run among $10, from its start log): a shutdown is not an
+ * event's doing, and its attempts are counted without blame (an event at
+ * outbox.max_attempts is still sent alone next, as below, never
+ * dead-lettered for it). At 2, or once the attempts
  * reach outbox.max_attempts ($7), the event is sent alone next time (the
  * relay's suspects, see relay.c); one that was sent alone and cut off
  * again is the one that ends its relay, and is dead-lettered. So an event
@@ -91,7 +95,7 @@ static OutboxStatement journal_done_stmt = {
  * event_id, whether it is now dead and whether it is to be sent alone.
  */
 static const Oid release_argtypes[] = {INT8ARRAYOID, INT8ARRAYOID, INT8OID, INT8ARRAYOID,
-INT8ARRAYOID, INT4ARRAYOID, INT4OID, INT8OID, INT8OID};
+INT8ARRAYOID, INT4ARRAYOID, INT4OID, INT8OID, INT8OID, INT8ARRAYOID};
 static OutboxStatement release_stmt = {
 	.sql =
 		"WITH gone AS ("
@@ -100,7 +104,8 @@ static OutboxStatement release_stmt = {
 		"     AND ($8 IS NULL OR (j.run = $8 AND j.claim = $9))"
 		"  RETURNING j.run, j.ids, j.attempts),"
 		" started AS ("
-		"  SELECT DISTINCT ON (f.id, f.attempts) f.id, f.attempts, gone.run <> $3 AS ended"
+		"  SELECT DISTINCT ON (f.id, f.attempts) f.id, f.attempts, gone.run <> $3 AS ended,"
+		"         gone.run = ANY ($10) AS stopped"
 		"    FROM gone, unnest(gone.ids, gone.attempts) AS f(id, attempts)"
 		"   WHERE gone.run = $3 OR gone.run <> ALL ($4)"
 		"      OR (f.id, f.attempts) IN (SELECT s.id, s.attempts"
@@ -109,12 +114,17 @@ static OutboxStatement release_stmt = {
 		" counted AS ("
 		"  UPDATE %1$s.outbox o SET attempts = o.attempts + 1,"
 		"         cut_off_attempts = CASE WHEN NOT u.ended THEN o.cut_off_attempts"
+		"                                 WHEN u.stopped AND o.attempts + 1 >= $7"
+		"                                 THEN greatest(o.cut_off_attempts, " CppAsString2(OUTBOX_ALONE_AFTER) ")"
+		"                                 WHEN u.stopped THEN o.cut_off_attempts"
 		"                                 WHEN o.attempts + 1 >= $7"
 		"                                 THEN greatest(o.cut_off_attempts + 1, " CppAsString2(OUTBOX_ALONE_AFTER) ")"
 		"                                 ELSE o.cut_off_attempts + 1 END,"
-		"         dead_at = CASE WHEN u.ended AND o.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER) " THEN now() END,"
+		"         dead_at = CASE WHEN u.ended AND NOT u.stopped"
+		"                         AND o.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER) " THEN now() END,"
 		"         last_error = CASE"
 		"           WHEN NOT u.ended THEN o.last_error"
+		"           WHEN u.stopped THEN 'attempt cut off: its relay was stopped while it was in flight'"
 		"           WHEN o.cut_off_attempts >= " CppAsString2(OUTBOX_ALONE_AFTER) " THEN format("
 		"             'its relay ended while it was in flight, sent alone (cut off %%s times in a row):"
 		" dead-lettered, as it may end the relay', o.cut_off_attempts + 1)"
@@ -134,7 +144,7 @@ static OutboxStatement release_stmt = {
 		"  RETURNING o.event_id::text, false AS dead, false AS alone)"
 		" SELECT event_id, dead, alone FROM counted"
 		" UNION ALL SELECT event_id, dead, alone FROM settled",
-	.nargs = 9,
+	.nargs = 10,
 	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
@@ -204,8 +214,8 @@ OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
 					 const OutboxStartLogs *logs, const OutboxJournalKey *only,
 					 uint64 *counted, uint64 *alone)
 {
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n', 'n'};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n', 'n', ' '};
 	Datum	   *attempts = palloc(sizeof(Datum) * Max(logs->n, 1));
 	int			rc;
 
@@ -218,6 +228,7 @@ OutboxReleaseJournal(const int64 *live, int nlive, const int64 *own, int nown,
 	values[4] = OutboxInt8Array(logs->ids, logs->n);
 	values[5] = PointerGetDatum(construct_array(attempts, logs->n, INT4OID, 4, true, TYPALIGN_INT));
 	values[6] = Int32GetDatum(outbox_max_attempts);
+	values[9] = OutboxInt8Array(logs->stopped, logs->nstopped);
 	if (only != NULL)
 	{
 		values[7] = Int64GetDatum(only->run);

@@ -922,6 +922,34 @@ record_if_ready(WorkerState *st)
 	}
 }
 
+/* a SIGTERM came: the relay was asked to stop */
+static volatile sig_atomic_t stop_requested = false;
+
+/*
+ * The relay's SIGTERM handler: notes that it was asked to stop (a server
+ * shutdown, the launcher, pg_terminate_backend), then does what die() does.
+ */
+static void
+relay_sigterm(SIGNAL_ARGS)
+{
+	stop_requested = true;
+	die(postgres_signal_arg);
+}
+
+/*
+ * Exiting (a before_shmem_exit callback): after a SIGTERM, notes in the
+ * start log that the relay was asked to stop, so that the attempts it cuts
+ * off are not held against their events (start_log.c). Any other exit
+ * that runs callbacks (an ERROR out of the loop, the postmaster's death)
+ * leaves the log as it is.
+ */
+static void
+relay_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+{
+	if (stop_requested)
+		OutboxStartLogStopped();
+}
+
 /*
  * Entry point of a relay worker, started by the launcher for one database
  * (main_arg: its OID; bgw_extra: the relay's number in it, an int). Runs as
@@ -936,11 +964,12 @@ OutboxRelayMain(Datum main_arg)
 
 	memcpy(&relay_no, MyBgworkerEntry->bgw_extra, sizeof(int));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, relay_sigterm);
 	BackgroundWorkerUnblockSignals();
 
 	relay_connect(DatumGetObjectId(main_arg));
 	OutboxStartLogBegin(MyDatabaseId, OutboxRelayRun());
+	before_shmem_exit(relay_at_exit, (Datum) 0);
 	relay_wait_event = OutboxWaitEvent("OutboxRelayMain");
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay",
 									  ALLOCSET_DEFAULT_SIZES);

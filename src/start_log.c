@@ -23,7 +23,10 @@
  * soon as every event noted there has its outcome, truncating it first.
  * So the files stay small, and each event in flight is in one of them.
  * The release of a gone relay's journal reads its files (in the release's
- * transaction) and removes them after it commits.
+ * transaction) and removes them after it commits. A relay that was asked
+ * to stop (SIGTERM: a shutdown, pg_terminate_backend) appends a record of
+ * event id 0 as it exits: its end was not an event's doing, and the
+ * release counts its attempts cut off without blaming the events.
  *
  * Runs in the relay worker only: outbox_relay() records its outcomes in
  * the transaction that claims them, and keeps no journal.
@@ -224,9 +227,28 @@ run_is_live(int64 run, const int64 *live, int nlive)
 	return false;
 }
 
-/* Appends the records of the file at path to logs. */
+/*
+ * Notes in the start log that this relay was asked to stop (the record of
+ * event id 0), so that the release of its journal does not count its end
+ * against the events it had in flight (journal.c). Called by the relay
+ * worker as it exits after a SIGTERM (a before_shmem_exit callback: no
+ * transaction); a failed write leaves the log as it was.
+ */
+void
+OutboxStartLogStopped(void)
+{
+	StartRecord rec = {0, 0, 0};
+
+	if (!log_active)
+		return;
+	if (pg_pwrite(log_fd[log_cur], &rec, sizeof(rec), log_size[log_cur]) == (ssize_t) sizeof(rec))
+		log_size[log_cur] += sizeof(rec);
+	log_active = false;
+}
+
+/* Appends the records of the file at path, of run run, to logs. */
 static void
-read_log_file(const char *path, OutboxStartLogs *logs, int *cap)
+read_log_file(const char *path, int64 run, OutboxStartLogs *logs, int *cap, int *stopped_cap)
 {
 	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
 	struct stat st;
@@ -261,6 +283,17 @@ read_log_file(const char *path, OutboxStartLogs *logs, int *cap)
 	}
 	for (int i = 0; i < nrecs; i++)
 	{
+		if (recs[i].id == 0)
+		{
+			/* OutboxStartLogStopped's record */
+			if (logs->nstopped >= *stopped_cap)
+			{
+				*stopped_cap *= 2;
+				logs->stopped = repalloc(logs->stopped, sizeof(int64) * *stopped_cap);
+			}
+			logs->stopped[logs->nstopped++] = run;
+			continue;
+		}
 		logs->ids[logs->n] = recs[i].id;
 		logs->attempts[logs->n] = recs[i].attempts;
 		logs->n++;
@@ -284,8 +317,10 @@ OutboxStartLogRead(Oid dboid, const int64 *live, int nlive, OutboxStartLogs *log
 	int			cap = 64;
 	int			runs_cap = 8;
 	int			files_cap = 8;
+	int			stopped_cap = 8;
 
 	memset(logs, 0, sizeof(*logs));
+	logs->stopped = palloc(sizeof(int64) * stopped_cap);
 	logs->ids = palloc(sizeof(int64) * cap);
 	logs->attempts = palloc(sizeof(int32) * cap);
 	logs->runs = palloc(sizeof(int64) * runs_cap);
@@ -303,7 +338,7 @@ OutboxStartLogRead(Oid dboid, const int64 *live, int nlive, OutboxStartLogs *log
 		if (!log_file_of(de->d_name, dboid, &run) || run_is_live(run, live, nlive))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", START_LOG_DIR, de->d_name);
-		read_log_file(path, logs, &cap);
+		read_log_file(path, run, logs, &cap, &stopped_cap);
 		if (logs->nfiles >= files_cap)
 		{
 			files_cap *= 2;

@@ -23,12 +23,15 @@ typedef struct OutboxStartLogs
 	int			n;
 	char	  **files;			/* the files read, to remove after the release */
 	int			nfiles;
+	int64	   *stopped;		/* runs that ended when asked to stop */
+	int			nstopped;
 } OutboxStartLogs;
 
 extern void OutboxStartLogBegin(Oid dboid, int64 run);
 extern void OutboxStartLogNote(OutboxEvent *ev);
 extern void OutboxStartLogFlush(void);
 extern void OutboxStartLogEnded(OutboxEvent *ev);
+extern void OutboxStartLogStopped(void);
 extern void OutboxStartLogRead(Oid dboid, const int64 *live, int nlive, OutboxStartLogs *logs);
 extern void OutboxStartLogRemove(const OutboxStartLogs *logs);
 extern void OutboxStartLogForget(Oid dboid);

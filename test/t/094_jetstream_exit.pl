@@ -57,6 +57,9 @@ ok( $node->poll_query_until('postgres',
 is($tls->count('SECURE'), $rounds * $per_round / 2, 'the TLS stream holds each of its events once');
 is($plain->count('PLAIN'), $rounds * $per_round / 2, 'the plain stream holds each of its events once');
 
+is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL OR cut_off_attempts > 0'),
+	'0', 'no event held responsible for the stops: none dead-lettered, none cut off in a row');
+
 my $log = slurp_file($node->logfile);
 # a connection still being made (a TLS handshake on a loaded machine) may
 # outlive the 500 ms a relay waits; that relay exits without the libraries'
