@@ -26,6 +26,13 @@ endif
 # or objects would disagree on the layout of shared structs.
 $(OBJS): $(wildcard src/*.h)
 
+# The PGXN source distribution: the committed tree (HEAD), as a zip whose
+# files are under outbox-<version>/; the version is META.json's (semver).
+DISTVERSION = $(shell sed -n '0,/"version"/s/.*"version": *"\([^"]*\)".*/\1/p' META.json)
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o $(EXTENSION)-$(DISTVERSION).zip HEAD
+
 # Run the TAP suite alone (installcheck runs pg_regress, then this).
 .PHONY: prove_installcheck
 prove_installcheck:

@@ -7,8 +7,12 @@
 #   2. make install into the PostgreSQL of PG_CONFIG (its system directories)
 #   3. pg_regress and the TAP suite as an unprivileged user (ci/check.sh),
 #      which prints regression.diffs and the servers' logs on failure
+#   4. with OUTBOX_PGXN_CHECK=1, the PGXN zip: made, built outside the
+#      repository, installed and tested (ci/pgxn.sh)
+#   5. the Debian package: built, linted, installed under a running server
+#      and tested (ci/package.sh); it replaces the builds of steps 2 and 4
 #
-# Environment: PG_CONFIG (default: pg_config on PATH).
+# Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_PGXN_CHECK.
 # Exit status: 0 passed, 3 build or install failed, 4 tests failed.
 set -uo pipefail
 
@@ -33,3 +37,8 @@ echo "==> built and installed in $((SECONDS - start))s"
 start=$SECONDS
 bash ci/check.sh || exit 4
 echo "==> tests passed in $((SECONDS - start))s"
+
+if [ "${OUTBOX_PGXN_CHECK:-0}" = 1 ]; then
+    bash ci/pgxn.sh || exit $?
+fi
+bash ci/package.sh || exit $?

@@ -15,7 +15,9 @@
 # OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_TEST_JOBS; and to run some
 # tests only, PGXS's own variables: PROVE_TESTS (TAP files, e.g.
 # "test/t/035_gone.pl") and REGRESS (pg_regress files, "setup" first,
-# e.g. "setup secrets"). With one of them only, the other suite is left out.
+# e.g. "setup secrets"). With one of them only, the other suite is left out;
+# TAP_TESTS set and empty leaves the TAP suite out (pg_regress only, as the
+# Debian package's test does).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,6 +30,7 @@ OUTBOX_1_0_SRC_ERROR=${OUTBOX_1_0_SRC_ERROR:-}
 # release_1_0 DEST: sets OUTBOX_1_0_SRC, or OUTBOX_1_0_SRC_ERROR with a warning.
 release_1_0() {
     [ -z "$OUTBOX_1_0_SRC" ] && [ -z "$OUTBOX_1_0_SRC_ERROR" ] || return 0
+    [ "${TAP_TESTS-unset}" != "" ] || return 0 # only the TAP suite needs it
     if OUTBOX_1_0_SRC_ERROR=$(release_1_0_tree "$PWD" "$1"); then
         OUTBOX_1_0_SRC=$1
     else
@@ -44,7 +47,7 @@ if [ "$(id -u)" = 0 ]; then
     echo "==> tests as $user in $work"
     if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" OUTBOX_1_0_SRC="$OUTBOX_1_0_SRC" \
         OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
-        ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"} ${REGRESS+REGRESS="$REGRESS"} \
+        ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"} ${REGRESS+REGRESS="$REGRESS"} ${TAP_TESTS+TAP_TESTS="$TAP_TESTS"} \
         bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0
@@ -66,6 +69,7 @@ release_1_0 "$release"
 export OUTBOX_1_0_SRC OUTBOX_1_0_SRC_ERROR
 # what to run: everything, or the suites and files named
 what=(installcheck)
+if [ "${TAP_TESTS-unset}" = "" ]; then what+=(TAP_TESTS=); fi
 if [ -n "${PROVE_TESTS:-}" ] && [ -z "${REGRESS:-}" ]; then
     what=(prove_installcheck PROVE_TESTS="$PROVE_TESTS")
 elif [ -n "${REGRESS:-}" ]; then

@@ -2,13 +2,15 @@
 # ci/test-all.sh - the README's test command. As root on Debian bookworm:
 # installs the dependencies (ci/deps.sh), then for each PostgreSQL version
 # builds with assertions and warnings as errors, installs, and runs
-# pg_regress and the TAP suite (ci/build-and-check.sh): 15 on the host,
+# pg_regress and the TAP suite, then builds, installs and tests the Debian
+# package (ci/build-and-check.sh): 15 on the host, with the PGXN zip too,
 # 17 and 18 in Debian chroots (ci/chroot.sh, which makes them on first use).
 #
 # It changes the host: it installs Debian packages (which can upgrade an
 # installed postgresql-15), and it installs the extension into the host's
-# PostgreSQL 15. The tests need an assertion-enabled build there; a normal
-# build replaces it at the end.
+# PostgreSQL 15. The tests need an assertion-enabled build there; the
+# package postgresql-15-outbox (ci/package.sh) replaces it at the end, or
+# a normal build if the run stopped before.
 #
 # Environment:
 #   OUTBOX_VERSIONS        versions to test   ("15 17 18")
@@ -56,12 +58,13 @@ for v in $versions; do
     if [ "$v" = 15 ]; then
         step "PostgreSQL 15 on the host: installs an assertion-enabled build of the extension into" \
             "$("$PG15_CONFIG" --pkglibdir) and $("$PG15_CONFIG" --sharedir)/extension until the end of this run"
-        (PG_CONFIG=$PG15_CONFIG bash ci/build-and-check.sh) 2>&1 | (
+        (PG_CONFIG=$PG15_CONFIG OUTBOX_PGXN_CHECK=1 bash ci/build-and-check.sh) 2>&1 | (
             trap '' INT TERM
             tee "$log" | sed -u 's/^/[pg15] /'
         )
         rc=${PIPESTATUS[0]}
-        restore_15=1
+        # passed: the package replaced the assertion-enabled build
+        [ "$rc" = 0 ] || restore_15=1
     else
         bash ci/chroot.sh "$v"
         rc=$?
