@@ -34,7 +34,7 @@ dir=$work/${zip%.zip}
 [ -d "$dir" ] || { echo "pgxn.sh: $zip has no top directory ${zip%.zip}/" >&2; exit 3; }
 [ ! -e "$dir/.git" ] && ! git -C "$dir" rev-parse --git-dir >/dev/null 2>&1 ||
     { echo "pgxn.sh: $dir is inside a git repository" >&2; exit 3; }
-make -s -C "$dir" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Wall -Wextra -Werror" >/dev/null &&
+make -s -C "$dir" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Werror" >/dev/null &&
     make -s -C "$dir" PG_CONFIG="$PG_CONFIG" install >/dev/null || { echo "pgxn.sh: the zip does not build" >&2; exit 3; }
 (cd "$dir" && TAP_TESTS='' bash ci/check.sh) || { echo "pgxn.sh: pg_regress failed on the zip's build (kept: $work)" >&2; exit 4; }
 rm -rf "$work"
