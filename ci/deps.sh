@@ -6,17 +6,17 @@
 # signature checks), the Perl modules of the TAP tests, Python for the test
 # webhook endpoint, Node.js (the tests' signature checks), debootstrap for
 # the PostgreSQL 17/18 chroots, what builds and lints the Debian package
-# (debhelper, postgresql-server-dev-all for pg_buildext, lintian), and
-# unzip for the PGXN zip. Says first what it installs and which installed
-# packages that upgrades (postgresql-server-dev-15 can bring a newer
-# postgresql-15); apt's output goes to $OUTBOX_LOG_DIR/deps.log.
+# (build-essential, debhelper, postgresql-server-dev-all for pg_buildext,
+# lintian), and unzip for the PGXN zip. Says first what it installs and
+# which installed packages that upgrades (postgresql-server-dev-15 can
+# bring a newer postgresql-15); apt's output goes to $OUTBOX_LOG_DIR/deps.log.
 # Quiet when everything is already there.
 set -euo pipefail
 # shellcheck source=ci/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs
-    libipc-run-perl make gcc python3 debootstrap ca-certificates debhelper dpkg-dev postgresql-server-dev-all lintian unzip)
+    libipc-run-perl make gcc python3 debootstrap ca-certificates build-essential debhelper dpkg-dev postgresql-server-dev-all lintian unzip)
 
 if [ "$(id -u)" != 0 ]; then
     echo "deps.sh: run as root (it installs Debian packages)" >&2
