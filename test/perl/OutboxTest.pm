@@ -21,7 +21,7 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(outbox_node start_sink make_certificates wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
-  poison_scenario);
+  poison_scenario time_bound);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 
@@ -44,6 +44,15 @@ sub outbox_node
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 	return $node;
+}
+
+# A bound in seconds on the relay's own work (e.g. how soon SIGTERM ends
+# it): $seconds, or three times that under the sanitizer run, whose
+# instrumented library runs several times slower on a loaded machine.
+sub time_bound
+{
+	my ($seconds) = @_;
+	return $ENV{OUTBOX_TEST_SANITIZER} ? 3 * $seconds : $seconds;
 }
 
 # Polls $cond (a sub) until it returns true, up to the default timeout;

@@ -143,6 +143,8 @@ sub crash_relay
 
 	my $offset = -s $node->logfile;
 	$pid = crash_relay('b', $offset);
+	# the new relay logs the count once its first release has committed
+	$node->wait_for_log(qr/outbox relay counted \d+ attempts? that no outcome recorded/, $offset);
 	is(released($offset), 1, 'b: the new relay counted the one attempt cut off');
 	ok(wait_until(sub { $sink->stats('/hang')->{arrived} == 2 }), 'b: sent again at once');
 	my $first = $sink->arrivals('/hang')->[0];

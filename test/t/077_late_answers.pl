@@ -18,7 +18,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $node = outbox_node('late',
-	'outbox.http_timeout' => "'1s'",
+	'outbox.http_timeout' => "'3s'",
 	'outbox.max_attempts' => 1);
 my $sink = start_sink();
 ok(wait_relay($node, 'postgres'), 'relay runs');
@@ -30,12 +30,14 @@ $node->safe_psql('postgres', sprintf(q{
 ###
 ### a. answers read late
 ###
+# the session that will hold the relay up, connected beforehand: the held
+# requests' time limit runs until the relay is held up
+my $locker = $node->background_psql('postgres');
 $sink->paths('/late' => { hold => JSON::PP::true });
 emit($node, 'postgres', 'late.x', 50);
 ok(wait_until(sub { $sink->stats('/late')->{arrived} >= 16 }), 'a: the first requests are in flight');
 
 # hold the relay's next step: its outcomes wait for this lock
-my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN; LOCK TABLE outbox IN EXCLUSIVE MODE');
 $sink->paths('/late' => { delay_ms => 20 });
 ok($node->poll_query_until('postgres', q{
@@ -43,14 +45,14 @@ ok($node->poll_query_until('postgres', q{
 	 WHERE backend_type = 'outbox relay' AND wait_event_type = 'Lock'}),
 	'a: the relay waits for the lock');
 # the requests it started before are answered meanwhile, and their answers
-# wait in its sockets for longer than the 1 s limit
+# wait in its sockets for longer than the 3 s limit
 my $answered;
 ok(wait_until(sub {
 	my @done = grep { defined $_->{answered_at} && $_->{status} == 200 } @{ $sink->arrivals('/late') };
 	$answered = scalar @done;
 	return 0 unless $answered >= 16 && $sink->stats('/late')->{in_flight} == 0;
-	return time() - max(map { $_->{answered_at} } @done) > 2.0;
-}), 'a: answers wait 2 s unread');
+	return time() - max(map { $_->{answered_at} } @done) > 4.0;
+}), 'a: answers wait 4 s unread');
 note("a: $answered answers sent before the relay went on");
 $locker->query_safe('COMMIT');
 $locker->quit;
@@ -72,7 +74,7 @@ ok($node->poll_query_until('postgres',
 	"SELECT dead_at IS NOT NULL FROM outbox WHERE event_id = '$hang'"),
 	'b: the event without an answer is dead-lettered');
 is($node->safe_psql('postgres', "SELECT attempts || ' ' || last_error FROM outbox WHERE event_id = '$hang'"),
-	'1 HTTP request failed: timed out after 1000 ms with 0 bytes of the answer received',
+	'1 HTTP request failed: timed out after 3000 ms with 0 bytes of the answer received',
 	'b: timed out at the limit');
 
 $sink->stop;

@@ -19,8 +19,10 @@ use Test::More;
 
 my $relays = 4;
 # the framework turns restart_after_crash off; part 5 kills a relay
+# requests the endpoint holds stay in flight until it lets them go, however
+# slow the run (with the default 5 s limit they would be retried meanwhile)
 my $node = outbox_node('ordered', 'outbox.relays_per_database' => $relays,
-	restart_after_crash => 'on');
+	'outbox.http_timeout' => "'180s'", restart_after_crash => 'on');
 my $sink = start_sink();
 ok( $node->poll_query_until('postgres', qq{
 		SELECT count(*) = $relays FROM pg_stat_activity
