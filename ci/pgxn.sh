@@ -4,7 +4,8 @@
 # `make dist` makes outbox-<version>.zip from the committed tree (HEAD);
 # the zip is unpacked in a directory of its own, outside the repository
 # and without .git, built there with warnings as errors, installed, and
-# tested with pg_regress (its own ci/check.sh, as the postgres user).
+# tested with pg_regress by `make installcheck` (as root, the Makefile runs
+# it as the postgres user through the zip's own ci/check.sh).
 # Uncommitted changes are not in the zip: a warning says so.
 #
 # It installs the zip's build into the PostgreSQL of PG_CONFIG, replacing
@@ -36,6 +37,6 @@ dir=$work/${zip%.zip}
     { echo "pgxn.sh: $dir is inside a git repository" >&2; exit 3; }
 make -s -C "$dir" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Werror" >/dev/null &&
     make -s -C "$dir" PG_CONFIG="$PG_CONFIG" install >/dev/null || { echo "pgxn.sh: the zip does not build" >&2; exit 3; }
-(cd "$dir" && TAP_TESTS='' bash ci/check.sh) || { echo "pgxn.sh: pg_regress failed on the zip's build (kept: $work)" >&2; exit 4; }
+make -s -C "$dir" PG_CONFIG="$PG_CONFIG" installcheck TAP_TESTS= || { echo "pgxn.sh: pg_regress failed on the zip's build (kept: $work)" >&2; exit 4; }
 rm -rf "$work"
 echo "==> PGXN: $zip built outside the repository and passed pg_regress in $((SECONDS - start))s"
