@@ -40,12 +40,15 @@ endif
 # or objects would disagree on the layout of shared structs.
 $(OBJS): $(wildcard src/*.h)
 
-# The PGXN source distribution: the committed tree (HEAD), as a zip whose
-# files are under outbox-<version>/; the version is META.json's (semver).
+# The release files, from the committed tree (HEAD): the PGXN distribution,
+# a zip whose files are under outbox-<version>/ with META.json's version
+# (semver, 1.1.0), and the release tarball with the extension's version
+# (1.1), which Debian's source package takes as pg-outbox_<version>.orig.tar.gz.
 DISTVERSION = $(shell sed -n '0,/"version"/s/.*"version": *"\([^"]*\)".*/\1/p' META.json)
 .PHONY: dist
 dist:
 	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o $(EXTENSION)-$(DISTVERSION).zip HEAD
+	git archive --format tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).tar.gz HEAD
 
 # Run the TAP suite alone (installcheck runs pg_regress, then this).
 .PHONY: prove_installcheck

@@ -49,7 +49,7 @@ suite_for() { case $1 in 17) echo trixie ;; 18) echo sid ;; *) return 1 ;; esac;
 packages_for() {
     echo "postgresql-$1 postgresql-server-dev-$1 libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs pkgconf" \
         "libipc-run-perl make gcc python3 perl ca-certificates" \
-        "build-essential debhelper dpkg-dev postgresql-server-dev-all"
+        "build-essential debhelper dpkg-dev postgresql-server-dev-all lintian"
 }
 warn() { printf 'WARNING: %s\n' "$*"; }
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }

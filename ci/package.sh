@@ -3,10 +3,11 @@
 # gets it. As root, from the source tree it is part of, for the PostgreSQL
 # of PG_CONFIG:
 #
-#   1. builds postgresql-<version>-outbox with pg_buildext (debian/; the
-#      control file is regenerated for the versions this system supports,
-#      as apt.postgresql.org does) on a copy of the tree, and checks it
-#      with lintian where lintian is installed (no errors allowed)
+#   1. builds the source package pg-outbox and the binary package
+#      postgresql-<version>-outbox with pg_buildext (debian/; the control
+#      file is regenerated for the versions this system supports, as
+#      apt.postgresql.org does) on a copy of the tree, and checks both with
+#      lintian where lintian is installed (no errors allowed)
 #   2. installs it with apt-get while a server that preloads release 1.0
 #      runs, and checks what the README's Upgrading section says of that
 #      moment: ALTER EXTENSION UPDATE is refused until the restart, events
@@ -56,7 +57,12 @@ mkdir "$src" && copy_tree "$src" || fail 3 "cannot copy the tree"
 grep -qx "Package: $pkg" "$src/debian/control" ||
     fail 3 "pg_buildext builds no $pkg here (debian/pgversions and this system's supported versions:" \
         "$(cd "$src" && pg_buildext supported-versions | paste -sd' ')"
-(cd "$src" && dpkg-buildpackage -b -uc -us) >>"$log" 2>&1 || fail 3 "dpkg-buildpackage failed"
+# the source package too, as an archive builds it: its upstream tarball is
+# the tree without debian/ (what make dist's release tarball holds)
+tar -C "$work" --exclude="pg-outbox-$ext_version/debian" -czf "$work/pg-outbox_${deb_version%-*}.orig.tar.gz" \
+    "pg-outbox-$ext_version" || fail 3 "cannot make the upstream tarball"
+(cd "$src" && dpkg-buildpackage -uc -us) >>"$log" 2>&1 || fail 3 "dpkg-buildpackage failed"
+[ -f "$work/pg-outbox_$deb_version.dsc" ] || fail 3 "dpkg-buildpackage made no source package pg-outbox_$deb_version.dsc"
 deb=$work/${pkg}_${deb_version}_$(dpkg --print-architecture).deb
 [ -f "$deb" ] || fail 3 "dpkg-buildpackage made no $deb"
 dpkg-deb -f "$deb" Depends | sed 's/^/    depends: /'

@@ -1,7 +1,8 @@
 #!/bin/bash
 # ci/pgxn.sh - the PGXN source distribution, as a PGXN user gets it. As
 # root, in the git checkout it is part of, for the PostgreSQL of PG_CONFIG:
-# `make dist` makes outbox-<version>.zip from the committed tree (HEAD);
+# `make dist` makes outbox-<version>.zip and the release tarball from the
+# committed tree (HEAD);
 # the zip is unpacked in a directory of its own, outside the repository
 # and without .git, built there with warnings as errors, installed, and
 # tested with pg_regress by `make installcheck` (as root, the Makefile runs
@@ -28,8 +29,14 @@ chmod 755 "$work"
 
 make -s PG_CONFIG="$PG_CONFIG" dist || exit 3
 zip=$(ls -t outbox-*.zip | head -n 1)
-mv "$zip" "$work/" || exit 3
+tarball=$(ls -t outbox-*.tar.gz | head -n 1)
+mv "$zip" "$tarball" "$work/" || exit 3
 echo "==> PGXN: $zip ($(du -k "$work/$zip" | cut -f1) kB, $(unzip -Z1 "$work/$zip" | grep -vc '/$') files), unpacked in $work"
+# the release tarball holds the same files, under the extension's version
+diff <(unzip -Z1 "$work/$zip" | grep -v '/$' | sed 's#^[^/]*/##' | sort) \
+    <(tar -tzf "$work/$tarball" | grep -v '/$' | sed 's#^[^/]*/##' | sort) >/dev/null ||
+    { echo "pgxn.sh: $tarball and $zip hold different files" >&2; exit 3; }
+echo "==> release tarball: $tarball ($(du -k "$work/$tarball" | cut -f1) kB), the same files"
 (cd "$work" && unzip -q "$zip") || exit 3
 dir=$work/${zip%.zip}
 [ -d "$dir" ] || { echo "pgxn.sh: $zip has no top directory ${zip%.zip}/" >&2; exit 3; }
