@@ -666,6 +666,21 @@ worker_claim(WorkerState *st)
 }
 
 /*
+ * Whether a destination that the last claim left out, full, has room
+ * again: its kind holds fewer of its events than its connections can
+ * carry at once. Seen as soon as the kind hands outcomes back, before
+ * they are recorded, so that the next claim runs and commits while the
+ * last requests of the previous one are still under way: a relay that
+ * waited for every outcome of a claim before claiming again would leave
+ * the connections idle for a claim and a WAL flush per batch.
+ */
+static bool
+destination_freed(WorkerState *st)
+{
+	return st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull;
+}
+
+/*
  * Records the outcomes the kinds returned: all in one transaction or, if
  * that fails, one per transaction; an event whose outcome cannot be
  * recorded gets a failed attempt instead (OutboxRecordIsolatedFailure). Then
@@ -735,7 +750,7 @@ worker_record(WorkerState *st, List *done)
 	 * a full destination, the in-flight set or the memory budget has room
 	 * again; or events to be sent alone wait for the relay to be empty
 	 */
-	if ((st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull) || st->room_limited ||
+	if (destination_freed(st) || st->room_limited ||
 		st->budget_limited || st->alone_wanted)
 		st->look = true;
 }
@@ -828,6 +843,8 @@ wait_and_collect(WorkerState *st, long wait_ms)
 		st->first_outcome = GetCurrentTimestamp();
 	st->outcomes = list_concat(st->outcomes, done);
 	MemoryContextSwitchTo(loop_cxt);
+	if (done != NIL && destination_freed(st))
+		st->look = true;
 }
 
 /*
