@@ -25,8 +25,8 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      nothing due with 1,000,000 delivered and 100,000 pending events over
      10,000 aggregates, 1,000 of them held back by a dead event
   9. JetStream: draining 100,000 events into a single-node file-storage
-     stream (nats-server on 127.0.0.1, sharing the cores), at the default
-     and a larger outbox.batch_size, beside the broker's own ceiling: a C
+     stream (nats-server on 127.0.0.1, sharing the cores), at a smaller
+     and the default outbox.batch_size, beside the broker's own ceiling: a C
      publisher with libnats (test/nats_tool.c) publishing asynchronously
      with message ids, as the relay does
  10. batched webhooks: draining 50,000 events to nginx with one event per
@@ -36,10 +36,14 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      nginx's own ceiling for each
  11. the defaults against hand tuning: the same 50,000-event HTTP drain at
      the default outbox.batch_size and outbox.http_max_connections and at
-     a small grid of larger ones, and the ratio of the defaults to the best
+     a small grid of others, and the ratio of the defaults to the best
  12. HTTPS: the same drain to nginx over plain http, over TLS 1.3 with
      HTTP/1.1 (a private CA, the destination's ca_file), and over TLS with
      HTTP/2 offered by ALPN
+ 13. a disk whose flushes are slow: back-to-back 50,000-event HTTP drains,
+     purged and vacuumed between them, at the default outbox.batch_size and
+     at 100, with the server's fdatasync() and fsync() as they are and made
+     2 ms slower (bench/slow_fsync.c, preloaded into the server)
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
@@ -141,15 +145,16 @@ max_connections = 100
         if settle:
             time.sleep(0.3)  # let the workers process SIGHUP before measuring
 
-    def restart(self, **settings):
-        """Sets server settings (ALTER SYSTEM) that need a restart, and restarts."""
+    def restart(self, env=None, **settings):
+        """Sets server settings (ALTER SYSTEM) that need a restart, and restarts
+        (with env, if given, as the server's environment)."""
         conn = self.connect()
         with conn.cursor() as cur:
             for k, v in settings.items():
                 cur.execute(f"ALTER SYSTEM SET {k} = %s", (str(v),))
         conn.close()
         as_postgres([f"{BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"),
-                     "-m", "fast", "-w", "restart"], stdout=subprocess.DEVNULL)
+                     "-m", "fast", "-w", "restart"], stdout=subprocess.DEVNULL, env=env)
 
     def stop(self):
         subprocess.run(["runuser", "-u", "postgres", "--", f"{BIN}/pg_ctl", "-D", self.data,
@@ -422,7 +427,7 @@ def bench_throughput(c, tmp, n, nginx_port, batch, conns):
           f"INSERT INTO outbox_destinations (name, event_types, url) "
           f"VALUES ('h', 'bench.*', 'http://127.0.0.1:{nginx_port}/hook')",
           "HTTP")
-    c.set(batch_size=100, http_max_connections=16, poll_interval="1s")
+    c.set(batch_size=1000, http_max_connections=16, poll_interval="1s")
 
 
 # 3 ------------------------------------------------------------------------
@@ -626,13 +631,13 @@ def bench_slow(c, n, n_slow, nginx_port, sink_port, conns):
     c.set(databases="")
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
     sink_delay(sink_port, 0)
-    c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
+    c.set(batch_size=1000, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
 # 10 -----------------------------------------------------------------------
 def bench_batches(c, tmp, n, nginx_port):
     section("10. batched webhooks")
-    print(f"parameters: {n} events per drain, default settings (outbox.batch_size = 100, "
+    print(f"parameters: {n} events per drain, default settings (outbox.batch_size = 1000, "
           f"outbox.http_max_connections = 16), one relay; events_per_request 1 and 100")
     rates = {}
     for path, what in (("/hook", "answers at once"), ("/late", "answers after 10 ms")):
@@ -656,7 +661,8 @@ def bench_batches(c, tmp, n, nginx_port):
 # 11 -----------------------------------------------------------------------
 def bench_defaults(c, n, nginx_port):
     section("11. the defaults against hand tuning")
-    grid = ((100, 16), (100, 32), (1000, 16), (1000, 32), (1000, 64))
+    # the defaults first, then 1.0's batch size, then larger settings
+    grid = ((1000, 16), (100, 16), (100, 32), (1000, 32), (1000, 64), (5000, 64))
     print(f"parameters: {n} events to nginx on 127.0.0.1 per drain, one relay; "
           f"outbox.batch_size x outbox.http_max_connections: "
           f"{', '.join(f'{b} x {k}' for b, k in grid)}; the first is the default")
@@ -671,7 +677,7 @@ def bench_defaults(c, n, nginx_port):
     best = max(rates[1:])
     print(f"  the defaults reach {rates[0] / best:.2f} of the best tuned drain "
           f"(target: at least 0.8)")
-    c.set(batch_size=100, http_max_connections=16)
+    c.set(batch_size=1000, http_max_connections=16)
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
 
 
@@ -692,6 +698,40 @@ def bench_https(c, n, nginx_port, tls_port, h2_port, ca_file):
         rates[label] = n / t
     print(f"  https/1.1 : http = {rates['https/1.1'] / rates['http']:.2f} (target: at least 0.7);  "
           f"https/2 : https/1.1 = {rates['https/2'] / rates['https/1.1']:.2f}")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+
+
+# 13 -----------------------------------------------------------------------
+def bench_slow_flush(c, tmp, n, rounds, nginx_port):
+    section("13. a disk whose flushes are slow")
+    shim = os.path.join(tmp, "slow_fsync.so")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", shim,
+                    os.path.join(HERE, "slow_fsync.c"), "-ldl"], check=True)
+    print(f"parameters: {n} events to nginx on 127.0.0.1 per drain, {rounds} drains in a row, "
+          f"outbox_purge() and VACUUM between them; 16 connections, one relay; "
+          f"the server's fdatasync() and fsync() as they are, then each made 2 ms slower")
+    c.sql("DELETE FROM outbox_destinations")
+    c.sql(f"INSERT INTO outbox_destinations (name, event_types, url) "
+          f"VALUES ('h', 'bench.*', 'http://127.0.0.1:{nginx_port}/hook')")
+    for delay_us in (0, 2000):
+        c.restart(env=dict(os.environ, LD_PRELOAD=shim, SLOW_FSYNC_US=str(delay_us)))
+        for batch in (1000, 100):
+            c.set(batch_size=batch)
+            figures = []
+            for _ in range(rounds):
+                c.set(databases="")
+                fill(c, n, "bench.http")
+                passes0 = c.sql("SELECT coalesce(sum(passes), 0) FROM outbox_relay_stats()")[0][0]
+                t, cpu = start_and_drain(c)
+                passes = c.sql("SELECT coalesce(sum(passes), 0) FROM outbox_relay_stats()")[0][0] - passes0
+                figures.append(f"{n / t:.0f} ({1e6 * cpu / n:.0f} us, {100 * cpu / t:.0f} % busy, "
+                               f"{passes} claims)")
+                c.sql("SELECT outbox_purge('0 seconds')")
+                c.sql("VACUUM outbox")
+            print(f"  flush +{delay_us / 1000:.0f} ms, batch_size {batch:4d}: events/s (relay CPU per "
+                  f"event, relay busy, claims): {', '.join(figures)}")
+    c.restart()
+    c.set(batch_size=1000)
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
 
 
@@ -826,7 +866,7 @@ def bench_ordered(c, n, keys, nginx_port, batch, conns, delivered, pending, pkey
     print(f"  outbox_key_idx {sizes[0]}, outbox_held_idx {sizes[1]}")
     conn.close()
     c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
-    c.set(batch_size=100, http_max_connections=16, poll_interval="1s", databases="postgres")
+    c.set(batch_size=1000, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
 # 9 ------------------------------------------------------------------------
@@ -883,7 +923,7 @@ def bench_jetstream(c, tmp, n, runs):
         for label, rate in rates.items():
             print(f"  {label}: first to last delivery {float(rate):8.0f} events/s "
                   f"= {float(rate) / ceiling:.2f} of the ceiling")
-        c.set(batch_size=100, jetstream_max_pending=1024, relays_per_database=1, poll_interval="1s")
+        c.set(batch_size=1000, jetstream_max_pending=1024, relays_per_database=1, poll_interval="1s")
     finally:
         nats.send_signal(signal.SIGTERM)
         nats.wait()
@@ -893,14 +933,14 @@ def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13",
                     help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
     # "10" is section 10; other digits are one section each; commas optional
-    only = set(re.findall(r"1[0-2]|[1-9]", args.only))
+    only = set(re.findall(r"1[0-3]|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -942,6 +982,8 @@ def main():
             bench_defaults(c, 5000 if q else 50000, nginx_port)
         if "12" in only:
             bench_https(c, 5000 if q else 50000, nginx_port, tls_port, h2_port, ca)
+        if "13" in only:
+            bench_slow_flush(c, tmp, 5000 if q else 50000, 2 if q else 3, nginx_port)
     finally:
         for p in (sink, nginx):
             if p:

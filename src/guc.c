@@ -23,7 +23,7 @@
 
 char	   *outbox_databases = NULL;
 int			outbox_relays_per_database = 1;
-int			outbox_batch_size = 100;
+int			outbox_batch_size = 1000;
 int			outbox_poll_interval = 1000;
 int			outbox_max_attempts = 10;
 int			outbox_backoff_base = 1000;
@@ -62,9 +62,9 @@ OutboxDefineGucs(void)
 
 	DefineCustomIntVariable("outbox.batch_size",
 							"Sets the number of events claimed per relay pass.",
-							NULL,
+							"Each claim ends with a WAL flush that the relay waits for: larger claims keep a backlog's drain from being bound by the disk's flush time.",
 							&outbox_batch_size,
-							100, 1, OUTBOX_MAX_BATCH_SIZE,
+							1000, 1, OUTBOX_MAX_BATCH_SIZE,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);

@@ -1,0 +1,51 @@
+/*
+ * A disk whose flushes are slow, for bench/bench.py section 13: preloaded
+ * into the PostgreSQL server (LD_PRELOAD), it makes every fdatasync() and
+ * fsync() wait SLOW_FSYNC_US microseconds before the real one, as a
+ * network volume or a busy disk would. Nothing else changes.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <time.h>
+
+static void
+wait_first(void)
+{
+	static long us = -1;
+
+	if (us < 0)
+	{
+		const char *e = getenv("SLOW_FSYNC_US");
+
+		us = e ? atol(e) : 0;
+	}
+	if (us > 0)
+	{
+		struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+int
+fdatasync(int fd)
+{
+	static int	(*real) (int);
+
+	if (real == NULL)
+		real = (int (*) (int)) dlsym(RTLD_NEXT, "fdatasync");
+	wait_first();
+	return real(fd);
+}
+
+int
+fsync(int fd)
+{
+	static int	(*real) (int);
+
+	if (real == NULL)
+		real = (int (*) (int)) dlsym(RTLD_NEXT, "fsync");
+	wait_first();
+	return real(fd);
+}
