@@ -28,24 +28,24 @@ wait_first(void)
 	}
 }
 
-int
-fdatasync(int fd)
+/* waits, then calls the C library's function of that name */
+static int
+slow(const char *name, int fd)
 {
-	static int	(*real) (int);
+	int			(*real) (int) = (int (*) (int)) dlsym(RTLD_NEXT, name);
 
-	if (real == NULL)
-		real = (int (*) (int)) dlsym(RTLD_NEXT, "fdatasync");
 	wait_first();
 	return real(fd);
 }
 
 int
+fdatasync(int fd)
+{
+	return slow("fdatasync", fd);
+}
+
+int
 fsync(int fd)
 {
-	static int	(*real) (int);
-
-	if (real == NULL)
-		real = (int (*) (int)) dlsym(RTLD_NEXT, "fsync");
-	wait_first();
-	return real(fd);
+	return slow("fsync", fd);
 }
