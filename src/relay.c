@@ -179,7 +179,7 @@ id_list_add(IdList *l, int64 id)
 typedef struct WorkerState
 {
 	bool		look;			/* claim again as soon as possible */
-	int			nfull;			/* destinations the last claim left out, full */
+	List	   *left_full;		/* destinations the last claim left out, full */
 	List	   *outcomes;		/* not recorded yet, in outcome_cxt */
 	TimestampTz first_outcome;	/* when the oldest of them came */
 	TimestampTz next_look;		/* claim again by then at the latest */
@@ -409,6 +409,20 @@ names_subset(List *sub, List *list)
 	return true;
 }
 
+/* A copy of a list of destination names, kept between rounds. */
+static List *
+copy_names(List *names)
+{
+	List	   *copy = NIL;
+	ListCell   *lc;
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	foreach(lc, names)
+		copy = lappend(copy, pstrdup(lfirst(lc)));
+	MemoryContextSwitchTo(old);
+	return copy;
+}
+
 /*
  * Remembers whether a claim that left out the destinations in skip was dry
  * (see DRY_CLAIM_REPEAT_FACTOR); started: when it began.
@@ -416,9 +430,7 @@ names_subset(List *sub, List *list)
 static void
 note_dry_claim(WorkerState *st, List *skip, bool dry, TimestampTz started)
 {
-	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
-	MemoryContext old;
 
 	/* a claim that left nothing out says nothing about the others */
 	if (skip == NIL)
@@ -427,10 +439,7 @@ note_dry_claim(WorkerState *st, List *skip, bool dry, TimestampTz started)
 	st->dry_skip = NIL;
 	if (!dry)
 		return;
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	foreach(lc, skip)
-		st->dry_skip = lappend(st->dry_skip, pstrdup(lfirst(lc)));
-	MemoryContextSwitchTo(old);
+	st->dry_skip = copy_names(skip);
 	st->dry_until = now + (now - started) * DRY_CLAIM_REPEAT_FACTOR;
 }
 
@@ -652,7 +661,8 @@ worker_claim(WorkerState *st)
 	st->alone_wanted |= c.d.alone_left;
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
-	st->nfull = list_length(c.skip);
+	list_free_deep(st->left_full);
+	st->left_full = copy_names(c.skip);
 	if (st->isolate == 0)
 		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
 	/*
@@ -667,8 +677,8 @@ worker_claim(WorkerState *st)
 
 /*
  * Whether a destination that the last claim left out, full, has room
- * again: its kind holds fewer of its events than its connections can
- * carry at once. Seen as soon as the kind hands outcomes back, before
+ * again (by name: another may have filled up meanwhile): its kind holds
+ * fewer of its events than its connections can carry at once. Seen as soon as the kind hands outcomes back, before
  * they are recorded, so that the next claim runs and commits while the
  * last requests of the previous one are still under way: a relay that
  * waited for every outcome of a claim before claiming again would leave
@@ -677,7 +687,7 @@ worker_claim(WorkerState *st)
 static bool
 destination_freed(WorkerState *st)
 {
-	return st->nfull > 0 && list_length(OutboxKindsFull()) < st->nfull;
+	return st->left_full != NIL && !names_subset(st->left_full, OutboxKindsFull());
 }
 
 /*
@@ -898,7 +908,11 @@ purge_if_due(void)
 /*
  * How long the relay may wait: until it is to claim again (or may, after
  * failed steps), at most outbox.poll_interval and, for the first relay,
- * until its purge; not at all with outcomes in hand.
+ * until its purge. With outcomes in hand, until they are to be recorded
+ * (record_if_ready): not at all once nothing else is in flight, else at
+ * most until the first has waited RECORD_DELAY_MS, as more outcomes wake
+ * the wait through the kinds' sockets (looking without waiting meanwhile
+ * would spend the relay's CPU on empty rounds).
  */
 static long
 wait_ms_for(WorkerState *st)
@@ -909,7 +923,13 @@ wait_ms_for(WorkerState *st)
 	int			usecs;
 	long		wait_ms;
 
-	if (st->outcomes != NIL || until <= now)
+	if (st->outcomes != NIL)
+	{
+		if (OutboxKindsPending() == 0 || MyLatch->is_set)
+			return 0;
+		until = Min(until, TimestampTzPlusMilliseconds(st->first_outcome, RECORD_DELAY_MS));
+	}
+	if (until <= now)
 		return 0;
 	TimestampDifference(now, until, &secs, &usecs);
 	wait_ms = Min(secs * 1000L + (usecs + 999) / 1000, (long) outbox_poll_interval);
