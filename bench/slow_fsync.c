@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -24,7 +25,9 @@ wait_first(void)
 	{
 		struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
 
-		nanosleep(&ts, NULL);
+		/* a signal (PostgreSQL's processes get many) cuts it short: go on */
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
 	}
 }
 
