@@ -678,9 +678,10 @@ worker_claim(WorkerState *st)
 /*
  * Whether a destination that the last claim left out, full, has room
  * again (by name: another may have filled up meanwhile): its kind holds
- * fewer of its events than its connections can carry at once. Seen as soon as the kind hands outcomes back, before
- * they are recorded, so that the next claim runs and commits while the
- * last requests of the previous one are still under way: a relay that
+ * fewer of its events than its connections can carry at once. Asked as
+ * soon as the kind hands outcomes back (the only thing that frees one),
+ * before they are recorded, so that the next claim runs and commits while
+ * the last requests of the previous one are still under way: a relay that
  * waited for every outcome of a claim before claiming again would leave
  * the connections idle for a claim and a WAL flush per batch.
  */
@@ -757,11 +758,11 @@ worker_record(WorkerState *st, List *done)
 			st->journal_done.n = 0;
 	}
 	/*
-	 * a full destination, the in-flight set or the memory budget has room
-	 * again; or events to be sent alone wait for the relay to be empty
+	 * the in-flight set or the memory budget has room again (a full
+	 * destination is seen as outcomes are collected); or events to be sent
+	 * alone wait for the relay to be empty
 	 */
-	if (destination_freed(st) || st->room_limited ||
-		st->budget_limited || st->alone_wanted)
+	if (st->room_limited || st->budget_limited || st->alone_wanted)
 		st->look = true;
 }
 
@@ -910,8 +911,8 @@ purge_if_due(void)
  * failed steps), at most outbox.poll_interval and, for the first relay,
  * until its purge. With outcomes in hand, until they are to be recorded
  * (record_if_ready): not at all once nothing else is in flight, else at
- * most until the first has waited RECORD_DELAY_MS, as more outcomes wake
- * the wait through the kinds' sockets (looking without waiting meanwhile
+ * most until the first has waited RECORD_DELAY_MS, as more outcomes (and
+ * a commit, through the latch) wake the wait (looking without waiting meanwhile
  * would spend the relay's CPU on empty rounds).
  */
 static long
@@ -925,7 +926,7 @@ wait_ms_for(WorkerState *st)
 
 	if (st->outcomes != NIL)
 	{
-		if (OutboxKindsPending() == 0 || MyLatch->is_set)
+		if (OutboxKindsPending() == 0)
 			return 0;
 		until = Min(until, TimestampTzPlusMilliseconds(st->first_outcome, RECORD_DELAY_MS));
 	}
