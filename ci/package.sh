@@ -68,8 +68,14 @@ deb=$work/${pkg}_${deb_version}_$(dpkg --print-architecture).deb
 dpkg-deb -f "$deb" Depends | sed 's/^/    depends: /'
 if command -v lintian >/dev/null; then
     # initial-upload-closes-no-bugs: the package is built by the project,
-    # not uploaded to Debian, so there is no ITP bug for it to close
-    lint=$(lintian --fail-on error --suppress-tags initial-upload-closes-no-bugs "$work"/*.changes 2>&1)
+    # not uploaded to Debian, so there is no ITP bug for it to close; a
+    # version in development (UNRELEASED, see debian/changelog) is never
+    # uploaded either
+    suppress=initial-upload-closes-no-bugs
+    if [ "$(dpkg-parsechangelog -l "$src/debian/changelog" -S Distribution)" = UNRELEASED ]; then
+        suppress+=,unreleased-changes,bad-distribution-in-changes-file
+    fi
+    lint=$(lintian --fail-on error --suppress-tags "$suppress" "$work"/*.changes 2>&1)
     rc=$?
     printf '%s\n' "$lint" | grep -v '^running with root privileges' | grep . | tee -a "$log" | sed 's/^/    lintian: /'
     [ "$rc" = 0 ] || fail 3 "lintian reports errors"

@@ -1,5 +1,5 @@
--- Version 1.0 is released: a database created with it is brought to 1.1 by
--- ALTER EXTENSION outbox UPDATE, keeping its events and destinations, and
+-- Versions 1.0 and 1.1 are released: a database created with either is
+-- brought to the current version by ALTER EXTENSION outbox UPDATE, keeping its events and destinations, and
 -- ends with the same objects as a fresh install (which itself runs 1.0 and
 -- then the upgrade script).
 CREATE DATABASE regress_upgrade;
@@ -32,7 +32,7 @@ EXCEPTION WHEN check_violation THEN
     RAISE NOTICE 'refused: %', SQLERRM;
 END
 $$;
--- the same members as a fresh install of 1.1 (setup.out lists those)
+-- the same members as a fresh install (setup.out lists those)
 SELECT pg_describe_object(classid, objid, 0) AS object
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass
@@ -61,3 +61,44 @@ SELECT event_type, dead_at IS NOT NULL AS dead, cancelled_at IS NOT NULL AS canc
 SELECT outbox_redeliver_dead() AS redelivered;
 \c contrib_regression
 DROP DATABASE regress_upgrade;
+
+-- From 1.1: destinations of every kind, events pending for each, two of
+-- them in one key of an ordered destination, one dead-lettered
+CREATE DATABASE regress_upgrade_11;
+\c regress_upgrade_11
+CREATE EXTENSION outbox VERSION '1.1';
+INSERT INTO outbox_destinations (name, event_types, url, ordered) VALUES
+    ('hooks', 'task.*', 'http://127.0.0.1:1/hook', true);
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('chan', 'note.*', 'regress_chan');
+INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
+VALUES ('js', 'js.*', 'nats://127.0.0.1:1', 'orders.{aggregate_id}', 'ORDERS');
+SELECT count(*) AS emitted FROM (
+    SELECT outbox_emit('task.created', '{"n": 1}', 'task', 'k1')
+    UNION ALL SELECT outbox_emit('task.created', '{"n": 2}', 'task', 'k1')
+    UNION ALL SELECT outbox_emit('task.created', '{"n": 3}', NULL, 'k1')
+    UNION ALL SELECT outbox_emit('note.added', '{"n": 4}')
+    UNION ALL SELECT outbox_emit('js.sent', '{"n": 5}', 'order', '7')) e;
+UPDATE outbox SET dead_at = now(), attempts = 10, last_error = 'HTTP status 500'
+ WHERE payload = '{"n": 5}';
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+SELECT name, kind, ordered FROM outbox_destinations ORDER BY name;
+SELECT event_type, payload, aggregate_type, aggregate_id, attempts, dead_at IS NOT NULL AS dead
+  FROM outbox ORDER BY id;
+-- the rebuilt key index finds the event before another of its key (a NULL
+-- type is another key than 'task')
+SELECT p.payload->>'n' AS n, b.payload->>'n' AS waits_for
+  FROM _outbox_pending p LEFT JOIN outbox b ON b.id = p.blocked_by
+ WHERE p.dest_name = 'hooks' ORDER BY p.id;
+CREATE FUNCTION pg_temp.plan() RETURNS SETOF text LANGUAGE plpgsql AS $f$
+BEGIN
+    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) SELECT blocked_by FROM _outbox_pending';
+END
+$f$;
+SET enable_seqscan = off;
+SELECT bool_or(p LIKE '%Index Scan Backward using outbox_key_idx on outbox e%') AS probes_key,
+       bool_or(p LIKE '%Index Cond: ((_outbox_aggregate_key(aggregate_type, aggregate_id) = _outbox_aggregate_key(o.aggregate_type, o.aggregate_id)) AND (id < o.id))%') AS on_the_key
+  FROM pg_temp.plan() p;
+RESET enable_seqscan;
+\c contrib_regression
+DROP DATABASE regress_upgrade_11;

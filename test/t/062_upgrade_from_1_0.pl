@@ -152,11 +152,11 @@ ok($sink->wait_delivered(4), 'the 1.0 relay still delivers meanwhile');
 my $offset = -s $node->logfile;
 $node->restart;
 ok( wait_until(sub {
-		log_since($node, $offset) =~ /WARNING:  outbox relay paused: the extension's SQL objects are version 1\.0, the library is version 1\.1\n.*HINT:  Run ALTER EXTENSION outbox UPDATE in this database\./
+		log_since($node, $offset) =~ /WARNING:  outbox relay paused: the extension's SQL objects are version 1\.0, the library is version 1\.2\n.*HINT:  Run ALTER EXTENSION outbox UPDATE in this database\./
 	}),
 	'the relay pauses, saying to run ALTER EXTENSION UPDATE');
 ($ret, $out, $err) = $node->psql('postgres', 'SELECT * FROM outbox.outbox_relay()');
-like($err, qr/ERROR:  the extension's SQL objects are version 1\.0, the library is version 1\.1\n.*HINT:  Run ALTER EXTENSION outbox UPDATE in this database\./s,
+like($err, qr/ERROR:  the extension's SQL objects are version 1\.0, the library is version 1\.2\n.*HINT:  Run ALTER EXTENSION outbox UPDATE in this database\./s,
 	'outbox_relay() fails with the same message');
 my ($during) = split /\n/, $node->safe_psql('postgres', q{SELECT outbox.outbox_emit('ok.during', '{}')});
 ok($during, 'the application emits meanwhile');
@@ -164,7 +164,7 @@ ok($during, 'the application emits meanwhile');
 $node->safe_psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 is($node->safe_psql('postgres', q{
 		SELECT extversion || ' ' || outbox.outbox_library_version() FROM pg_extension WHERE extname = 'outbox'}),
-	'1.1 1.1', 'the SQL objects and the library are 1.1');
+	'1.2 1.2', 'the SQL objects and the library are 1.2');
 ok($sink->wait_delivered(5), 'the relay resumes: the event emitted meanwhile arrives');
 
 # catch-up of the channel that was a webhook in 1.0 does not show what the
@@ -217,7 +217,7 @@ $node->command_checks_all(
 is($node->safe_psql('restored', $rows), $node->safe_psql('postgres', $rows),
 	'events and destinations restored as they were');
 is($node->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'outbox'}),
-	'1.1', 'the restored extension is 1.1');
+	'1.2', 'the restored extension is 1.2');
 $node->safe_psql('restored', q{SELECT outbox.outbox_emit('ok.restored', '{}')});
 is($node->safe_psql('restored', q{SELECT count(*) FROM outbox.outbox}), '14',
 	'the restored database takes new events');

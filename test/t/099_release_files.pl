@@ -1,6 +1,7 @@
 # One version everywhere: outbox.control's default_version, META.json (PGXN,
 # where a version is semver: 1.1 is 1.1.0), debian/changelog, CHANGELOG.md
-# (a release is dated, the same day as its Debian entry) and the newest
+# (a release is dated, the same day as its Debian entry; a version in
+# development says so in both: "(unreleased)" and UNRELEASED) and the newest
 # outbox--*.sql, reachable by updates from every older version; every file
 # the control and META.json name exists (the library where the control
 # says, installed); META.json is valid by the PGXN Meta Spec's rules
@@ -80,20 +81,24 @@ sub problems
 	my $deb = read_file("$dir/debian/changelog") // '';
 	my ($deb_up, $dist) = $deb =~ /^\S+ \(([^-)]+)-[^)]+\) (\S+);/;
 	my ($deb_date) = $deb =~ /^ -- .*>  \w{3}, (\d\d \w{3} \d{4})/m;
+	# CHANGELOG.md: the newest heading, "## <version> (<date>)", or
+	# "## <version> (unreleased)" while it is in development
+	my ($cl_v, $cl_when) = (read_file("$dir/CHANGELOG.md") // '') =~ /^## (\S+)(?: \(([^)]*)\))?$/m;
+	my $developing = ($cl_when // '') eq 'unreleased';
 	if (!defined $deb_up) { push @p, 'debian/changelog has no entry'; }
 	else
 	{
 		push @p, "debian/changelog $deb_up, outbox.control $v" if $deb_up ne $v;
-		push @p, "debian/changelog $deb_up is $dist, not released" if $dist eq 'UNRELEASED';
+		push @p, "debian/changelog $deb_up is $dist, not released" if $dist eq 'UNRELEASED' && !$developing;
+		push @p, "debian/changelog $deb_up is $dist, CHANGELOG.md unreleased" if $dist ne 'UNRELEASED' && $developing;
 	}
 
-	# CHANGELOG.md: the newest heading, "## <version> (<date>)"
-	my ($cl_v, $cl_when) = (read_file("$dir/CHANGELOG.md") // '') =~ /^## (\S+)(?: \(([^)]*)\))?$/m;
 	if (!defined $cl_v) { push @p, 'CHANGELOG.md has no version heading'; }
 	else
 	{
 		push @p, "CHANGELOG.md $cl_v, outbox.control $v" if $cl_v ne $v;
-		if (($cl_when // '') !~ /^(\d{4})-(\d\d)-(\d\d)$/) { push @p, "CHANGELOG.md $cl_v is not dated: ($cl_when)"; }
+		if ($developing) { }
+		elsif (($cl_when // '') !~ /^(\d{4})-(\d\d)-(\d\d)$/) { push @p, "CHANGELOG.md $cl_v is not dated: ($cl_when)"; }
 		elsif (defined $deb_date)
 		{
 			my @mon = qw(Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec);
@@ -172,18 +177,31 @@ my %broken = (
 		  . "META.json by the PGXN Meta Spec: /license must match exactly one schema in oneOf" ],
 	'debian/changelog version' => [ sub { edit("$_[0]/debian/changelog", qr/\(\Q$v\E-/, '(9.9-') },
 		"debian/changelog 9.9, outbox.control $v" ],
-	'debian/changelog unreleased' => [ sub { edit("$_[0]/debian/changelog", qr/\) \w+;/, ') UNRELEASED;') },
-		"debian/changelog $v is UNRELEASED, not released" ],
-	'CHANGELOG.md undated' => [ sub { edit("$_[0]/CHANGELOG.md", qr/^## \Q$v\E \([^)]*\)$/m, "## $v (unreleased)") },
-		"CHANGELOG.md $v is not dated: (unreleased)" ],
-	'CHANGELOG.md date' => [ sub { edit("$_[0]/CHANGELOG.md", qr/^## \Q$v\E \(\d{4}/m, "## $v (1999") },
-		qr/^CHANGELOG\.md dates \Q$v\E 1999-\d\d-\d\d, debian\/changelog \d\d \w{3} \d{4}$/ ],
 	'a newer script' => [ sub { copy("$_[0]/outbox--1.0.sql", "$_[0]/outbox--9.9.sql") or die },
 		"the newest SQL script is for 9.9, outbox.control $v\nno update path from 9.9 to $v" ],
 	'no update path' => [ sub { copy("$_[0]/outbox--1.0.sql", "$_[0]/outbox--0.9.sql") or die },
 		"no update path from 0.9 to $v" ],
 	'README compatibility' => [ sub { edit("$_[0]/README.md", qr/^\| 18 \|/m, '| 19 |') },
 		"debian/pgversions 15,17,18, README Compatibility 15,17,19" ],);
+# the rules of the state the files are in: released, or in development
+if (slurp_file("$top/CHANGELOG.md") =~ /^## \Q$v\E \(unreleased\)$/m)
+{
+	$broken{'debian/changelog released'} = [ sub { edit("$_[0]/debian/changelog", qr/\) UNRELEASED;/, ') unstable;') },
+		"debian/changelog $v is unstable, CHANGELOG.md unreleased" ];
+	$broken{'CHANGELOG.md released'} = [ sub { edit("$_[0]/CHANGELOG.md", qr/^## \Q$v\E \(unreleased\)$/m, "## $v (2026-12-05)") },
+		"debian/changelog $v is UNRELEASED, not released" ];
+	$broken{'CHANGELOG.md undated'} = [ sub { edit("$_[0]/CHANGELOG.md", qr/^## \Q$v\E \(unreleased\)$/m, "## $v (soon)") },
+		"debian/changelog $v is UNRELEASED, not released\nCHANGELOG.md $v is not dated: (soon)" ];
+}
+else
+{
+	$broken{'debian/changelog unreleased'} = [ sub { edit("$_[0]/debian/changelog", qr/\) \w+;/, ') UNRELEASED;') },
+		"debian/changelog $v is UNRELEASED, not released" ];
+	$broken{'CHANGELOG.md undated'} = [ sub { edit("$_[0]/CHANGELOG.md", qr/^## \Q$v\E \([^)]*\)$/m, "## $v (soon)") },
+		"CHANGELOG.md $v is not dated: (soon)" ];
+	$broken{'CHANGELOG.md date'} = [ sub { edit("$_[0]/CHANGELOG.md", qr/^## \Q$v\E \(\d{4}/m, "## $v (1999") },
+		qr/^CHANGELOG\.md dates \Q$v\E 1999-\d\d-\d\d, debian\/changelog \d\d \w{3} \d{4}$/ ];
+}
 for my $name (sort keys %broken)
 {
 	my ($break, $want) = @{ $broken{$name} };

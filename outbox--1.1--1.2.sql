@@ -1,0 +1,76 @@
+/* outbox--1.1--1.2.sql: upgrade from 1.1 to 1.2 */
+
+\echo Use "ALTER EXTENSION outbox UPDATE TO '1.2'" to load this file. \quit
+
+/*
+ * First of all: the library this session runs must be 1.2's or later (see
+ * outbox--1.0--1.1.sql): a server keeps the library it loaded at startup
+ * until it restarts, and the objects below may need what only 1.2's has.
+ * The update stops here, changing nothing, with the step that is missing.
+ */
+DO $guard$
+BEGIN
+    IF pg_catalog.string_to_array(@extschema@.outbox_library_version(), '.')::int[]
+       OPERATOR(pg_catalog.<) '{1,2}'::int[] THEN
+        RAISE EXCEPTION 'the outbox library loaded in this server is older than version 1.2'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The server keeps the library it loaded at startup until it restarts; the SQL objects of 1.2 need the library installed with them.',
+                  HINT = 'Restart the server, then run ALTER EXTENSION outbox UPDATE again.';
+    END IF;
+END
+$guard$;
+
+/*
+ * Ordered delivery: outbox_key_idx is keyed by 64 bits of a SHA-256 of the
+ * aggregate key (src/aggregate_key.c), no longer by hashtextextended,
+ * whose values a writer could make collide at will: with many aggregate
+ * ids of one hash value pending, each probe for the event before another
+ * read all of them, and claims stalled every ordered key. The probe still
+ * compares the key itself. Building the index holds a SHARE lock on
+ * outbox (inserts wait) for as long as it takes: see Upgrading in the
+ * README for a large table.
+ */
+CREATE FUNCTION @extschema@._outbox_aggregate_key(text, text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', '_outbox_aggregate_key'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_aggregate_key(text, text) IS
+    'Internal: the key of an event''s aggregate (aggregate_type, aggregate_id) in outbox_key_idx, 64 bits of a SHA-256';
+
+-- an index expression runs for whoever inserts: writers included
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_aggregate_key(text, text) TO PUBLIC;
+
+DROP INDEX @extschema@.outbox_key_idx;
+CREATE INDEX outbox_key_idx
+    ON @extschema@.outbox (@extschema@._outbox_aggregate_key(aggregate_type, aggregate_id), id)
+    WHERE aggregate_id IS NOT NULL AND delivered_at IS NULL
+      AND cancelled_at IS NULL AND skipped_at IS NULL;
+
+-- the same view as 1.1's, its probe on the new key
+CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
+SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
+       o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
+       o.next_attempt_at,
+       d.name AS dest_name, d AS dest, o.cut_off_attempts,
+       -- the event before this one of its key that goes to the same
+       -- ordered destination: one backward probe of outbox_key_idx. A
+       -- subquery in the select list, not a lateral join, so that the
+       -- claim's FOR UPDATE OF p locks the event only, never this one.
+       (SELECT e.id
+          FROM @extschema@.outbox e
+         WHERE d.ordered
+           AND @extschema@._outbox_aggregate_key(e.aggregate_type, e.aggregate_id)
+               OPERATOR(pg_catalog.=)
+               @extschema@._outbox_aggregate_key(o.aggregate_type, o.aggregate_id)
+           AND e.aggregate_id OPERATOR(pg_catalog.=) o.aggregate_id
+           AND coalesce(e.aggregate_type, '') OPERATOR(pg_catalog.=) coalesce(o.aggregate_type, '')
+           AND e.id OPERATOR(pg_catalog.<) o.id
+           AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
+           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type) r
+                        WHERE r.name OPERATOR(pg_catalog.=) d.name)
+         ORDER BY e.id DESC
+         LIMIT 1) AS blocked_by
+  FROM @extschema@.outbox o
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
+ WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
