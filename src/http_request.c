@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "common/cryptohash.h"
+#include "common/int.h"
 #include "common/pg_prng.h"
 #include "common/sha2.h"
 #include "miscadmin.h"
@@ -623,9 +624,15 @@ record_outcome(HttpRequest *req, CURLcode result)
 	{
 		curl_off_t	retry_after = 0;
 
-		/* libcurl reads both forms, seconds and an HTTP date (RFC 9110 10.2.3) */
+		/*
+		 * libcurl reads both forms, seconds and an HTTP date (RFC 9110
+		 * 10.2.3), into a 64-bit count of seconds: an endpoint's number of
+		 * seconds can be as large as that, and in milliseconds overflow
+		 * (18446744073709552 s became 384 ms). Capped at backoff_max later.
+		 */
 		if (curl_easy_getinfo(req->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
-			retry_after > 0)
-			ev->retry_after_ms = (int64) retry_after * 1000;
+			retry_after > 0 &&
+			pg_mul_s64_overflow((int64) retry_after, 1000, &ev->retry_after_ms))
+			ev->retry_after_ms = PG_INT64_MAX;
 	}
 }

@@ -1,7 +1,8 @@
 # A 429, 502, 503 or 504 answer with Retry-After sets the time of the next
 # attempt, in either form the header takes (seconds, or an HTTP-date),
 # instead of the backoff (outbox.backoff_base is 100 ms here), and capped
-# by outbox.backoff_max. Other statuses (a 500) do not honour it.
+# by outbox.backoff_max, however large the number of seconds. Other
+# statuses (a 500) do not honour it.
 #
 # Each case answers its status once, then 200; the gap between the two
 # requests is read from the times the sink recorded.
@@ -27,6 +28,9 @@ my %case = (
 	gateway => { status => 502, retry_after => '2' },
 	gateway_timeout => { status => 504, retry_after => '2' },
 	capped => { status => 503, retry_after => '3600' },
+	# in milliseconds past 64 bits: 1.1 made 384 ms of the first
+	huge => { status => 503, retry_after => '18446744073709552' },
+	int64_max => { status => 503, retry_after => '9223372036854775807' },
 );
 $sink->paths(map { ("/$_" => { script => [ $case{$_} ] }) } keys %case);
 $node->safe_psql('postgres',
@@ -88,6 +92,12 @@ is($node->safe_psql('postgres', 'SHOW outbox.backoff_max'), '1s', 'backoff_max i
 $gap = gap_of('capped');
 cmp_ok($gap, '>=', 0.9, 'capped: Retry-After: 3600 waits backoff_max');
 cmp_ok($gap, '<=', 1 + time_bound(1.5), 'capped: about a second, not an hour');
+for my $name ('huge', 'int64_max')
+{
+	$gap = gap_of($name);
+	cmp_ok($gap, '>=', 0.9, "$name: Retry-After: $case{$name}{retry_after} waits backoff_max");
+	cmp_ok($gap, '<=', 1 + time_bound(1.5), "$name: about a second");
+}
 is(relay_pid($node, 'postgres'), $pid, 'the same relay since the restart');
 
 $sink->stop;
