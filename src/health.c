@@ -653,7 +653,9 @@ health_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 /*
  * Notes the outcome of one attempt of ev, recorded by the caller in the
  * current transaction: delivered when error is NULL, else failed with that
- * error (the last_error text). It counts in shared memory when, and only
+ * error: the kind's text without the start of the endpoint's answer that
+ * the event's last_error adds (ev->response), as outbox_monitor reads
+ * these and an answer may quote the payload. It counts in shared memory when, and only
  * if, the transaction commits. Called by queue.c with a transaction open;
  * a no-op without shared memory (library not preloaded). May raise ERROR
  * (out of memory), like the statement that recorded the outcome.

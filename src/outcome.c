@@ -281,11 +281,11 @@ disable_gone(OutboxEvent **events, int n)
 /*
  * Notes in the statistics the outcome of each event whose row the last
  * statement changed (its RETURNING gives the ids): an outcome that changed
- * nothing (the row had moved on) is not counted. errors[i] is the
- * last_error of events[i], NULL for a delivery.
+ * nothing (the row had moved on) is not counted. failed: the events
+ * failed (each noted with its error, without the answer), else delivered.
  */
 static void
-note_changed(OutboxEvent **events, char **errors, int n)
+note_changed(OutboxEvent **events, bool failed, int n)
 {
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
@@ -298,7 +298,9 @@ note_changed(OutboxEvent **events, char **errors, int n)
 			if (events[i]->id == id)
 			{
 				events[i]->recorded = true;
-				OutboxHealthNote(events[i], errors ? errors[i] : NULL);
+				/* the error without the endpoint's answer: see OutboxHealthNote */
+				OutboxHealthNote(events[i], !failed ? NULL :
+								 events[i]->error ? events[i]->error : "unknown error");
 				break;
 			}
 		}
@@ -358,7 +360,7 @@ record_failures(OutboxEvent **events, int n)
 	rc = SPI_execute_plan(OutboxStatementPlan(&failure_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not record failed attempts: %s", SPI_result_code_string(rc));
-	note_changed(events, errors, n);
+	note_changed(events, true, n);
 	processed = SPI_processed;
 	disable_gone(events, n);
 	return processed;
@@ -425,7 +427,7 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));
-		note_changed(ok, NULL, nok);
+		note_changed(ok, false, nok);
 		/* an outcome that changed nothing releases nothing */
 		for (int i = 0; i < nok; i++)
 			if (ok[i]->recorded)

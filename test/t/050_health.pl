@@ -47,6 +47,18 @@ ok( $node->poll_query_until('postgres', q{
 		SELECT failed >= 1 AND last_error LIKE 'HTTP status 503%' AND last_failure_at IS NOT NULL
 		  FROM outbox_destination_stats() WHERE destination = 'hooks'}),
 	'a failed attempt is counted with its error');
+
+# an answer that quotes the event (here its header, echoed back) is in the
+# event's last_error, which outbox_admin reads, but not in the statistics,
+# which outbox_monitor reads too: they have the error alone
+$sink->control(echo => ['x-card']);
+sql(q{SELECT outbox_emit('task.card', '{}', headers => '{"x-card": "4111 1111 1111 1111"}')});
+ok( $node->poll_query_until('postgres', q{
+		SELECT last_error LIKE 'HTTP status 503: x-card: 4111 1111 1111 1111%' FROM outbox WHERE event_type = 'task.card'}),
+	"the event's last_error quotes the answer");
+is(sql(q{SET ROLE outbox_monitor; SELECT last_error FROM outbox_destination_stats() WHERE destination = 'hooks'}),
+	'HTTP status 503', 'outbox_monitor reads the error, not the answer');
+$sink->control(echo => []);
 sql(q{DELETE FROM outbox_destinations; DELETE FROM outbox});
 $sink->paths();
 
