@@ -63,6 +63,16 @@ SELECT regress.try($$UPDATE outbox_destinations SET secret = 'whsec_c2VjcmV0' WH
 SELECT regress.try($$UPDATE outbox_destinations SET timeout_ms = 2000 WHERE name = 'js'$$);
 SELECT name, nats_user, nats_token, nats_creds_file, nats_ca_file, timeout_ms FROM outbox_destinations;
 
+-- headers: none whose name or value nats-server could read as one of its
+-- own (it finds Nats-Msg-Id, Nats-Expected-Stream... anywhere in the block)
+SELECT regress.try($$UPDATE outbox_destinations SET headers = '{"Nats-Rollup": "all"}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET headers = '{"X-Delta-Nats-Msg-Id-Ref": "1"}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET headers = '{"x-ref": "Nats-Msg-Id Nats-Expected-Stream"}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET headers = '{"x-team": "core", "x-ref": "pre-NATS-x"}' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET headers = '{"x-team": "nats", "x-nats": "natsx"}' WHERE name = 'js'$$);
+SELECT name, headers FROM outbox_destinations WHERE name = 'js';
+SELECT regress.try($$UPDATE outbox_destinations SET headers = NULL WHERE name = 'js'$$);
+
 -- naming a file the relay reads needs pg_read_server_files; other changes,
 -- and taking a file out, do not
 CREATE ROLE regress_js_admin IN ROLE outbox_admin;

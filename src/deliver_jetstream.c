@@ -328,6 +328,7 @@ typedef struct JsAck
 	natsStatus	status;			/* NATS_OK: a PubAck */
 	jsErrCode	code;			/* JetStream's error code, or 0 */
 	bool		not_puback;		/* an answer, but no PubAck of the stream */
+	bool		other_stream;	/* a PubAck of another stream, named in text */
 	char		text[JS_TEXT_BYTES];	/* libnats's or the stream's error */
 } JsAck;
 
@@ -480,9 +481,11 @@ ring_push(JsConn *c)
  * libnats's PubAck handler, on the thread of the reply subscription: a
  * positive answer counts only if it names the destination's stream and a
  * sequence (or a duplicate): libnats takes any JSON answer without an
- * error for one. Records the outcome and wakes the relay. Calls nothing of
- * PostgreSQL's but SetLatch, which is safe from any thread of the process
- * (it sets a flag and wakes the process).
+ * error for one. A PubAck that names another stream is told apart: that
+ * stream stored the message, so a retry would store another copy there.
+ * Records the outcome and wakes the relay. Calls nothing of PostgreSQL's
+ * but SetLatch, which is safe from any thread of the process (it sets a
+ * flag and wakes the process).
  */
 static void
 ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
@@ -499,6 +502,13 @@ ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
 		if (pa != NULL && pa->Stream != NULL && strcmp(pa->Stream, c->stream) == 0 &&
 			(pa->Sequence > 0 || pa->Duplicate))
 			a->status = NATS_OK;
+		else if (pa != NULL && pa->Stream != NULL && pa->Stream[0] != '\0' &&
+				 (pa->Sequence > 0 || pa->Duplicate))
+		{
+			a->status = NATS_ERR;
+			a->other_stream = true;
+			copy_text(a->text, pa->Stream, sizeof(a->text));
+		}
 		else if (pa != NULL)
 		{
 			a->status = NATS_ERR;
@@ -1159,30 +1169,52 @@ js_enqueue(OutboxEvent *ev)
 	c->live++;
 }
 
-/* Adds header name: value to m if the value is a valid header value. */
+/*
+ * Whether s holds "nats-" in any case. nats-server finds each of its own
+ * headers (Nats-Msg-Id, Nats-Expected-Stream, Nats-Rollup...) at the first
+ * occurrence of its name anywhere in the header block, and takes it as
+ * absent when that occurrence does not start a line; libnats writes the
+ * headers in hash order. So a name or a value that holds such a name,
+ * wherever it comes, could hide the relay's own header: none but the
+ * relay's may hold the prefix of that family.
+ */
+static bool
+holds_nats_prefix(const char *s)
+{
+	for (const char *p = s; *p != '\0'; p++)
+		if (pg_strncasecmp(p, "nats-", 5) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Adds header name: value to m if the value is a valid header value that
+ * nats-server cannot read as one of its own headers (holds_nats_prefix);
+ * otherwise leaves it out (the envelope in the body carries every field).
+ */
 static natsStatus
 add_header(natsMsg *m, const char *name, const char *value)
 {
-	if (value == NULL || !OutboxHeaderValueValid(value, strlen(value)))
+	if (value == NULL || !OutboxHeaderValueValid(value, strlen(value)) ||
+		holds_nats_prefix(value))
 		return NATS_OK;
 	return natsMsgHeader_Set(m, name, value);
 }
 
 /*
- * Whether an event's or a destination's header may go to the broker: no
- * name of the Nats-* family, which steers it (Nats-Msg-Id,
- * Nats-Expected-Stream, Nats-Rollup...), nor one ending in nats-msg-id,
- * nor the ones this kind sets itself.
+ * Whether an event's or a destination's header may go to the broker:
+ * neither its name nor its value holds "nats-" (holds_nats_prefix), and it
+ * is none of the ones this kind sets itself. A destination's rules refuse
+ * such headers when written (js_check_destination); this also covers rows
+ * written before that rule, and events, whose headers may go to other
+ * kinds too.
  */
 static bool
-header_forwarded(const char *name)
+header_forwarded(const OutboxHeader *h)
 {
-	size_t		len = strlen(name);
-
-	return pg_strncasecmp(name, "nats-", 5) != 0 &&
-		!(len >= 11 && pg_strcasecmp(name + len - 11, "nats-msg-id") == 0) &&
-		pg_strncasecmp(name, "outbox-", 7) != 0 &&
-		pg_strcasecmp(name, "content-type") != 0;
+	return !holds_nats_prefix(h->name) && !holds_nats_prefix(h->value) &&
+		pg_strncasecmp(h->name, "outbox-", 7) != 0 &&
+		pg_strcasecmp(h->name, "content-type") != 0;
 }
 
 /*
@@ -1212,7 +1244,7 @@ build_message(OutboxEvent *ev, const char *subject)
 	if (s == NATS_OK)
 		s = add_header(m, "Outbox-Attempt", attempt);
 	for (int i = 0; s == NATS_OK && i < nheaders; i++)
-		if (header_forwarded(headers[i].name))
+		if (header_forwarded(&headers[i]))
 			s = add_header(m, headers[i].name, headers[i].value);
 	if (s != NATS_OK)
 	{
@@ -1327,7 +1359,10 @@ ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, const JsConn *
 		ev->ok = true;
 		return;
 	}
-	if (a->not_puback)
+	if (a->other_stream)
+		fail(ev, psprintf("the PubAck came from stream \"%s\", not from the destination's stream \"%s\": not retried, as each retry could store another copy there",
+						  OutboxPrintable(a->text, strlen(a->text)), c->stream), true);
+	else if (a->not_puback)
 		fail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\": something else answers it",
 						  c->stream, OutboxPrintable(subject, strlen(subject))), false);
 	else if (a->status == NATS_TIMEOUT)
@@ -1894,12 +1929,46 @@ stream_name_valid(const char *s)
 }
 
 /*
+ * The destination's headers (valid: the shared rules ran first) hold no
+ * name or value that nats-server could read as its own header
+ * (holds_nats_prefix). Never quotes a value.
+ */
+static bool
+headers_check(const OutboxDestinationRow *row, OutboxProblem *p)
+{
+	bool		isnull;
+	Datum		d = OutboxDestinationColumn(row, "headers", &isnull);
+	OutboxHeader *list;
+	int			n;
+	const char *detail = "A JetStream destination's header names and values may not contain \"nats-\" in any case: nats-server could take it for one of its own headers (Nats-Msg-Id, Nats-Expected-Stream, ...), which only the relay sets.";
+
+	if (isnull)
+		return true;
+	n = OutboxHeaderList(DatumGetJsonbP(d), &list);
+	for (int i = 0; i < n; i++)
+	{
+		if (holds_nats_prefix(list[i].name))
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									psprintf("destination header \"%s\" is not allowed for a JetStream destination",
+											 list[i].name),
+									pstrdup(detail));
+		if (list[i].value != NULL && holds_nats_prefix(list[i].value))
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									psprintf("value of destination header \"%s\" is not allowed for a JetStream destination",
+											 list[i].name),
+									pstrdup(detail));
+	}
+	return true;
+}
+
+/*
  * check_destination: nats_servers, nats_subject (a subject or a template
  * of one), nats_stream, and the credentials: user and password together,
  * or a token, or a creds file, one way only; files named by absolute path,
  * which only a role with the privileges of pg_read_server_files may write
  * (the relay reads them as the server's OS user). No secret: messages are
- * not signed, the broker authenticates the relay.
+ * not signed, the broker authenticates the relay. Headers that nats-server
+ * could read as its own (headers_check).
  */
 static bool
 js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
@@ -2006,7 +2075,7 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination secret is for a webhook or a NOTIFY channel"),
 								pstrdup("JetStream messages are not signed: the broker authenticates the relay (nats_user, nats_token or nats_creds_file)."));
-	return true;
+	return headers_check(row, p);
 }
 
 /* decode: the nats_* columns, timeout_ms and headers into a JsDestOptions. */

@@ -27,8 +27,13 @@ my $node = outbox_node('jetstream', 'outbox.batch_size' => 500, 'outbox.backoff_
 my $log_start = -s $node->logfile;
 $node->safe_psql('postgres', qq{
 	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, headers)
-	VALUES ('orders', 'order.*', '$url', 'orders.{event_type}', 'ORDERS',
-	        '{"X-Team": "core", "Nats-Rollup": "all", "Nats-Expected-Last-Sequence": "1"}');
+	VALUES ('orders', 'order.*', '$url', 'orders.{event_type}', 'ORDERS', '{"X-Team": "core"}');
+	-- headers the rules now refuse, as a row written before them has them
+	SET session_replication_role = replica;
+	UPDATE outbox_destinations
+	   SET headers = headers || '{"Nats-Rollup": "all", "Nats-Expected-Last-Sequence": "1", "X-Ref": "Nats-Msg-Id"}'
+	 WHERE name = 'orders';
+	RESET session_replication_role;
 	INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, ordered)
 	VALUES ('keyed', 'item.*', '$url', 'keyed.{aggregate_type}.{aggregate_id}', 'KEYED', true);
 });
@@ -81,6 +86,7 @@ ok(defined $h{traceparent}, 'traceparent');
 is($h{'X-Team'}, 'core', "the destination's header");
 is_deeply([ grep { /nats/i && $_ ne 'Nats-Msg-Id' && $_ ne 'Nats-Expected-Stream' } sort keys %h ], [],
 	'no Nats-* header of the destination or the event, nor one ending in nats-msg-id');
+ok(!exists $h{'X-Ref'}, "no destination header whose value holds nats-");
 is($h{'Nats-Expected-Stream'}, 'ORDERS', 'the stream is expected');
 my $body = decode_json($msg->{data});
 is($body->{id}, $event_id, 'the body is the envelope: id');
