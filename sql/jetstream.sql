@@ -117,5 +117,63 @@ SET ROLE outbox_writer;
 SELECT regress.try($$SELECT * FROM outbox_jetstream_check('js')$$);
 RESET ROLE;
 
+-- the check reads the stored destination, which its trigger checked: a row
+-- value made by the caller counts for its name only. An admin who may not
+-- name files learns nothing of one through it: a made-up row naming
+-- /etc/shadow gets the error of a destination that does not exist
+CREATE ROLE regress_js_nofiles IN ROLE outbox_admin;
+SET ROLE regress_js_nofiles;
+SELECT regress.try($$SELECT * FROM _outbox_jetstream_check(jsonb_populate_record(NULL::outbox_destinations,
+       '{"name": "nothing", "kind": "jetstream", "nats_servers": "nats://127.0.0.1:1", "nats_subject": "s",
+         "nats_stream": "S", "nats_creds_file": "/etc/shadow"}'))$$);
+SELECT regress.try($$SELECT * FROM _outbox_jetstream_check(jsonb_populate_record(NULL::outbox_destinations,
+       '{"name": "nothing", "kind": "jetstream", "nats_servers": "nats://127.0.0.1:1", "nats_subject": "s",
+         "nats_stream": "S", "nats_ca_file": "/etc/no-such-file"}'))$$);
+SELECT regress.try($$SELECT * FROM _outbox_jetstream_check(jsonb_populate_record(NULL::outbox_destinations,
+       '{"name": "chan", "kind": "jetstream", "nats_servers": "nats://127.0.0.1:1", "nats_subject": "s",
+         "nats_stream": "S", "nats_creds_file": "/etc/shadow"}'))$$);
+SELECT regress.try($$SELECT * FROM _outbox_jetstream_check(jsonb_populate_record(NULL::outbox_destinations,
+       '{"kind": "jetstream"}'))$$);
+RESET ROLE;
+
+-- files are read only when regular and at most 1 MB, never waiting for a
+-- writer: a FIFO, a device and an oversize file named by a superuser
+SET statement_timeout = '20s';
+DO $$
+DECLARE
+    dir text := current_setting('data_directory');
+BEGIN
+    EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', format('rm -f %1$s/js_fifo && mkfifo %1$s/js_fifo', dir));
+    EXECUTE format('COPY (SELECT repeat(%L, 1048576)) TO %L', 'x', dir || '/js_big.pem');
+    EXECUTE format('COPY (SELECT repeat(%L, 1048574)) TO %L', 'x', dir || '/js_just.pem');
+    INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream, nats_ca_file, nats_creds_file)
+    VALUES ('fifo_ca', 'none.f', 'nats://127.0.0.1:1', 's', 'S', dir || '/js_fifo', NULL),
+           ('fifo_creds', 'none.f', 'nats://127.0.0.1:1', 's', 'S', NULL, dir || '/js_fifo'),
+           ('zero_ca', 'none.f', 'nats://127.0.0.1:1', 's', 'S', '/dev/zero', NULL),
+           ('zero_creds', 'none.f', 'nats://127.0.0.1:1', 's', 'S', NULL, '/dev/zero'),
+           ('dir_ca', 'none.f', 'nats://127.0.0.1:1', 's', 'S', dir, NULL),
+           ('big_ca', 'none.f', 'nats://127.0.0.1:1', 's', 'S', dir || '/js_big.pem', NULL),
+           ('just_ca', 'none.f', 'nats://127.0.0.1:1', 's', 'S', dir || '/js_just.pem', NULL),
+           ('no_jwt', 'none.f', 'nats://127.0.0.1:1', 's', 'S', NULL, dir || '/js_just.pem');
+END
+$$;
+SELECT d, c.problem
+  FROM unnest(ARRAY['fifo_ca', 'fifo_creds', 'zero_ca', 'zero_creds', 'dir_ca', 'big_ca', 'just_ca', 'no_jwt']) d,
+       LATERAL outbox_jetstream_check(d) c;
+-- and the made-up row's files are not the ones read
+SET ROLE regress_js_nofiles;
+SELECT problem FROM _outbox_jetstream_check(jsonb_populate_record(NULL::outbox_destinations,
+       '{"name": "fifo_ca", "kind": "jetstream", "nats_servers": "nats://127.0.0.1:1", "nats_subject": "s",
+         "nats_stream": "S"}'));
+RESET ROLE;
+RESET statement_timeout;
+DO $$
+BEGIN
+    EXECUTE format('COPY (SELECT 1) TO PROGRAM %L',
+                   format('rm -f %1$s/js_fifo %1$s/js_big.pem %1$s/js_just.pem', current_setting('data_directory')));
+END
+$$;
+
 DELETE FROM outbox_destinations;
 DROP ROLE regress_js_admin;
+DROP ROLE regress_js_nofiles;

@@ -44,14 +44,19 @@
  */
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <nats/nats.h>
 #include <openssl/crypto.h>
 
 #include "catalog/pg_authid.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
@@ -63,6 +68,7 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
@@ -89,6 +95,14 @@
 #define JS_PATH_MAX_BYTES 1024
 /* error text kept from libnats, in the threads' fixed buffers */
 #define JS_TEXT_BYTES 256
+/*
+ * The largest creds or CA file the relay reads. A creds file is a user
+ * JWT and an nkey seed, a few kB; a CA file is a PEM bundle, and Debian's
+ * whole system bundle (/etc/ssl/certs/ca-certificates.crt) is about
+ * 220 kB. 1 MB holds four of those, and bounds what a relay or a check
+ * holds for a file an admin names.
+ */
+#define JS_FILE_MAX_BYTES (1024 * 1024)
 /* a failed connection is tried again after this much, doubling, at most */
 #define JS_RECONNECT_MIN_MS 1000
 #define JS_RECONNECT_MAX_MS 30000
@@ -544,6 +558,298 @@ error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg
 }
 
 /*
+ * Reads the file at path, which destination column names, into a malloc'd
+ * NUL-terminated buffer (*out, its size in *len), for a connection's thread
+ * or a libnats callback: calls nothing of PostgreSQL's. Opens it without
+ * waiting for a writer (a FIFO) and reads it only if it is a regular file
+ * of at most JS_FILE_MAX_BYTES, before deadline (CLOCK_MONOTONIC). On
+ * failure returns false with error (JS_TEXT_BYTES) saying why, without
+ * anything read from the file.
+ */
+static bool
+read_file(const char *path, const char *column, const struct timespec *deadline,
+		  char **out, size_t *len, char *error)
+{
+	char		why[PG_STRERROR_R_BUFLEN];
+	struct stat st;
+	char	   *buf = NULL;
+	size_t		size = 0;
+	size_t		have = 0;
+	int			fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	*out = NULL;
+	*len = 0;
+	if (fd < 0)
+	{
+		snprintf(error, JS_TEXT_BYTES, "%s cannot be opened: %s", column,
+				 strerror_r(errno, why, sizeof(why)));
+		return false;
+	}
+	if (fstat(fd, &st) != 0)
+		snprintf(error, JS_TEXT_BYTES, "%s cannot be read: %s", column,
+				 strerror_r(errno, why, sizeof(why)));
+	else if (!S_ISREG(st.st_mode))
+		snprintf(error, JS_TEXT_BYTES, "%s is not a regular file", column);
+	else if (st.st_size > JS_FILE_MAX_BYTES)
+		snprintf(error, JS_TEXT_BYTES, "%s is larger than %d bytes", column, JS_FILE_MAX_BYTES);
+	else
+	{
+		size = (size_t) st.st_size;
+		/* one byte more: a file that grew since fstat is seen */
+		buf = malloc(size + 2);
+		if (buf == NULL)
+			snprintf(error, JS_TEXT_BYTES, "out of memory reading %s", column);
+	}
+	while (buf != NULL)
+	{
+		struct timespec now;
+		ssize_t		n;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > deadline->tv_sec ||
+			(now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
+		{
+			snprintf(error, JS_TEXT_BYTES, "%s was not read within the time limit", column);
+			break;
+		}
+		n = read(fd, buf + have, size + 1 - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+		{
+			snprintf(error, JS_TEXT_BYTES, "%s cannot be read: %s", column,
+					 strerror_r(errno, why, sizeof(why)));
+			break;
+		}
+		have += n;
+		if (n == 0 || have > size)
+		{
+			if (have > size)
+			{
+				snprintf(error, JS_TEXT_BYTES, "%s changed while it was read", column);
+				break;
+			}
+			close(fd);
+			buf[have] = '\0';
+			*out = buf;
+			*len = have;
+			return true;
+		}
+	}
+	if (buf != NULL)
+	{
+		explicit_bzero(buf, have);
+		free(buf);
+	}
+	close(fd);
+	return false;
+}
+
+/* A deadline timeout_ms from now, for read_file. */
+static struct timespec
+deadline_in(int timeout_ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_sec += timeout_ms / 1000;
+	t.tv_nsec += (long) (timeout_ms % 1000) * 1000000L;
+	if (t.tv_nsec >= 1000000000L)
+	{
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
+/* Whether the line text[0..len) is a creds file's fence: -----BEGIN ...----- */
+static bool
+creds_fence(const char *line, size_t len)
+{
+	return len >= 6 && strncmp(line, "---", 3) == 0 && strncmp(line + len - 3, "---", 3) == 0;
+}
+
+/*
+ * Finds block `which` (0: the user JWT, 1: the nkey seed) of a creds file
+ * as nsc writes it: a fence line, the value on one line, a fence line.
+ * Sets *value and *vlen (within text); false if there is no such block or
+ * its value holds a character neither base64url nor base32 has.
+ */
+static bool
+creds_block(const char *text, size_t len, int which, const char **value, size_t *vlen)
+{
+	const char *p = text;
+	const char *end = text + len;
+	int			found = 0;
+	int			state = 0;		/* 0: outside, 1: after a fence, 2: after the value */
+	const char *v = NULL;
+	size_t		vl = 0;
+
+	while (p < end)
+	{
+		const char *nl = memchr(p, '\n', end - p);
+		const char *e = nl != NULL ? nl : end;
+		const char *next = nl != NULL ? nl + 1 : end;
+
+		/* trim the line */
+		while (p < e && (*p == ' ' || *p == '\t'))
+			p++;
+		while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+			e--;
+		if (e > p)
+		{
+			bool		fence = creds_fence(p, e - p);
+
+			if (state == 0 && fence)
+				state = 1;
+			else if (state == 1 && !fence)
+			{
+				v = p;
+				vl = e - p;
+				state = 2;
+			}
+			else if (state == 2 && fence)
+			{
+				if (found++ == which)
+				{
+					for (size_t i = 0; i < vl; i++)
+						if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= 'A' && v[i] <= 'Z') ||
+							  (v[i] >= '0' && v[i] <= '9') || (v[i] != '\0' && strchr("-_.=", v[i]) != NULL)))
+							return false;
+					*value = v;
+					*vlen = vl;
+					return true;
+				}
+				state = 0;
+			}
+			else
+				state = fence ? 1 : 0;
+		}
+		p = next;
+	}
+	return false;
+}
+
+/*
+ * Reads block `which` of c's creds file into a malloc'd string (*out),
+ * or returns false with error. For the connection's thread and libnats's
+ * callbacks: calls nothing of PostgreSQL's. The file is read again at
+ * every connection and reconnection, as libnats would: a renewed file is
+ * taken up.
+ */
+static bool
+creds_read(const JsConn *c, int which, char **out, char *error)
+{
+	struct timespec deadline = deadline_in(c->timeout_ms);
+	char	   *text;
+	size_t		len;
+	const char *v;
+	size_t		vl;
+	bool		ok;
+
+	*out = NULL;
+	if (!read_file(c->creds_file, "nats_creds_file", &deadline, &text, &len, error))
+		return false;
+	ok = creds_block(text, len, which, &v, &vl);
+	if (!ok)
+		snprintf(error, JS_TEXT_BYTES, "nats_creds_file has no %s",
+				 which == 0 ? "user JWT" : "nkey seed");
+	else if ((*out = strndup(v, vl)) == NULL)
+	{
+		snprintf(error, JS_TEXT_BYTES, "out of memory reading nats_creds_file");
+		ok = false;
+	}
+	explicit_bzero(text, len);
+	free(text);
+	return ok;
+}
+
+/*
+ * libnats's callback for the user JWT, on a connection or reconnection
+ * (c's thread or libnats's reconnecting one): the first block of the creds
+ * file. libnats frees what it returns.
+ */
+static natsStatus
+creds_jwt(char **jwt, char **err_text, void *closure)
+{
+	char		error[JS_TEXT_BYTES];
+
+	if (creds_read(closure, 0, jwt, error))
+		return NATS_OK;
+	*err_text = strdup(error);
+	return NATS_ERR;
+}
+
+/*
+ * libnats's callback to sign the server's nonce with the creds file's
+ * seed, which is zeroed once used. libnats frees the signature.
+ */
+static natsStatus
+creds_sign(char **err_text, unsigned char **sig, int *sig_len, const char *nonce, void *closure)
+{
+	char		error[JS_TEXT_BYTES];
+	char	   *seed;
+	natsStatus	s;
+
+	if (!creds_read(closure, 1, &seed, error))
+	{
+		*err_text = strdup(error);
+		return NATS_ERR;
+	}
+	s = nats_Sign(seed, nonce, sig, sig_len);
+	explicit_bzero(seed, strlen(seed));
+	free(seed);
+	return s;
+}
+
+/*
+ * Sets o's credentials from c's creds file (read here once, so that a bad
+ * file fails at once with its reason; the callbacks read it again) and its
+ * trusted CA certificates from c's CA file. libnats would read both files
+ * itself, with no check of what they are: a FIFO, a device or a huge file
+ * would hold or fill the relay. Returns false with error.
+ */
+static bool
+set_file_options(JsConn *c, natsOptions *o, char *error)
+{
+	if (c->creds_file != NULL)
+	{
+		char	   *part;
+
+		for (int which = 0; which < 2; which++)
+		{
+			if (!creds_read(c, which, &part, error))
+				return false;
+			explicit_bzero(part, strlen(part));
+			free(part);
+		}
+		if (natsOptions_SetUserCredentialsCallbacks(o, creds_jwt, c, creds_sign, c) != NATS_OK)
+		{
+			copy_text(error, "libnats refused the credentials callbacks", JS_TEXT_BYTES);
+			return false;
+		}
+	}
+	if (c->ca_file != NULL)
+	{
+		struct timespec deadline = deadline_in(c->timeout_ms);
+		char	   *pem;
+		size_t		len;
+		natsStatus	s;
+
+		if (!read_file(c->ca_file, "nats_ca_file", &deadline, &pem, &len, error))
+			return false;
+		s = natsOptions_SetCATrustedCertificates(o, pem);
+		free(pem);
+		if (s != NATS_OK)
+		{
+			copy_text(error, "nats_ca_file holds no PEM certificate that can be loaded", JS_TEXT_BYTES);
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
  * Reads c's stream's configuration (on c's thread): NATS_OK with its
  * duplicate window and max_age in c (and window_read set, for the relay
  * to check), or a failure with error set: the stream does not exist, or
@@ -592,6 +898,7 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 	jsCtx	   *js = NULL;
 	jsOptions	jo;
 	natsStatus	s;
+	char		file_error[JS_TEXT_BYTES];
 
 	s = natsOptions_Create(&o);
 	if (s == NATS_OK)
@@ -617,15 +924,16 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 		s = natsOptions_SetUserInfo(o, c->user, c->password);
 	if (s == NATS_OK && c->token != NULL)
 		s = natsOptions_SetToken(o, c->token);
-	if (s == NATS_OK && c->creds_file != NULL)
-		s = natsOptions_SetUserCredentialsFromFiles(o, c->creds_file, NULL);
 	/* libnats takes tls:// for nats:// unless told: never send credentials in clear */
 	if (s == NATS_OK && c->secure)
 		s = natsOptions_SetSecure(o, true);
-	if (s == NATS_OK && c->ca_file != NULL)
-		s = natsOptions_LoadCATrustedCertificates(o, c->ca_file);
 	if (s != NATS_OK)
 		copy_text(error, "the connection options are not valid: ", JS_TEXT_BYTES);
+	else if (!set_file_options(c, o, file_error))
+	{
+		s = NATS_ERR;
+		snprintf(error, JS_TEXT_BYTES, "the connection options are not valid: %s", file_error);
+	}
 	else
 	{
 		s = natsConnection_Connect(&nc, o);
@@ -869,11 +1177,16 @@ request_stop(JsConn *c)
 
 /*
  * Frees connection c, whose thread has ended and been joined, and which
- * has nothing outstanding.
+ * has nothing outstanding; zeroes its password and token first.
  */
 static void
 free_conn(JsConn *c)
 {
+	/* the secrets are not left in freed memory */
+	if (c->password != NULL)
+		explicit_bzero(c->password, strlen(c->password));
+	if (c->token != NULL)
+		explicit_bzero(c->token, strlen(c->token));
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cond);
 	MemoryContextDelete(c->cxt);
@@ -2109,6 +2422,50 @@ ms_interval(double ms)
 	return IntervalPGetDatum(iv);
 }
 
+/*
+ * The stored row of destination name, read from the table whose row type
+ * is the argument's (outbox_destinations, by the function's signature)
+ * with the caller's privileges, into *row (its tuple and descriptor in the
+ * current memory context). 42704, as for a missing destination, if there
+ * is none.
+ */
+static void
+stored_destination(Oid rowtype, const char *name, OutboxDestinationRow *row)
+{
+	Oid			relid = get_typ_typrelid(rowtype);
+	MemoryContext caller = CurrentMemoryContext;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1];
+	char	   *sql;
+	int			rc;
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "the argument is not a row of outbox_destinations");
+	sql = psprintf("SELECT * FROM %s.%s d WHERE d.name OPERATOR(pg_catalog.=) $1",
+				   quote_identifier(get_namespace_name(get_rel_namespace(relid))),
+				   quote_identifier(get_rel_name(relid)));
+	args[0] = CStringGetTextDatum(name);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args(sql, 1, argtypes, args, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read destination \"%s\": %s", name, SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("destination \"%s\" does not exist", name)));
+	{
+		MemoryContext spi = MemoryContextSwitchTo(caller);
+
+		row->desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
+		row->tuple = heap_copytuple(SPI_tuptable->vals[0]);
+		MemoryContextSwitchTo(spi);
+	}
+	SPI_finish();
+	row->old_tuple = NULL;
+	row->cache = NULL;
+}
+
 PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
 
 /*
@@ -2116,28 +2473,33 @@ PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
  *     OUT duplicate_window interval, OUT max_age interval,
  *     OUT retry_span interval, OUT exactly_once boolean, OUT problem text)
  *
- * Connects to a JetStream destination as a relay would (on a thread of its
- * own, this backend waiting on its latch, interruptible) and reads its
+ * Connects to JetStream destination d.name as a relay would (on a thread of
+ * its own, this backend waiting on its latch, interruptible) and reads its
  * stream: the duplicate window, max_age (NULL: none), the longest span of
  * the retry schedule at the current settings, whether every resend falls
  * within the window, and the problem if not, or why the connection or the
- * stream failed (then the figures are NULL). For outbox_jetstream_check(),
- * which finds the row; runs in any backend, in a transaction. 22023 for a
- * destination of another kind.
+ * stream failed (then the figures are NULL). Only d's name is used: the
+ * destination is read again from outbox_destinations, as its trigger
+ * checked it (who may name a file, which servers), since a row value
+ * made by the caller would pass none of those rules. For
+ * outbox_jetstream_check(); runs in any backend, in a transaction. Errors:
+ * 22004 for a NULL name, 42704 for a destination that does not exist,
+ * 22023 for one of another kind.
  */
 Datum
 _outbox_jetstream_check(PG_FUNCTION_ARGS)
 {
 	HeapTupleHeader h = PG_GETARG_HEAPTUPLEHEADER(0);
-	TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
-											  HeapTupleHeaderGetTypMod(h));
-	HeapTupleData tuple;
+	TupleDesc	arg_desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
+												  HeapTupleHeaderGetTypMod(h));
+	HeapTupleData arg_tuple;
 	OutboxDestinationRow row;
 	OutboxDestination dest;
 	const JsDestOptions *o;
 	TupleDesc	result_desc;
 	Datum		values[6];
 	bool		nulls[6] = {false, false, false, false, false, false};
+	char	   *name;
 	char	   *kind;
 	JsConn	   *c;
 	JsState		state;
@@ -2145,26 +2507,32 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	tuple.t_len = HeapTupleHeaderGetDatumLength(h);
-	ItemPointerSetInvalid(&tuple.t_self);
-	tuple.t_tableOid = InvalidOid;
-	tuple.t_data = h;
-	row.desc = desc;
-	row.tuple = &tuple;
+	arg_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
+	ItemPointerSetInvalid(&arg_tuple.t_self);
+	arg_tuple.t_tableOid = InvalidOid;
+	arg_tuple.t_data = h;
+	row.desc = arg_desc;
+	row.tuple = &arg_tuple;
 	row.old_tuple = NULL;
 	row.cache = NULL;
+	name = OutboxDestinationText(&row, "name");
+	ReleaseTupleDesc(arg_desc);
+	if (name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("destination must not be null")));
+	stored_destination(HeapTupleHeaderGetTypeId(h), name, &row);
 	kind = OutboxDestinationText(&row, "kind");
 	if (kind == NULL || strcmp(kind, OutboxJetStreamKind.name) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("destination \"%s\" is not a JetStream destination",
-						OutboxDestinationText(&row, "name"))));
+				 errmsg("destination \"%s\" is not a JetStream destination", name)));
 	memset(&dest, 0, sizeof(dest));
 	(void) js_decode(&row, &dest);
 	o = dest.options;
 	timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
 	js_setup();
-	c = new_conn(OutboxDestinationText(&row, "name"), o, "", timeout_ms);
+	c = new_conn(name, o, "", timeout_ms);
 	{
 		MemoryContext old = MemoryContextSwitchTo(js_cxt);
 
@@ -2231,7 +2599,6 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	}
 	checked = list_delete_ptr(checked, c);
 	free_conn(c);
-	ReleaseTupleDesc(desc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls)));
 }
 
