@@ -886,8 +886,9 @@ read_stream(JsConn *c, jsCtx *js, char *error)
 }
 
 /*
- * Connects c (on its thread): the servers, a JetStream context, and the
- * stream's configuration. Returns the status; on failure error and
+ * Connects c (on its thread): the servers it names, never those a server
+ * lists in its INFO (connect_urls), a JetStream context, and the stream's
+ * configuration. Returns the status; on failure error and
  * lib_error say why, and nothing is left open.
  */
 static natsStatus
@@ -905,6 +906,9 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 		s = natsOptions_SetServers(o, (const char **) c->server_list, c->nservers);
 	if (s == NATS_OK)
 		s = natsOptions_SetName(o, "outbox relay");
+	/* only the servers the destination names get its credentials and events */
+	if (s == NATS_OK)
+		s = natsOptions_SetIgnoreDiscoveredServers(o, true);
 	if (s == NATS_OK)
 		s = natsOptions_SetTimeout(o, c->timeout_ms);
 	/* a server that stops reading must not hold the flusher forever */
