@@ -74,3 +74,6 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
   FROM @extschema@.outbox o
   LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
+
+COMMENT ON COLUMN @extschema@.outbox.destination IS
+    'Destination of the latest attempt; NULL for a delivery whose destination was replaced (deleted, and another created under its name) while it was in flight';

@@ -102,6 +102,8 @@ typedef struct OutboxDestination
 								 * then outbox_destination_secrets' in use */
 	int			nsecrets;		/* 0: messages are not signed */
 	void	   *options;		/* the kind's own, from its decode */
+	TimestampTz created_at;		/* the row's created_at: which destination
+								 * of that name it was, when claimed */
 } OutboxDestination;
 
 /*

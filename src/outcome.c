@@ -50,19 +50,21 @@
  * changes nothing. The id is checked too: once that old version is
  * pruned, its line pointer can be reused by another row.
  */
-static const Oid recorded_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+static const Oid recorded_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+TEXTARRAYOID, TIMESTAMPTZARRAYOID};
 static OutboxStatement recorded_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1, last_error = NULL,"
-		"       destination = u.dest, held_by = NULL"
-		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[])"
-		"       AS u(tid, id, attempts, dest)"
+		"       destination = " OUTBOX_DELIVERED_DESTINATION ", held_by = NULL"
+		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[], $5::text[],"
+		"              $6::timestamptz[])"
+		"       AS u(tid, id, attempts, dest, kind, created)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid"
 		"   AND o.id = u.id AND o.attempts = u.attempts"
 		"   AND o.delivered_at IS NULL AND o.dead_at IS NULL"
 		" RETURNING o.id",
-	.nargs = 4,
+	.nargs = 6,
 	.argtypes = recorded_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_BY_TID
@@ -396,7 +398,6 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 	OutboxEvent **ok = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	Datum	   *ids = palloc(sizeof(Datum) * Max(n, 1));
 	Datum	   *attempts = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
 	int			nok = 0;
 	int			nfailed = 0;
 	int			released = 0;
@@ -412,18 +413,17 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		ok[nok] = events[i];
 		ids[nok] = Int64GetDatum(events[i]->id);
 		attempts[nok] = Int32GetDatum(events[i]->attempts);
-		dests[nok] = CStringGetTextDatum(events[i]->dest.name);
 		nok++;
 	}
 	if (nok > 0)
 	{
-		Datum		values[4];
+		Datum		values[6];
 		int			rc;
 
 		values[0] = OutboxTidArray(ok, nok);
 		values[1] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		values[2] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
-		values[3] = PointerGetDatum(construct_array(dests, nok, TEXTOID, -1, false, TYPALIGN_INT));
+		OutboxDeliveryDestinations(ok, nok, &values[3]);
 		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));

@@ -149,15 +149,18 @@ enum
 	Natts_claim = Anum_claim_blocked_by
 };
 
-static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID};
+/* see OUTBOX_DELIVERED_DESTINATION */
+static const Oid delivered_argtypes[] = {TIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID};
 static OutboxStatement delivered_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1,"
-		"       last_error = NULL, destination = u.dest, held_by = NULL"
-		"  FROM unnest($1::tid[], $2::text[]) AS u(tid, dest)"
+		"       last_error = NULL, held_by = NULL,"
+		"       destination = " OUTBOX_DELIVERED_DESTINATION
+		"  FROM unnest($1::tid[], $2::text[], $3::text[], $4::timestamptz[])"
+		"       AS u(tid, dest, kind, created)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid",
-	.nargs = 2,
+	.nargs = 4,
 	.argtypes = delivered_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_BY_TID
@@ -620,6 +623,8 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecodin
 
 	kind = OutboxDestinationText(&row, "kind");
 	ev->dest.format = OutboxDestinationText(&row, "format");
+	d = OutboxDestinationColumn(&row, "created_at", &isnull);
+	ev->dest.created_at = isnull ? 0 : DatumGetTimestampTz(d);
 	bytes += attach_secrets(&ev->dest, OutboxDestinationText(&row, "secret"), dd->secrets);
 	ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
 	if (ev->dest.kind == NULL)
@@ -1011,6 +1016,30 @@ OutboxCheckMarked(int n, bool delivered)
 }
 
 /*
+ * The three arrays (text[], text[], timestamptz[]) of OUTBOX_DELIVERED_DESTINATION
+ * for n delivered events, into values[0..2]: each one's destination name,
+ * kind and created_at as claimed. Caller is in SPI with a transaction open.
+ */
+void
+OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values)
+{
+	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *kinds = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *created = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		dests[i] = CStringGetTextDatum(events[i]->dest.name);
+		kinds[i] = CStringGetTextDatum(events[i]->dest.kind->name);
+		created[i] = TimestampTzGetDatum(events[i]->dest.created_at);
+	}
+	values[0] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(kinds, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+}
+
+/*
  * Marks n claimed events delivered: delivered_at = now() (the pass's start),
  * attempts + 1, last_error cleared, destination recorded; then releases
  * the events held for them (OutboxReleaseHeld), and returns how many. Runs
@@ -1020,20 +1049,15 @@ OutboxCheckMarked(int n, bool delivered)
 int
 OutboxMarkDelivered(OutboxEvent **events, int n)
 {
-	Datum	   *dests;
-	Datum		values[2];
+	Datum		values[4];
 	int			rc;
 
 	if (n == 0)
 		return 0;
-	dests = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
-	{
-		dests[i] = CStringGetTextDatum(events[i]->dest.name);
 		OutboxHealthNote(events[i], NULL);
-	}
 	values[0] = OutboxTidArray(events, n);
-	values[1] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
+	OutboxDeliveryDestinations(events, n, &values[1]);
 
 	rc = SPI_execute_plan(OutboxStatementPlan(&delivered_stmt, ext_nspoid), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)

@@ -48,6 +48,19 @@ extern Oid	OutboxQueueExtension(void);
 extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
 extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
+/*
+ * Where a delivery is recorded, in an UPDATE of outbox over
+ * unnest(..., $dest, $kind, $created) AS u(..., dest, kind, created) whose
+ * arrays OutboxDeliveryDestinations fills: the destination's name only if
+ * that name still stands for the destination the event was claimed for
+ * (same kind, same creation), else NULL. A destination replaced while an
+ * event was in flight (a webhook deleted, a NOTIFY channel created under
+ * its name) must not have that event read as its own by outbox_catch_up.
+ */
+#define OUTBOX_DELIVERED_DESTINATION \
+	"(SELECT d.name FROM %1$s.outbox_destinations d" \
+	"  WHERE d.name = u.dest AND d.kind = u.kind AND d.created_at = u.created)"
+extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values);
 extern int	OutboxMarkDelivered(OutboxEvent **events, int n);
 extern bool OutboxLockRouting(void);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);

@@ -52,7 +52,7 @@ my @statements = (
 	[ 'claim', qr/FOR UPDATE OF p SKIP LOCKED/,
 	  qr/Index Scan using outbox_pending_idx on outbox o\b[^\n]*\n(?:\s+(?:Index Cond|Filter):[^\n]*\n)*\s+Filter: [^\n]*\bhashed SubPlan/ ],
 	[ 'outcome', qr/FROM unnest\(\$1::tid\[\], \$2::bigint\[\], \$3::int\[\]/, $tid_list ],
-	[ 'NOTIFY mark', qr/FROM unnest\(\$1::tid\[\], \$2::text\[\]\)/, $tid_list ],
+	[ 'NOTIFY mark', qr/FROM unnest\(\$1::tid\[\], \$2::text\[\], \$3::text\[\]/, $tid_list ],
 	[ 'journal end', qr/DELETE FROM \S+\.outbox_in_flight j/, qr/Index Scan using outbox_in_flight_pkey on outbox_in_flight j\b/ ],
 	[ 'failure', qr/SET attempts = u\.attempts, last_error = u\.err/, qr/Index Scan using outbox_pkey on outbox o\b/ ],
 	[ 'park', qr/SET next_attempt_at = now\(\) \+ least/, qr/Tid Scan on outbox o\b/ ],
