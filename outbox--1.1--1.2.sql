@@ -21,6 +21,56 @@ END
 $guard$;
 
 /*
+ * Routing: an event goes to the destination with the first name whose
+ * pattern matches its type, enabled or not; if that one is disabled, the
+ * event waits for it (parked, as an event no destination takes), never
+ * going to another. In 1.1 only enabled destinations were candidates, so a
+ * webhook that answered 410 Gone, disabled by the relay, sent its events
+ * on to the next match, such as a catch-all NOTIFY channel that any
+ * consumer may read. The claim view takes the destination only while it is
+ * enabled; outbox_status counts an event whose destination is disabled as
+ * unroutable, as the relay parks it. The same single SELECT as 1.1's, so
+ * the planner still inlines it.
+ */
+CREATE OR REPLACE FUNCTION @extschema@._outbox_route(event_type text)
+RETURNS SETOF @extschema@.outbox_destinations
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE _outbox_route.event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(d.event_types)
+     ORDER BY d.name
+     LIMIT 1;
+END;
+
+COMMENT ON FUNCTION @extschema@._outbox_route(text) IS
+    'Internal: the destination that events of this type go to, if any (a disabled one keeps them waiting)';
+
+CREATE OR REPLACE VIEW @extschema@.outbox_status AS
+SELECT o.event_type,
+       count(*) FILTER (WHERE o.dead_at IS NULL) AS pending,
+       count(*) FILTER (WHERE o.dead_at IS NULL AND o.attempts > 0) AS retrying,
+       count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead,
+       count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
+           SELECT FROM @extschema@._outbox_route(o.event_type) r WHERE r.enabled)) AS unroutable,
+       min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending,
+       count(*) FILTER (WHERE o.dead_at IS NULL AND (o.id, o.attempts) IN (
+           SELECT f.id, f.attempts
+             FROM @extschema@.outbox_in_flight j,
+                  unnest(j.ids, j.attempts) AS f(id, attempts))) AS in_flight,
+       -- a relay that keeps up claims a due event within outbox.poll_interval:
+       -- one due long ago means delivery is stalled (no relay, a paused one,
+       -- one whose steps fail), whatever shared memory says
+       min(o.next_attempt_at) FILTER (WHERE o.dead_at IS NULL AND o.next_attempt_at <= now()
+           AND (o.id, o.attempts) NOT IN (
+               SELECT f.id, f.attempts
+                 FROM @extschema@.outbox_in_flight j,
+                      unnest(j.ids, j.attempts) AS f(id, attempts))) AS oldest_due
+  FROM @extschema@.outbox o
+ WHERE o.delivered_at IS NULL
+ GROUP BY o.event_type;
+
+/*
  * Ordered delivery: outbox_key_idx is keyed by 64 bits of a SHA-256 of the
  * aggregate key (src/aggregate_key.c), no longer by hashtextextended,
  * whose values a writer could make collide at will: with many aggregate
@@ -47,7 +97,8 @@ CREATE INDEX outbox_key_idx
     WHERE aggregate_id IS NOT NULL AND delivered_at IS NULL
       AND cancelled_at IS NULL AND skipped_at IS NULL;
 
--- the same view as 1.1's, its probe on the new key
+-- the same view as 1.1's, its probe on the new key, the destination only
+-- while it is enabled (see _outbox_route above)
 CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
@@ -72,7 +123,7 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
          ORDER BY e.id DESC
          LIMIT 1) AS blocked_by
   FROM @extschema@.outbox o
-  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON true
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON d.enabled
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
 
 COMMENT ON COLUMN @extschema@.outbox.destination IS

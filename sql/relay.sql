@@ -103,8 +103,9 @@ SELECT event_type, pending, retrying, dead, unroutable FROM outbox_status ORDER 
 -- the events without a destination are parked
 SELECT * FROM outbox_relay();
 
--- a new destination makes the parked events due at once
-INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('f_orders', 'order.*', 'order_events');
+-- a new destination makes the parked events due at once; named before
+-- c_disabled, as a disabled destination keeps the events of its types
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('b_orders', 'order.*', 'order_events');
 SELECT event_type, next_attempt_at <= now() AS due FROM outbox
  WHERE last_error LIKE 'no enabled destination%' ORDER BY id;
 SELECT * FROM outbox_relay();

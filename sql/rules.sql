@@ -26,13 +26,15 @@ SELECT s, _outbox_valid_secret(s) AS valid
  ORDER BY 1;
 SELECT regress.try($$INSERT INTO outbox_destinations (name, url, secret) VALUES ('x', 'http://127.0.0.1:1/', 'whsec_abc')$$);
 
--- routing: the enabled destination with the first name whose pattern
--- matches; '*' is the only wildcard
+-- routing: the destination with the first name whose pattern matches;
+-- '*' is the only wildcard; a disabled one keeps its types' events, which
+-- wait for it (unroutable meanwhile), even where another would match
 BEGIN;
 INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
     ('b_tasks', 'task.*', 'c1', true),
     ('a_created', 'task.created', 'c2', true),
-    ('0_disabled', '*', 'c3', false),
+    ('0_disabled', 'other', 'c3', false),
+    ('z_other', 'oth*', 'c5', true),
     ('c_literal', '100%_*', 'c4', true);
 SELECT t, (SELECT name FROM _outbox_route(t)) AS destination
   FROM (VALUES ('task.created'), ('task.done'), ('other'), ('100%_x'), ('100ab_x')) v(t)

@@ -2,8 +2,10 @@
 # specification: the sender should stop sending to that endpoint): the
 # reason and time are in outbox_destinations, the 410 in the statistics and
 # the log; its events stay pending, none dead-lettered (not even at
-# outbox.max_attempts, 2 here), while another destination keeps flowing;
-# enabling it again sends them. A 410 from a URL the destination no longer
+# outbox.max_attempts, 2 here) and none sent to a catch-all NOTIFY channel
+# that any listener may read (1.1 routed them there once the webhook was
+# disabled), while another destination keeps flowing; enabling it again
+# sends them. A 410 from a URL the destination no longer
 # has (it was moved while the request was out) disables nothing. The relay
 # never waits to disable one: while a session holds outbox_destinations
 # locked (as a claim that parks events does), the destination stays enabled
@@ -29,6 +31,8 @@ sql(sprintf(q{
 	INSERT INTO outbox_destinations (name, event_types, url) VALUES
 		('gone', 'g.*', '%s'), ('other', 'o.*', '%s'), ('moved', 'm.*', '%s'), ('locked', 'l.*', '%s')},
 	$sink->url('/gone'), $sink->url('/ok'), $sink->url('/old'), $sink->url('/gone')));
+sql(q{INSERT INTO outbox_destinations (name, event_types, channel, notify_mode)
+      VALUES ('zz_all', '*', 'outbox_all', 'full')});
 
 my $log_offset = -s $node->logfile;
 my @gone = @{ emit($node, 'postgres', 'g.step', 3) };
@@ -51,7 +55,7 @@ ok( $node->poll_query_until('postgres', q{
 		 WHERE event_type = 'g.step' AND last_error = 'no enabled destination matches the event type'}),
 	'the disabled destination\'s events are parked as unroutable');
 is(sql(q{SELECT count(*) FROM outbox WHERE event_type = 'g.step' AND (dead_at IS NOT NULL OR delivered_at IS NOT NULL)}),
-	'0', 'none is dead-lettered');
+	'0', 'none is dead-lettered, nor delivered to the catch-all channel');
 my $requests = scalar @{ $sink->requests('/gone') };
 ok($requests >= 1 && $requests <= 3, "the endpoint got at most one request per event ($requests)");
 
