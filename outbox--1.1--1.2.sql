@@ -15,7 +15,7 @@ BEGIN
         RAISE EXCEPTION 'the outbox library loaded in this server is older than version 1.2'
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = 'The server keeps the library it loaded at startup until it restarts; the SQL objects of 1.2 need the library installed with them.',
-                  HINT = 'Restart the server, then run ALTER EXTENSION outbox UPDATE again.';
+                  HINT = 'Restart the server, then run the statement again (CREATE EXTENSION outbox, or ALTER EXTENSION outbox UPDATE).';
     END IF;
 END
 $guard$;
@@ -128,3 +128,30 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
 
 COMMENT ON COLUMN @extschema@.outbox.destination IS
     'Destination of the latest attempt; NULL for a delivery whose destination was replaced (deleted, and another created under its name) while it was in flight';
+
+/*
+ * The group roles are created NOLOGIN when they do not exist; one that
+ * exists already (roles are the cluster's, created by hand or by another
+ * database's installation) is used as it is, and gets the privileges
+ * granted here. One that can log in hands them to whoever logs in as it:
+ * a WARNING names it, on every installation and update.
+ */
+DO $roles$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT a.rolname, a.rolpassword IS NOT NULL AS has_password
+               FROM pg_catalog.pg_authid a
+              WHERE a.rolname OPERATOR(pg_catalog.=) ANY
+                    ('{outbox_writer,outbox_consumer,outbox_admin,outbox_monitor}'::name[])
+                AND a.rolcanlogin
+              ORDER BY a.rolname
+    LOOP
+        RAISE WARNING 'role % can log in%', r.rolname,
+              CASE WHEN r.has_password THEN ', with a password' ELSE '' END
+            USING DETAIL = 'The outbox extension grants its group roles their privileges; whoever logs in as this role has them directly.',
+                  HINT = pg_catalog.format('Unless that is meant: ALTER ROLE %I NOLOGIN PASSWORD NULL, and GRANT %I to the roles that need it.',
+                                           r.rolname, r.rolname);
+    END LOOP;
+END
+$roles$;

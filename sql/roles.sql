@@ -147,3 +147,16 @@ SELECT rolsuper, pg_has_role('regress_dbowner', 'pg_database_owner', 'USAGE') AS
   FROM pg_roles WHERE rolname = 'regress_dbowner';
 ALTER DATABASE contrib_regression OWNER TO :"original_owner";
 DROP ROLE regress_dbowner;
+-- a group role that exists already and can log in (made by hand, with a
+-- password) is used as it is, with a WARNING, by CREATE EXTENSION and by
+-- every update
+ALTER ROLE outbox_monitor LOGIN PASSWORD 'known';
+CREATE DATABASE regress_login_role;
+\c regress_login_role
+CREATE EXTENSION outbox;
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox VERSION '1.1';
+ALTER EXTENSION outbox UPDATE;
+\c contrib_regression
+DROP DATABASE regress_login_role;
+ALTER ROLE outbox_monitor NOLOGIN PASSWORD NULL;

@@ -35,6 +35,10 @@ $node->safe_psql($db, q{
 $node->safe_psql($db, readme_sql('CREATE FUNCTION billing_catch_up()'));
 $node->safe_psql($db, 'ALTER FUNCTION billing_catch_up() OWNER TO billing');
 
+# the claim's EXPLAIN recipe of docs/delivery.md runs as given
+like($node->safe_psql($db, readme_sql('PREPARE outbox_claim')),
+	qr/Index Scan using outbox_pending_idx on outbox o/, "docs/delivery.md's claim EXPLAIN runs");
+
 set_databases($node, $db);
 ok(wait_relay($node, $db), 'relay runs');
 
