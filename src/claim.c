@@ -224,6 +224,7 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	lim.nexclude = nexclude;
 	lim.only_id = req->only_id;
 	lim.held = req->held;
+	lim.holding = req->holding;
 
 	/*
 	 * One destination puts at most half the set's room in flight per
@@ -239,6 +240,7 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	d->claimed = left.claimed;
 	d->budget_limited = left.budget_limited;
 	d->dest_limited = left.dest_limited;
+	d->kind_limited = left.kind_limited;
 	d->alone_left = left.alone;
 	d->in_flight = MemoryContextAlloc(req->cxt, sizeof(OutboxEvent *) * Max(n, 1));
 	d->published = MemoryContextAlloc(req->cxt, sizeof(int64) * Max(n, 1));

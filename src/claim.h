@@ -24,6 +24,7 @@ typedef struct OutboxClaimRequest
 	bool		alone;			/* with only_id: an event to be sent alone */
 	int64		run;			/* the relay's run; 0 in a backend */
 	Size		held;			/* bytes of events the caller holds in flight */
+	List	   *holding;		/* events whose outcome it holds unrecorded */
 	int			relay;			/* the relay's number in its database */
 	MemoryContext cxt;			/* where the events go; outlives the claim */
 } OutboxClaimRequest;
@@ -42,6 +43,7 @@ typedef struct OutboxDispatchResult
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */
 	bool		budget_limited; /* events left for the memory budget */
 	bool		dest_limited;	/* events left: their destination had its share */
+	bool		kind_limited;	/* events left: their kind had no more room */
 	bool		alone_left;		/* an event to be sent alone was left out */
 	OutboxEvent **in_flight;	/* to be sent after COMMIT */
 	int			nin_flight;

@@ -14,8 +14,11 @@
  *
  * Publishing is asynchronous (js_PublishMsgAsync): at most
  * outbox.jetstream_max_pending messages per destination wait for their
- * PubAck, each with its own time limit, which libnats enforces by
- * answering the message itself with a timeout.
+ * PubAck, and a claim takes no more events of a destination than leave
+ * room for (js_room), so that none waits for room. An event's time limit
+ * runs from when the relay takes it, right after its claim: what is left
+ * of it when its message is published bounds the PubAck, which libnats
+ * enforces by answering the message itself with a timeout.
  *
  * Each destination's connection has a thread of this file's own, which
  * connects, then publishes the messages the relay queues, then closes the
@@ -351,15 +354,20 @@ typedef struct JsPublish
 {
 	struct JsPublish *next;
 	natsMsg    *msg;
+	int64		max_wait;		/* ms for its PubAck: what its time limit has left */
 	char		msg_id[40];		/* the event_id: a uuid's text */
 } JsPublish;
 
-/* An event waiting to be published. */
+/*
+ * An event waiting to be published. Its time limit runs from when the
+ * kind took it, right after its claim: connecting, waiting for room and
+ * the PubAck all come out of it.
+ */
 typedef struct JsWaiting
 {
 	dlist_node	node;
 	OutboxEvent *ev;
-	TimestampTz deadline;		/* while not connected: fails then */
+	TimestampTz deadline;		/* its time limit ends: fails then */
 } JsWaiting;
 
 /* A published message whose outcome is not collected. */
@@ -1059,7 +1067,7 @@ conn_main(void *arg)
 			jsPubOptions_Init(&po);
 			po.MsgId = p->msg_id;
 			po.ExpectStream = c->stream;
-			po.MaxWait = c->timeout_ms;
+			po.MaxWait = p->max_wait;
 			s = js_PublishMsgAsync(js, &p->msg, &po);
 			if (s != NATS_OK)
 			{
@@ -1469,8 +1477,9 @@ fail(OutboxEvent *ev, char *error, bool permanent)
 }
 
 /*
- * enqueue: the event waits for room on its connection (and for the
- * connection, at most its time limit); collect publishes it.
+ * enqueue: the event waits for its connection (the claim left no event
+ * waiting for room: see js_room), at most its time limit, which starts
+ * now; collect publishes it.
  */
 static void
 js_enqueue(OutboxEvent *ev)
@@ -1594,24 +1603,27 @@ publish_waiting(JsConn *c, List **done)
 	ListCell   *lc;
 	JsPublish  *head = NULL;
 	JsPublish  *tail = NULL;
+	TimestampTz now = GetCurrentTimestamp();
 
-	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap)
+	/* those whose time limit is over are failed by the caller, unpublished */
+	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap &&
+		   dlist_head_element(JsWaiting, node, &c->waiting)->deadline > now)
 	{
 		JsWaiting  *w = dlist_container(JsWaiting, node, dlist_pop_head_node(&c->waiting));
 
 		c->nwaiting--;
-		batch = lappend(batch, w->ev);
-		pfree(w);
+		batch = lappend(batch, w);
 	}
 	if (batch == NIL)
 		return;
 	foreach(lc, batch)
-		OutboxStartLogNote(lfirst(lc));
+		OutboxStartLogNote(((JsWaiting *) lfirst(lc))->ev);
 	OutboxStartLogFlush();
 
 	foreach(lc, batch)
 	{
-		OutboxEvent *ev = lfirst(lc);
+		JsWaiting  *w = lfirst(lc);
+		OutboxEvent *ev = w->ev;
 		char	   *error = NULL;
 		char	   *subject = event_subject(ev, &error);
 		natsMsg    *m;
@@ -1642,6 +1654,8 @@ publish_waiting(JsConn *c, List **done)
 		}
 		p->next = NULL;
 		p->msg = m;
+		/* at least 1 ms: libnats sets no limit at all for 0 */
+		p->max_wait = Max((w->deadline - now + 999) / 1000, 1);
 		strlcpy(p->msg_id, ev->event_id, sizeof(p->msg_id));
 		f = hash_search(c->in_flight, &m, HASH_ENTER, &found);
 		f->ev = ev;
@@ -1654,7 +1668,7 @@ publish_waiting(JsConn *c, List **done)
 			head = p;
 		tail = p;
 	}
-	list_free(batch);
+	list_free_deep(batch);
 	if (head == NULL)
 		return;
 	pthread_mutex_lock(&c->mu);
@@ -1981,11 +1995,14 @@ service_conn(JsConn *c, List **done)
 	else if (state == JS_READY && !closed && !c->stopping)
 		publish_waiting(c, done);
 
-	/* connected, events wait for room only: PubAcks and their limits free it */
-	if (state != JS_READY && c->nwaiting > 0)
+	/* a time limit runs from when the event was taken, whatever it waits for */
+	if (c->nwaiting > 0)
 	{
-		char	   *why = psprintf("not connected to NATS at %s within %d ms",
-								   c->servers_text, c->timeout_ms);
+		char	   *why = state != JS_READY
+			? psprintf("not connected to NATS at %s within %d ms",
+					   c->servers_text, c->timeout_ms)
+			: psprintf("not published to NATS at %s within %d ms: %d messages of the destination were waiting for their PubAck (outbox.jetstream_max_pending)",
+					   c->servers_text, c->timeout_ms, c->outstanding);
 
 		fail_waiting(c, false, why, done);
 		pfree(why);
@@ -2052,7 +2069,41 @@ js_busy(void)
 	return false;
 }
 
-/* full: destinations that have outbox.jetstream_max_pending events taken. */
+/*
+ * How many more events destination name can take: the cap of its live
+ * connection (outbox.jetstream_max_pending when it has none yet), less
+ * what its connections hold, retiring ones too: events waiting, and
+ * messages whose PubAck is not collected (those of events abandoned too,
+ * which still take a place in libnats). At most 0.
+ */
+static int
+dest_room(const char *name)
+{
+	int			cap = js_max_pending;
+	int			held = 0;
+	ListCell   *lc;
+
+	foreach(lc, conns)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		if (strcmp(c->name, name) != 0)
+			continue;
+		if (!c->retiring)
+			cap = c->cap;
+		held += c->nwaiting + c->outstanding;
+	}
+	return Max(cap - held, 0);
+}
+
+/* room: what dest_room says of ev's destination. */
+static int
+js_room(const OutboxEvent *ev)
+{
+	return dest_room(ev->dest.name);
+}
+
+/* full: destinations without room (dest_room). */
 static List *
 js_full(void)
 {
@@ -2063,16 +2114,16 @@ js_full(void)
 	{
 		JsConn	   *c = lfirst(lc);
 
-		if (!c->retiring && c->live >= c->cap)
+		if (!c->retiring && dest_room(c->name) == 0)
 			full = lappend(full, c->name);
 	}
 	return full;
 }
 
 /*
- * timeout_ms: while not connected, when the first waiting event's time
- * limit ends, or when a failed connection may be tried again; -1
- * otherwise (outcomes and the threads set the latch).
+ * timeout_ms: when the first waiting event's time limit ends, or when a
+ * failed connection may be tried again; -1 otherwise (outcomes and the
+ * threads set the latch).
  */
 static long
 js_timeout_ms(void)
@@ -2091,8 +2142,8 @@ js_timeout_ms(void)
 		pthread_mutex_lock(&c->mu);
 		state = c->state;
 		pthread_mutex_unlock(&c->mu);
-		if (state != JS_READY)
 		{
+			/* the first taken: every one of the connection has its time limit */
 			JsWaiting  *w = dlist_head_element(JsWaiting, node, &c->waiting);
 
 			if (due == 0 || w->deadline < due)
@@ -2655,6 +2706,7 @@ const OutboxDestinationKind OutboxJetStreamKind = {
 	.pending = js_pending,
 	.busy = js_busy,
 	.full = js_full,
+	.room = js_room,
 	.timeout_ms = js_timeout_ms,
 	.abandon = js_abandon,
 };

@@ -165,6 +165,11 @@ typedef struct OutboxDestinationKind
 	 * pending: events taken whose outcome is not returned yet.
 	 * busy: pending, or network work left (the end of an answer).
 	 * full: names of destinations the claim should leave out for now.
+ * room: how many more events of ev's destination (a claimed event, its
+ *	 destination decoded) the kind can take now; -1: no limit. The claim
+ *	 takes no more than that, so that nothing it hands over waits in the
+ *	 kind for room, its time limit running. Asked in the claim's
+ *	 transaction, once per destination and claim. Optional: no limit.
 	 * sockets: the sockets to wait on, in *socks (the kind's memory, valid
 	 *	 until its next call); returns a number that changes whenever the
 	 *	 list does.
@@ -181,6 +186,7 @@ typedef struct OutboxDestinationKind
 	int			(*pending) (void);
 	bool		(*busy) (void);
 	List	   *(*full) (void);
+	int			(*room) (const OutboxEvent *ev);
 	uint64		(*sockets) (const OutboxWaitSocket **socks, int *n);
 	long		(*timeout_ms) (void);
 	void		(*socket_ready) (pgsocket fd, uint32 events);

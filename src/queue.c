@@ -37,8 +37,9 @@
  * if its relay goes (at-least-once).
  *
  * The claim also keeps the relay within its memory budget
- * (OUTBOX_RELAY_BYTES) and one destination within half the in-flight
- * set's room: events left out stay pending, unchanged (OutboxClaim).
+ * (OUTBOX_RELAY_BYTES), one destination within half the in-flight set's
+ * room and within the room its kind has: events left out stay pending,
+ * unchanged (OutboxClaim).
  *
  * src/queue.c
  *
@@ -690,32 +691,25 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 		sizes.payload + sizes.headers;
 }
 
-/* How many events of one destination a claim put in flight. */
+/*
+ * How many events of one destination a claim put in flight, and how many
+ * its kind had room for when the claim first met it.
+ */
 typedef struct DestTaken
 {
 	const char *name;
 	int			n;
+	int			room;			/* -1: no limit */
 } DestTaken;
 
-/* The events of destination name in *taken (a List of DestTaken). */
-static int
-dest_taken(List **taken, const char *name)
-{
-	ListCell   *lc;
-
-	foreach(lc, *taken)
-	{
-		DestTaken  *t = lfirst(lc);
-
-		if (strcmp(t->name, name) == 0)
-			return t->n;
-	}
-	return 0;
-}
-
-/* Counts one more event of destination name in *taken. */
-static void
-dest_count(List **taken, const char *name)
+/*
+ * The entry of ev's destination in *taken (a List of DestTaken), made at
+ * the first event of it: its room is what its kind can take now (room,
+ * see destination.h), less the events of it in holding, whose outcome the
+ * caller holds unrecorded: they are still in flight.
+ */
+static DestTaken *
+dest_entry(List **taken, const OutboxEvent *ev, List *holding)
 {
 	ListCell   *lc;
 	DestTaken  *t;
@@ -723,16 +717,26 @@ dest_count(List **taken, const char *name)
 	foreach(lc, *taken)
 	{
 		t = lfirst(lc);
-		if (strcmp(t->name, name) == 0)
-		{
-			t->n++;
-			return;
-		}
+		if (strcmp(t->name, ev->dest.name) == 0)
+			return t;
 	}
 	t = palloc(sizeof(DestTaken));
-	t->name = name;
-	t->n = 1;
+	t->name = ev->dest.name;
+	t->n = 0;
+	t->room = ev->dest.kind->room != NULL ? ev->dest.kind->room(ev) : -1;
+	if (t->room >= 0)
+	{
+		foreach(lc, holding)
+		{
+			const OutboxEvent *h = lfirst(lc);
+
+			if (h->dest.name != NULL && strcmp(h->dest.name, t->name) == 0)
+				t->room--;
+		}
+		t->room = Max(t->room, 0);
+	}
 	*taken = lappend(*taken, t);
+	return t;
 }
 
 /*
@@ -809,9 +813,11 @@ typedef struct Admission
 	int			per_dest;		/* 0: no share per destination */
 	Size		bytes;			/* the claim's own cost so far */
 	List	   *taken;			/* of DestTaken */
+	List	   *holding;		/* see OutboxClaimLimits */
 	bool		leave_alone;	/* leave out events to be sent alone */
 	bool		budget_limited;
 	bool		dest_limited;
+	bool		kind_limited;
 	bool		alone_left;		/* one such event was left out */
 	const ClaimSecrets *secrets;
 } Admission;
@@ -843,6 +849,7 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
 	for (int i = 0; i < nrows; i++)
 	{
 		OutboxEvent *e = &ev[n];
+		DestTaken  *t;
 		Size		cost;
 		bool		fits = true;
 
@@ -867,9 +874,18 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
 			leave_out(e);
 			continue;
 		}
-		if (adm->per_dest > 0 && e->error == NULL && e->dest.name != NULL &&
-			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT &&
-			dest_taken(&adm->taken, e->dest.name) >= adm->per_dest)
+		t = NULL;
+		if (e->error == NULL && e->dest.name != NULL &&
+			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
+			t = dest_entry(&adm->taken, e, adm->holding);
+		if (t != NULL && t->room >= 0 && t->n >= t->room)
+		{
+			/* its kind could not start it: it would wait there, its clock running */
+			adm->kind_limited = true;
+			leave_out(e);
+			continue;
+		}
+		if (t != NULL && adm->per_dest > 0 && t->n >= adm->per_dest)
 		{
 			/* the rest of this destination's backlog waits for the next claim */
 			adm->dest_limited = true;
@@ -902,8 +918,8 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
 		if (OutboxEventGoesInFlight(e))
 		{
 			adm->held += cost;
-			if (adm->per_dest > 0)
-				dest_count(&adm->taken, e->dest.name);
+			Assert(t != NULL);
+			t->n++;
 		}
 		n++;
 	}
@@ -936,7 +952,10 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
  * which the connection limits keep few, not for all those that come
  * later). lim->per_dest, if not 0, is the most events of one destination
  * the claim puts in flight: one destination's backlog must not take every
- * entry of the in-flight set (whose room the caller divides). With
+ * entry of the in-flight set (whose room the caller divides). Nor does it
+ * put in flight more events of a destination than its kind has room for
+ * (room in destination.h), less those of lim->holding: an event handed
+ * over starts at once, and none waits in the kind for room. With
  * lim->leave_alone, an event to be sent alone (cut off
  * OUTBOX_ALONE_AFTER times in a row, see journal.c) is left out of a
  * claim that would put it in flight: the relay claims it by itself.
@@ -951,7 +970,7 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 {
 	ClaimSecrets secrets;
 	Admission	adm = {.held = lim->held, .per_dest = lim->per_dest,
-	.leave_alone = lim->leave_alone, .secrets = &secrets};
+		.holding = lim->holding, .leave_alone = lim->leave_alone, .secrets = &secrets};
 	int			n;
 	MemoryContext old;
 
@@ -971,6 +990,7 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 	MemoryContextSwitchTo(old);
 	left->budget_limited = adm.budget_limited;
 	left->dest_limited = adm.dest_limited;
+	left->kind_limited = adm.kind_limited;
 	left->alone = adm.alone_left;
 	return n;
 }

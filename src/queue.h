@@ -27,6 +27,9 @@ typedef struct OutboxClaimLimits
 	int64		only_id;		/* not 0: that event only */
 	Size		held;			/* bytes of events in flight */
 	int			per_dest;		/* 0: no share per destination */
+	List	   *holding;		/* events the caller holds whose outcome is
+								 * not recorded (OutboxEvent *): they count
+								 * against their destination's room */
 	bool		leave_alone;	/* leave out events to be sent alone */
 } OutboxClaimLimits;
 
@@ -36,6 +39,7 @@ typedef struct OutboxClaimLeft
 	int			claimed;		/* rows locked */
 	bool		budget_limited; /* the memory budget */
 	bool		dest_limited;	/* a destination's share */
+	bool		kind_limited;	/* the room its kind has for a destination */
 	bool		alone;			/* an event to be sent alone */
 } OutboxClaimLeft;
 

@@ -193,6 +193,7 @@ typedef struct WorkerState
 	bool		room_limited;	/* the last claim was cut to the set's room */
 	Size		held_bytes;		/* what the events in flight cost (their cost) */
 	bool		budget_limited; /* the last claim left events for that budget */
+	bool		kind_limited;	/* and events for which their kind had no room */
 	bool		released;		/* the first release has committed */
 	bool		release_wanted; /* relays gone: release before the next claim */
 	TimestampTz next_release_check; /* look for relays gone then */
@@ -642,6 +643,8 @@ worker_claim(WorkerState *st)
 	c.relay = relay_no;
 	c.cxt = batch->cxt;
 	c.held = st->held_bytes;
+	/* outcomes in hand are still in flight: they count against the kinds' room */
+	c.holding = st->outcomes;
 	if (!OutboxRunStep("claim events", OutboxClaimStep, &c, &error))
 	{
 		OutboxInFlightRemove(MyDatabaseId, c.d.published, c.d.npublished);
@@ -658,6 +661,7 @@ worker_claim(WorkerState *st)
 	hand_over(st, &c.d, batch);
 	st->room_limited = c.d.room_limited;
 	st->budget_limited = c.d.budget_limited;
+	st->kind_limited = c.d.kind_limited;
 	st->alone_wanted |= c.d.alone_left;
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
@@ -666,11 +670,13 @@ worker_claim(WorkerState *st)
 	if (st->isolate == 0)
 		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
 	/*
-	 * cut by the set's room or the memory budget: outcomes make room; cut
-	 * for a destination's share: the next claim takes the others'
+	 * cut by the set's room, the memory budget or a kind's room: outcomes
+	 * make room (a kind's, as they are collected or recorded); cut for a
+	 * destination's share: the next claim takes the others'
 	 */
 	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left || c.d.due_again ||
-		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited);
+		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited &&
+		 !c.d.kind_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
 }
@@ -758,11 +764,12 @@ worker_record(WorkerState *st, List *done)
 			st->journal_done.n = 0;
 	}
 	/*
-	 * the in-flight set or the memory budget has room again (a full
-	 * destination is seen as outcomes are collected); or events to be sent
-	 * alone wait for the relay to be empty
+	 * the in-flight set, the memory budget or a kind has room again (a
+	 * full destination is seen as outcomes are collected; one whose room
+	 * the outcomes in hand took, once they are recorded); or events to be
+	 * sent alone wait for the relay to be empty
 	 */
-	if (st->room_limited || st->budget_limited || st->alone_wanted)
+	if (st->room_limited || st->budget_limited || st->kind_limited || st->alone_wanted)
 		st->look = true;
 }
 

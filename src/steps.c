@@ -224,6 +224,7 @@ OutboxClaimStep(void *arg)
 		.run = OutboxRelayRun(),
 		.relay = c->relay,
 		.held = c->held,
+		.holding = c->holding,
 		.cxt = c->cxt
 	};
 

@@ -32,6 +32,7 @@ typedef struct OutboxClaimStepArgs
 	int			relay;			/* this relay's number */
 	MemoryContext cxt;			/* where the claimed events go */
 	Size		held;			/* bytes of the events in flight (OUTBOX_RELAY_BYTES) */
+	List	   *holding;		/* outcomes in hand, not recorded yet */
 	bool		alone;			/* only_id is to be sent alone */
 	/* in for OutboxClaimStep, out of OutboxNext*Step */
 	int64		only_id;		/* one event at a time: its id, or 0 */
