@@ -130,6 +130,39 @@ COMMENT ON COLUMN @extschema@.outbox.destination IS
     'Destination of the latest attempt; NULL for a delivery whose destination was replaced (deleted, and another created under its name) while it was in flight';
 
 /*
+ * outbox_destination_stats() gets a last column, deduplicated: deliveries
+ * the receiver already had (a JetStream PubAck flagged duplicate), counted
+ * among delivered too. Its OUT columns change, so it is dropped and created
+ * again, with 1.1's comment, revoke and grants; 1.1's C symbol stays in the
+ * library for a database not updated yet.
+ */
+DROP FUNCTION @extschema@.outbox_destination_stats(boolean);
+
+CREATE FUNCTION @extschema@.outbox_destination_stats(
+    all_databases boolean DEFAULT false,
+    OUT database name,
+    OUT destination text,
+    OUT delivered bigint,
+    OUT failed bigint,
+    OUT last_success_at timestamptz,
+    OUT last_failure_at timestamptz,
+    OUT last_error text,
+    OUT latency_p50_ms double precision,
+    OUT latency_p99_ms double precision,
+    OUT stats_since timestamptz,
+    OUT deduplicated bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_destination_stats_1_2'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.outbox_destination_stats(boolean) IS
+    'One row per destination of this database (all databases: needs pg_read_all_stats): outcomes, deliveries the receiver already had, last success and failure, latency from created_at to delivery';
+
+REVOKE ALL ON FUNCTION @extschema@.outbox_destination_stats(boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_destination_stats(boolean)
+    TO outbox_admin, outbox_monitor;
+
+/*
  * The group roles are created NOLOGIN when they do not exist; one that
  * exists already (roles are the cluster's, created by hand or by another
  * database's installation) is used as it is, and gets the privileges

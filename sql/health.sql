@@ -35,7 +35,7 @@ DELETE FROM outbox WHERE event_type LIKE 'h.%';
 DELETE FROM outbox_destinations WHERE name LIKE 'health_%';
 COMMIT;
 
-SELECT destination, delivered, failed, last_success_at IS NOT NULL AS succeeded,
+SELECT destination, delivered, failed, deduplicated, last_success_at IS NOT NULL AS succeeded,
        last_failure_at IS NOT NULL AS failed_once, last_error LIKE 'HTTP request failed: %' AS error,
        latency_p50_ms >= 0 AND latency_p50_ms <= latency_p99_ms AS latency
   FROM outbox_destination_stats() ORDER BY destination;

@@ -344,7 +344,12 @@ typedef struct JsAck
 	natsMsg    *msg;			/* the message published */
 	natsStatus	status;			/* NATS_OK: a PubAck */
 	jsErrCode	code;			/* JetStream's error code, or 0 */
-	bool		not_puback;		/* an answer, but no PubAck of the stream */
+	bool		duplicate;		/* a PubAck: the stream had the message already */
+	bool		not_puback;		/* a JSON answer, but no PubAck of the stream:
+								 * the stream it names (or none) in text */
+	uint64		sequence;		/* and the sequence it has, or 0 */
+	bool		unreadable;		/* an answer that is not JSON: libnats's
+								 * parser's words, which quote it, in text */
 	bool		other_stream;	/* a PubAck of another stream, named in text */
 	char		text[JS_TEXT_BYTES];	/* libnats's or the stream's error */
 } JsAck;
@@ -523,7 +528,10 @@ ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
 		a->msg = msg;
 		if (pa != NULL && pa->Stream != NULL && strcmp(pa->Stream, c->stream) == 0 &&
 			(pa->Sequence > 0 || pa->Duplicate))
+		{
 			a->status = NATS_OK;
+			a->duplicate = pa->Duplicate;
+		}
 		else if (pa != NULL && pa->Stream != NULL && pa->Stream[0] != '\0' &&
 				 (pa->Sequence > 0 || pa->Duplicate))
 		{
@@ -535,12 +543,30 @@ ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
 		{
 			a->status = NATS_ERR;
 			a->not_puback = true;
+			a->sequence = pa->Sequence;
+			copy_text(a->text, pa->Stream, sizeof(a->text));
 		}
 		else
 		{
 			a->status = pae != NULL ? pae->Err : NATS_ERR;
 			a->code = pae != NULL ? pae->ErrCode : 0;
 			copy_text(a->text, pae != NULL ? pae->ErrText : NULL, sizeof(a->text));
+			/*
+			 * An answer libnats could not parse comes as a bare "Error";
+			 * its parser's words, on this thread's error, quote the answer
+			 * from where it failed (libnats 3.4: "incorrect JSON string:
+			 * 'not json'").
+			 */
+			if (pae != NULL && pae->Err == NATS_ERR && pae->ErrCode == 0)
+			{
+				const char *why = nats_GetLastError(NULL);
+
+				if (why != NULL && (strstr(why, "JSON") != NULL || strstr(why, "json") != NULL))
+				{
+					a->unreadable = true;
+					copy_text(a->text, why, sizeof(a->text));
+				}
+			}
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -1681,6 +1707,63 @@ publish_waiting(JsConn *c, List **done)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* Duplicate PubAcks are logged at most this often. */
+#define JS_DUPLICATE_LOG_MS 10000
+
+static TimestampTz duplicate_logged_at = 0;
+static int	duplicates_not_logged = 0;
+
+/*
+ * Logs that c's stream already had ev's message (a duplicate PubAck), at
+ * most once per JS_DUPLICATE_LOG_MS, counting those left out; the
+ * destination's statistics count every one (deduplicated).
+ */
+static void
+log_duplicate(const OutboxEvent *ev, const JsConn *c)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (duplicate_logged_at != 0 &&
+		!TimestampDifferenceExceeds(duplicate_logged_at, now, JS_DUPLICATE_LOG_MS))
+	{
+		duplicates_not_logged++;
+		return;
+	}
+	ereport(LOG,
+			(errmsg("outbox destination \"%s\": stream \"%s\" already had event %s, which counts as delivered without a second copy",
+					c->name, c->stream, ev->event_id),
+			 duplicates_not_logged > 0 ?
+			 errdetail("%d more such duplicates were not logged in the last %d seconds.",
+					   duplicates_not_logged, JS_DUPLICATE_LOG_MS / 1000) : 0,
+			 errhint("An earlier attempt or a redelivery stored it within the stream's duplicate window; outbox_destination_stats() counts these as deduplicated.")));
+	duplicate_logged_at = now;
+	duplicates_not_logged = 0;
+}
+
+/*
+ * What a JSON answer that is no PubAck of c's stream had (a->not_puback),
+ * for last_error.
+ */
+static char *
+not_puback_text(const JsAck *a)
+{
+	if (a->text[0] != '\0')
+		return psprintf("JSON naming stream \"%s\" without a sequence",
+						OutboxPrintable(a->text, strlen(a->text)));
+	if (a->sequence > 0)
+		return psprintf("JSON with sequence %llu and no stream", (unsigned long long) a->sequence);
+	return pstrdup("JSON without a stream or a sequence");
+}
+
+/* libnats's error text without where in libnats it was set: "(conn.c:1905): " */
+static const char *
+lib_words(const char *text)
+{
+	if (text[0] == '(' && strstr(text, "): ") != NULL)
+		return strstr(text, "): ") + 3;
+	return text;
+}
+
 /* The outcome of a PubAck (or its absence) for ev, published to subject. */
 static void
 ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, const JsConn *c)
@@ -1688,14 +1771,24 @@ ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, const JsConn *
 	if (a->status == NATS_OK)
 	{
 		ev->ok = true;
+		ev->duplicate = a->duplicate;
+		if (a->duplicate)
+			log_duplicate(ev, c);
 		return;
 	}
 	if (a->other_stream)
 		fail(ev, psprintf("the PubAck came from stream \"%s\", not from the destination's stream \"%s\": not retried, as each retry could store another copy there",
 						  OutboxPrintable(a->text, strlen(a->text)), c->stream), true);
 	else if (a->not_puback)
-		fail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\": something else answers it",
-						  c->stream, OutboxPrintable(subject, strlen(subject))), false);
+		fail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\" (%s): something else answers it",
+						  c->stream, OutboxPrintable(subject, strlen(subject)), not_puback_text(a)), false);
+	else if (a->unreadable)
+	{
+		const char *words = lib_words(a->text);
+
+		fail(ev, psprintf("an answer that is not JSON came for subject \"%s\" (%s): something else answers it",
+						  OutboxPrintable(subject, strlen(subject)), OutboxRedact(words, strlen(words))), false);
+	}
 	else if (a->status == NATS_TIMEOUT)
 		fail(ev, psprintf("no PubAck from JetStream within %d ms (the message may be stored: the retry carries the same Nats-Msg-Id)",
 						  c->timeout_ms), false);

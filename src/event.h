@@ -147,6 +147,8 @@ typedef struct OutboxEvent
 
 	/* outcome */
 	bool		ok;
+	bool		duplicate;		/* ok, but the receiver already had it (a
+								 * broker's deduplication): counted apart */
 	bool		permanent;		/* dead-letter now, retrying cannot help */
 	bool		not_sent;		/* nothing went out (a full NOTIFY queue): a
 								 * failure, but no attempt is counted */

@@ -67,6 +67,7 @@
 
 PG_FUNCTION_INFO_V1(outbox_relay_stats);
 PG_FUNCTION_INFO_V1(outbox_destination_stats);
+PG_FUNCTION_INFO_V1(outbox_destination_stats_1_2);
 PG_FUNCTION_INFO_V1(outbox_destination_latency);
 PG_FUNCTION_INFO_V1(outbox_stats_reset);
 
@@ -140,6 +141,7 @@ typedef struct DestCounts
 {
 	int64		delivered;
 	int64		failed;
+	int64		deduplicated;	/* of delivered, those the receiver had already */
 	TimestampTz last_success_at;
 	TimestampTz last_failure_at;
 	char		last_error[OUTBOX_HEALTH_ERROR_BYTES];
@@ -511,6 +513,7 @@ add_counts(DestCounts *dst, const DestCounts *src)
 {
 	dst->delivered += src->delivered;
 	dst->failed += src->failed;
+	dst->deduplicated += src->deduplicated;
 	dst->last_success_at = Max(dst->last_success_at, src->last_success_at);
 	if (src->last_failure_at >= dst->last_failure_at && src->failed > 0)
 	{
@@ -652,7 +655,8 @@ health_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 
 /*
  * Notes the outcome of one attempt of ev, recorded by the caller in the
- * current transaction: delivered when error is NULL, else failed with that
+ * current transaction: delivered when error is NULL (and deduplicated too
+ * when its kind set ev->duplicate), else failed with that
  * error: the kind's text without the start of the endpoint's answer that
  * the event's last_error adds (ev->response), as outbox_monitor reads
  * these and an answer may quote the payload. It counts in shared memory when, and only
@@ -707,6 +711,8 @@ OutboxHealthNote(const OutboxEvent *ev, const char *error)
 			double		ms = (double) (now - ev->created_at) / 1000.0;
 
 			p->counts.delivered++;
+			if (ev->duplicate)
+				p->counts.deduplicated++;
 			p->counts.last_success_at = now;
 			p->counts.latency[latency_bucket(Max(ms, 0.0))]++;
 		}
@@ -971,18 +977,13 @@ latency_quantile(const int64 *buckets, double q, double *ms)
 }
 
 /*
- * outbox_destination_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
- *
- * SQL-callable: one row per destination with outcomes in the current
- * database (every database with all_databases): database, destination,
- * delivered, failed, last_success_at, last_failure_at, last_error,
- * latency_p50_ms, latency_p99_ms, stats_since. For outbox_admin; errors
- * in check_access.
+ * The rows of outbox_destination_stats, with its 10 columns of 1.1 or,
+ * with deduplicated, the 11 of 1.2 (the new one last).
  */
-Datum
-outbox_destination_stats(PG_FUNCTION_ARGS)
+static Datum
+destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 {
-#define DEST_COLS 10
+#define DEST_COLS 11
 	bool		all = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DestHealth *rows;
@@ -990,6 +991,9 @@ outbox_destination_stats(PG_FUNCTION_ARGS)
 
 	check_access(all);
 	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != (deduplicated ? DEST_COLS : DEST_COLS - 1))
+		elog(ERROR, "outbox_destination_stats has %d columns, expected %d",
+			 rsinfo->setDesc->natts, deduplicated ? DEST_COLS : DEST_COLS - 1);
 	rows = copy_dests(all, &n);
 	for (int i = 0; i < n; i++)
 	{
@@ -1011,9 +1015,39 @@ outbox_destination_stats(PG_FUNCTION_ARGS)
 		nulls[8] = !latency_quantile(d->counts.latency, 0.99, &ms);
 		values[8] = Float8GetDatum(nulls[8] ? 0.0 : ms);
 		values[9] = ts_or_null(d->stats_since, &nulls[9]);
+		values[10] = Int64GetDatum(d->counts.deduplicated);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * outbox_destination_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
+ *
+ * SQL-callable, 1.1's definition (kept for a database not updated yet):
+ * one row per destination with outcomes in the current database (every
+ * database with all_databases): database, destination, delivered, failed,
+ * last_success_at, last_failure_at, last_error, latency_p50_ms,
+ * latency_p99_ms, stats_since. For outbox_admin and outbox_monitor;
+ * errors in check_access.
+ */
+Datum
+outbox_destination_stats(PG_FUNCTION_ARGS)
+{
+	return destination_stats(fcinfo, false);
+}
+
+/*
+ * outbox_destination_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
+ *
+ * SQL-callable, 1.2's definition: the columns of 1.1's, then
+ * deduplicated (deliveries the receiver already had, among delivered).
+ * Runs in any backend; errors in check_access.
+ */
+Datum
+outbox_destination_stats_1_2(PG_FUNCTION_ARGS)
+{
+	return destination_stats(fcinfo, true);
 }
 
 /*

@@ -58,6 +58,7 @@ extern void OutboxHealthDestinationWarning(const char *name, const char *text);
 
 extern Datum outbox_relay_stats(PG_FUNCTION_ARGS);
 extern Datum outbox_destination_stats(PG_FUNCTION_ARGS);
+extern Datum outbox_destination_stats_1_2(PG_FUNCTION_ARGS);
 extern Datum outbox_destination_latency(PG_FUNCTION_ARGS);
 extern Datum outbox_stats_reset(PG_FUNCTION_ARGS);
 
