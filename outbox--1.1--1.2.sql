@@ -46,6 +46,23 @@ END;
 COMMENT ON FUNCTION @extschema@._outbox_route(text) IS
     'Internal: the destination that events of this type go to, if any (a disabled one keeps them waiting)';
 
+/*
+ * What a relay found holding back the removal of old row versions for
+ * longer than outbox.horizon_warning (src/horizon.c): outbox_status shows
+ * it on every row, as horizon_pid (NULL for a prepared transaction) and
+ * horizon_since, so that whoever looks at a backlog sees why claims slow.
+ */
+CREATE FUNCTION @extschema@._outbox_horizon(OUT pid integer, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', '_outbox_horizon'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@._outbox_horizon() IS
+    'Internal: the transaction a relay of this database found holding back the removal of old row versions (pid NULL: a prepared one), and its start';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_horizon() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_horizon() TO outbox_admin;
+
 CREATE OR REPLACE VIEW @extschema@.outbox_status AS
 SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL) AS pending,
@@ -65,10 +82,12 @@ SELECT o.event_type,
            AND (o.id, o.attempts) NOT IN (
                SELECT f.id, f.attempts
                  FROM @extschema@.outbox_in_flight j,
-                      unnest(j.ids, j.attempts) AS f(id, attempts))) AS oldest_due
+                      unnest(j.ids, j.attempts) AS f(id, attempts))) AS oldest_due,
+       h.pid AS horizon_pid, h.since AS horizon_since
   FROM @extschema@.outbox o
+  LEFT JOIN @extschema@._outbox_horizon() h ON true
  WHERE o.delivered_at IS NULL
- GROUP BY o.event_type;
+ GROUP BY o.event_type, h.pid, h.since;
 
 /*
  * Ordered delivery: outbox_key_idx is keyed by 64 bits of a SHA-256 of the

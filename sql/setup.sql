@@ -36,7 +36,9 @@ SELECT unnest(extconfig)::regclass AS dumped
 -- group roles exist and cannot log in
 SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname LIKE 'outbox\_%' ORDER BY 1;
 
--- PUBLIC can execute none of the functions and use none of the tables
+-- PUBLIC can execute none of the functions and use none of the tables, but
+-- _outbox_aggregate_key: outbox_key_idx's expression, which every role that
+-- inserts an event runs (a hash of its arguments, nothing more)
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')

@@ -29,6 +29,7 @@ int			outbox_max_attempts = 10;
 int			outbox_backoff_base = 1000;
 int			outbox_backoff_max = 3600 * 1000;
 int			outbox_retention = 0;
+int			outbox_horizon_warning = 60 * 1000;
 int			outbox_inbox_retention = 0;
 int			outbox_purge_batch_size = 1000;
 int			outbox_purge_delay = 100;
@@ -141,6 +142,15 @@ OutboxDefineGucs(void)
 							NULL,
 							&outbox_purge_delay,
 							100, 0, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.horizon_warning",
+							"Sets how old a transaction may hold back the removal of old row versions before the relay names it.",
+							"Claims read every version of the outbox's rows that such a transaction still keeps. 0 turns the check off.",
+							&outbox_horizon_warning,
+							60 * 1000, 0, 24 * 3600 * 1000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

@@ -25,6 +25,7 @@ extern int	outbox_retention;
 extern int	outbox_inbox_retention;
 extern int	outbox_purge_batch_size;
 extern int	outbox_purge_delay;
+extern int	outbox_horizon_warning;
 extern int	outbox_purge_interval;
 
 extern void OutboxDefineGucs(void);

@@ -129,6 +129,9 @@ typedef struct RelayHealth
 	TimestampTz failing_since;	/* the first of the steps failing since the
 								 * last one that succeeded; 0: none */
 	TimestampTz stats_since;	/* the counters began then */
+	int			horizon_pid;	/* holds the horizon back (horizon.c): its
+								 * pid, -1 a prepared transaction, 0 none */
+	TimestampTz horizon_since;	/* its transaction's start */
 } RelayHealth;
 
 typedef struct DestKey
@@ -479,6 +482,71 @@ OutboxHealthRelayError(const char *what, const char *message)
 		my_relay->failing_since = now;
 	SpinLockRelease(&my_relay->mutex);
 	my_relay_failing = true;
+}
+
+/*
+ * Records what holds back the horizon of the calling relay's database
+ * (horizon.c): pid (-1: a prepared transaction, 0: nothing) and the start
+ * of its transaction. Called by the relay; a no-op elsewhere.
+ */
+void
+OutboxHealthRelayHorizon(int pid, TimestampTz since)
+{
+	if (my_relay == NULL)
+		return;
+	SpinLockAcquire(&my_relay->mutex);
+	my_relay->horizon_pid = pid;
+	my_relay->horizon_since = pid != 0 ? since : 0;
+	SpinLockRelease(&my_relay->mutex);
+}
+
+PG_FUNCTION_INFO_V1(_outbox_horizon);
+
+/*
+ * _outbox_horizon(OUT pid integer, OUT since timestamptz) RETURNS SETOF record
+ *
+ * SQL-callable, for the outbox_status view: what a relay of the current
+ * database last found holding back the removal of old row versions for
+ * longer than outbox.horizon_warning (horizon.c): a process's pid (NULL
+ * for a prepared transaction) and when its transaction began; no row when
+ * nothing does, or without shared memory (the library not preloaded), so
+ * that outbox_status works there too. For outbox_admin; raises no error.
+ */
+Datum
+_outbox_horizon(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS seq;
+	RelayHealth *r;
+	int			pid = 0;
+	TimestampTz since = 0;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (health == NULL)
+		return (Datum) 0;		/* not preloaded: no relay, nothing found */
+	LWLockAcquire(health->lock, LW_SHARED);
+	hash_seq_init(&seq, relay_hash);
+	while ((r = hash_seq_search(&seq)) != NULL)
+	{
+		if (r->key.dboid != MyDatabaseId)
+			continue;
+		SpinLockAcquire(&r->mutex);
+		if (r->horizon_pid != 0 && r->pid != 0 && (pid == 0 || r->horizon_since < since))
+		{
+			pid = r->horizon_pid;
+			since = r->horizon_since;
+		}
+		SpinLockRelease(&r->mutex);
+	}
+	LWLockRelease(health->lock);
+	if (pid != 0)
+	{
+		Datum		values[2] = {Int32GetDatum(pid), TimestampTzGetDatum(since)};
+		bool		nulls[2] = {pid < 0, false};
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }
 
 /*

@@ -51,6 +51,7 @@ extern void OutboxHealthRelayIdle(bool idle);
 extern void OutboxHealthRelayPass(void);
 extern void OutboxHealthRelayError(const char *what, const char *message);
 extern void OutboxHealthRelayStepOk(void);
+extern void OutboxHealthRelayHorizon(int pid, TimestampTz since);
 
 /* any process that records outcomes (queue.c) */
 extern void OutboxHealthNote(const OutboxEvent *ev, const char *error);

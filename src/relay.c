@@ -87,6 +87,7 @@
 #include "event.h"
 #include "guc.h"
 #include "health.h"
+#include "horizon.h"
 #include "purge.h"
 #include "queue.h"
 #include "relay.h"
@@ -905,12 +906,17 @@ read_next_due(WorkerState *st)
 		step_failed(st);
 }
 
-/* The first relay of a database also purges old rows (purge.c). */
+/*
+ * The first relay of a database also purges old rows (purge.c) and names
+ * a transaction that slows every claim (horizon.c).
+ */
 static void
-purge_if_due(void)
+upkeep_if_due(void)
 {
 	if (relay_no == 0 && OutboxPurgeDue())
 		OutboxPurgeDone(OutboxRunStep("purge old rows", OutboxPurgeStep, NULL, NULL));
+	if (relay_no == 0 && OutboxHorizonDue())
+		(void) OutboxRunStep("check the oldest transaction", OutboxHorizonStep, NULL, NULL);
 }
 
 /*
@@ -1032,7 +1038,7 @@ OutboxRelayMain(Datum main_arg)
 			worker_claim(&st);
 		flush_claim(&st);
 		read_next_due(&st);
-		purge_if_due();
+		upkeep_if_due();
 		wait_and_collect(&st, wait_ms_for(&st));
 		record_if_ready(&st);
 
