@@ -81,6 +81,7 @@
 #include "envelope.h"
 #include "guc.h"
 #include "headers.h"
+#include "log_limit.h"
 #include "health.h"
 #include "redact.h"
 #include "start_log.h"
@@ -1710,8 +1711,7 @@ publish_waiting(JsConn *c, List **done)
 /* Duplicate PubAcks are logged at most this often. */
 #define JS_DUPLICATE_LOG_MS 10000
 
-static TimestampTz duplicate_logged_at = 0;
-static int	duplicates_not_logged = 0;
+static OutboxLogLimit duplicate_log;
 
 /*
  * Logs that c's stream already had ev's message (a duplicate PubAck), at
@@ -1721,23 +1721,17 @@ static int	duplicates_not_logged = 0;
 static void
 log_duplicate(const OutboxEvent *ev, const JsConn *c)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	int			left_out;
 
-	if (duplicate_logged_at != 0 &&
-		!TimestampDifferenceExceeds(duplicate_logged_at, now, JS_DUPLICATE_LOG_MS))
-	{
-		duplicates_not_logged++;
+	if (!OutboxLogLimitAllows(&duplicate_log, JS_DUPLICATE_LOG_MS, &left_out))
 		return;
-	}
 	ereport(LOG,
 			(errmsg("outbox destination \"%s\": stream \"%s\" already had event %s, which counts as delivered without a second copy",
 					c->name, c->stream, ev->event_id),
-			 duplicates_not_logged > 0 ?
+			 left_out > 0 ?
 			 errdetail("%d more such duplicates were not logged in the last %d seconds.",
-					   duplicates_not_logged, JS_DUPLICATE_LOG_MS / 1000) : 0,
+					   left_out, JS_DUPLICATE_LOG_MS / 1000) : 0,
 			 errhint("An earlier attempt or a redelivery stored it within the stream's duplicate window; outbox_destination_stats() counts these as deduplicated.")));
-	duplicate_logged_at = now;
-	duplicates_not_logged = 0;
 }
 
 /*

@@ -30,6 +30,7 @@
 #include "claim.h"
 #include "health.h"
 #include "journal.h"
+#include "log_limit.h"
 #include "outcome.h"
 #include "queue.h"
 #include "shmem.h"
@@ -38,8 +39,7 @@
 /* Caught errors are logged at most this often. */
 #define ERROR_LOG_INTERVAL_MS 10000
 
-static TimestampTz last_error_log = 0;
-static int	errors_not_logged = 0;
+static OutboxLogLimit error_log;
 
 /* Sets a setting for the rest of the current transaction (SET LOCAL). */
 static void
@@ -57,23 +57,17 @@ set_local(const char *name, const char *value)
 static void
 log_caught(const char *what, ErrorData *edata)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	int			left_out;
 
-	if (last_error_log != 0 &&
-		!TimestampDifferenceExceeds(last_error_log, now, ERROR_LOG_INTERVAL_MS))
-	{
-		errors_not_logged++;
+	if (!OutboxLogLimitAllows(&error_log, ERROR_LOG_INTERVAL_MS, &left_out))
 		return;
-	}
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),
 			 errmsg("outbox relay could not %s: %s", what, edata->message),
-			 errors_not_logged > 0 ?
+			 left_out > 0 ?
 			 errdetail("%d more such errors were not logged in the last %d seconds.",
-					   errors_not_logged, ERROR_LOG_INTERVAL_MS / 1000) : 0,
+					   left_out, ERROR_LOG_INTERVAL_MS / 1000) : 0,
 			 errhint("The relay goes on; the event that causes the error is retried and dead-lettered on its own.")));
-	last_error_log = now;
-	errors_not_logged = 0;
 }
 
 /*
