@@ -47,13 +47,10 @@
  */
 #include "postgres.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <nats/nats.h>
 #include <openssl/crypto.h>
@@ -79,6 +76,7 @@
 
 #include "destination.h"
 #include "envelope.h"
+#include "files.h"
 #include "guc.h"
 #include "headers.h"
 #include "log_limit.h"
@@ -99,14 +97,6 @@
 #define JS_PATH_MAX_BYTES 1024
 /* error text kept from libnats, in the threads' fixed buffers */
 #define JS_TEXT_BYTES 256
-/*
- * The largest creds or CA file the relay reads. A creds file is a user
- * JWT and an nkey seed, a few kB; a CA file is a PEM bundle, and Debian's
- * whole system bundle (/etc/ssl/certs/ca-certificates.crt) is about
- * 220 kB. 1 MB holds four of those, and bounds what a relay or a check
- * holds for a file an admin names.
- */
-#define JS_FILE_MAX_BYTES (1024 * 1024)
 /* a failed connection is tried again after this much, doubling, at most */
 #define JS_RECONNECT_MIN_MS 1000
 #define JS_RECONNECT_MAX_MS 30000
@@ -592,111 +582,6 @@ error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg
 {
 }
 
-/*
- * Reads the file at path, which destination column names, into a malloc'd
- * NUL-terminated buffer (*out, its size in *len), for a connection's thread
- * or a libnats callback: calls nothing of PostgreSQL's. Opens it without
- * waiting for a writer (a FIFO) and reads it only if it is a regular file
- * of at most JS_FILE_MAX_BYTES, before deadline (CLOCK_MONOTONIC). On
- * failure returns false with error (JS_TEXT_BYTES) saying why, without
- * anything read from the file.
- */
-static bool
-read_file(const char *path, const char *column, const struct timespec *deadline,
-		  char **out, size_t *len, char *error)
-{
-	char		why[PG_STRERROR_R_BUFLEN];
-	struct stat st;
-	char	   *buf = NULL;
-	size_t		size = 0;
-	size_t		have = 0;
-	int			fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-
-	*out = NULL;
-	*len = 0;
-	if (fd < 0)
-	{
-		snprintf(error, JS_TEXT_BYTES, "%s cannot be opened: %s", column,
-				 strerror_r(errno, why, sizeof(why)));
-		return false;
-	}
-	if (fstat(fd, &st) != 0)
-		snprintf(error, JS_TEXT_BYTES, "%s cannot be read: %s", column,
-				 strerror_r(errno, why, sizeof(why)));
-	else if (!S_ISREG(st.st_mode))
-		snprintf(error, JS_TEXT_BYTES, "%s is not a regular file", column);
-	else if (st.st_size > JS_FILE_MAX_BYTES)
-		snprintf(error, JS_TEXT_BYTES, "%s is larger than %d bytes", column, JS_FILE_MAX_BYTES);
-	else
-	{
-		size = (size_t) st.st_size;
-		/* one byte more: a file that grew since fstat is seen */
-		buf = malloc(size + 2);
-		if (buf == NULL)
-			snprintf(error, JS_TEXT_BYTES, "out of memory reading %s", column);
-	}
-	while (buf != NULL)
-	{
-		struct timespec now;
-		ssize_t		n;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec > deadline->tv_sec ||
-			(now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
-		{
-			snprintf(error, JS_TEXT_BYTES, "%s was not read within the time limit", column);
-			break;
-		}
-		n = read(fd, buf + have, size + 1 - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-		{
-			snprintf(error, JS_TEXT_BYTES, "%s cannot be read: %s", column,
-					 strerror_r(errno, why, sizeof(why)));
-			break;
-		}
-		have += n;
-		if (n == 0 || have > size)
-		{
-			if (have > size)
-			{
-				snprintf(error, JS_TEXT_BYTES, "%s changed while it was read", column);
-				break;
-			}
-			close(fd);
-			buf[have] = '\0';
-			*out = buf;
-			*len = have;
-			return true;
-		}
-	}
-	if (buf != NULL)
-	{
-		explicit_bzero(buf, have);
-		free(buf);
-	}
-	close(fd);
-	return false;
-}
-
-/* A deadline timeout_ms from now, for read_file. */
-static struct timespec
-deadline_in(int timeout_ms)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	t.tv_sec += timeout_ms / 1000;
-	t.tv_nsec += (long) (timeout_ms % 1000) * 1000000L;
-	if (t.tv_nsec >= 1000000000L)
-	{
-		t.tv_sec++;
-		t.tv_nsec -= 1000000000L;
-	}
-	return t;
-}
-
 /* Whether the line text[0..len) is a creds file's fence: -----BEGIN ...----- */
 static bool
 creds_fence(const char *line, size_t len)
@@ -775,7 +660,7 @@ creds_block(const char *text, size_t len, int which, const char **value, size_t 
 static bool
 creds_read(const JsConn *c, int which, char **out, char *error)
 {
-	struct timespec deadline = deadline_in(c->timeout_ms);
+	struct timespec deadline = OutboxDeadlineIn(c->timeout_ms);
 	char	   *text;
 	size_t		len;
 	const char *v;
@@ -783,7 +668,8 @@ creds_read(const JsConn *c, int which, char **out, char *error)
 	bool		ok;
 
 	*out = NULL;
-	if (!read_file(c->creds_file, "nats_creds_file", &deadline, &text, &len, error))
+	if (!OutboxReadFile(c->creds_file, "nats_creds_file", &deadline, &text, &len, NULL,
+						error, JS_TEXT_BYTES))
 		return false;
 	ok = creds_block(text, len, which, &v, &vl);
 	if (!ok)
@@ -866,12 +752,13 @@ set_file_options(JsConn *c, natsOptions *o, char *error)
 	}
 	if (c->ca_file != NULL)
 	{
-		struct timespec deadline = deadline_in(c->timeout_ms);
+		struct timespec deadline = OutboxDeadlineIn(c->timeout_ms);
 		char	   *pem;
 		size_t		len;
 		natsStatus	s;
 
-		if (!read_file(c->ca_file, "nats_ca_file", &deadline, &pem, &len, error))
+		if (!OutboxReadFile(c->ca_file, "nats_ca_file", &deadline, &pem, &len, NULL,
+							error, JS_TEXT_BYTES))
 			return false;
 		s = natsOptions_SetCATrustedCertificates(o, pem);
 		free(pem);

@@ -1,0 +1,142 @@
+/*-------------------------------------------------------------------------
+ *
+ * files.c
+ *	  The one way the relay reads a file that a destination names: a
+ *	  webhook's ca_file, a JetStream destination's nats_ca_file and
+ *	  nats_creds_file.
+ *
+ * An admin with pg_read_server_files names the file, and the relay reads
+ * it inside the server: whatever is there must neither hold the relay up
+ * nor fill its memory. So the file is opened without waiting for a writer
+ * (O_NONBLOCK: a FIFO), read only if it is a regular file (not a device
+ * such as /dev/zero, a directory or a socket) of at most
+ * OUTBOX_FILE_MAX_BYTES, and read within a deadline. Libraries that would
+ * read such a file themselves (libcurl's CURLOPT_CAINFO, libnats's
+ * natsOptions_LoadCATrustedCertificates) are given its contents instead.
+ *
+ * Calls nothing of PostgreSQL's that allocates, throws or keeps state:
+ * it runs on the relay's thread and on threads of the kinds' own (libnats
+ * callbacks), which must never call into PostgreSQL.
+ *
+ * src/files.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "files.h"
+
+/*
+ * Reads the file at path, which destination column `column` names, into a
+ * malloc'd NUL-terminated buffer (*out, its length in *len; the caller
+ * frees it, zeroing it first if it may hold a secret), and, if st is not
+ * NULL, the file's status (fstat) into *st. Fails unless the file is a
+ * regular file of at most OUTBOX_FILE_MAX_BYTES, read before deadline
+ * (CLOCK_MONOTONIC); never waits for a FIFO's writer. On failure returns
+ * false with error (error_size bytes) saying why in words that name the
+ * column, never the path or anything read from the file. Thread-safe and
+ * raises nothing: callable from any thread.
+ */
+bool
+OutboxReadFile(const char *path, const char *column, const struct timespec *deadline,
+			   char **out, size_t *len, struct stat *st, char *error, size_t error_size)
+{
+	char		why[PG_STRERROR_R_BUFLEN];
+	struct stat own;
+	char	   *buf = NULL;
+	size_t		size = 0;
+	size_t		have = 0;
+	int			fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	*out = NULL;
+	*len = 0;
+	if (st == NULL)
+		st = &own;
+	if (fd < 0)
+	{
+		snprintf(error, error_size, "%s cannot be opened: %s", column,
+				 strerror_r(errno, why, sizeof(why)));
+		return false;
+	}
+	if (fstat(fd, st) != 0)
+		snprintf(error, error_size, "%s cannot be read: %s", column,
+				 strerror_r(errno, why, sizeof(why)));
+	else if (!S_ISREG(st->st_mode))
+		snprintf(error, error_size, "%s is not a regular file", column);
+	else if (st->st_size > OUTBOX_FILE_MAX_BYTES)
+		snprintf(error, error_size, "%s is larger than %d bytes", column, OUTBOX_FILE_MAX_BYTES);
+	else
+	{
+		size = (size_t) st->st_size;
+		/* one byte more: a file that grew since fstat is seen */
+		buf = malloc(size + 2);
+		if (buf == NULL)
+			snprintf(error, error_size, "out of memory reading %s", column);
+	}
+	while (buf != NULL)
+	{
+		struct timespec now;
+		ssize_t		n;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > deadline->tv_sec ||
+			(now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
+		{
+			snprintf(error, error_size, "%s was not read within the time limit", column);
+			break;
+		}
+		n = read(fd, buf + have, size + 1 - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+		{
+			snprintf(error, error_size, "%s cannot be read: %s", column,
+					 strerror_r(errno, why, sizeof(why)));
+			break;
+		}
+		have += n;
+		if (n == 0 || have > size)
+		{
+			if (have > size)
+			{
+				snprintf(error, error_size, "%s changed while it was read", column);
+				break;
+			}
+			close(fd);
+			buf[have] = '\0';
+			*out = buf;
+			*len = have;
+			return true;
+		}
+	}
+	if (buf != NULL)
+	{
+		explicit_bzero(buf, have);
+		free(buf);
+	}
+	close(fd);
+	return false;
+}
+
+/*
+ * The CLOCK_MONOTONIC time timeout_ms from now: a deadline for
+ * OutboxReadFile. Thread-safe; raises nothing.
+ */
+struct timespec
+OutboxDeadlineIn(int timeout_ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_sec += timeout_ms / 1000;
+	t.tv_nsec += (long) (timeout_ms % 1000) * 1000000L;
+	if (t.tv_nsec >= 1000000000L)
+	{
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
