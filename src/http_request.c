@@ -20,6 +20,11 @@
  * on the URL's host before a request starts and on the address of every
  * connection libcurl opens (open_socket).
  *
+ * A destination's ca_file is read by the relay (files.c: a regular file of
+ * at most 1 MB, never waiting for a writer, within the request's time
+ * limit), not by libcurl, and handed over as CURLOPT_CAINFO_BLOB; the copy
+ * is kept per destination (ca_file_blob).
+ *
  * No PostgreSQL function that can throw is called from a libcurl callback:
  * they only copy into fixed buffers inside the request, and errors are
  * turned into text after libcurl returns.
@@ -41,8 +46,10 @@
 #include "utils/formatting.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "cloudevents.h"
+#include "files.h"
 #include "headers.h"
 #include "http_request.h"
 #include "redact.h"
@@ -377,6 +384,112 @@ build_header_list(HttpRequest *req, const char *timestamp, const char *body)
 	return ok;
 }
 
+/*
+ * A destination's copy of its ca_file is used while the file's status
+ * (device, inode, size, modification and change times) stays the same,
+ * looked at no more often than every CA_FILE_CHECK_MS, and read again
+ * after CA_FILE_MAX_AGE_MS in any case (a change within one tick of a
+ * coarse file system clock keeps the times).
+ */
+#define CA_FILE_CHECK_MS 1000
+#define CA_FILE_MAX_AGE_MS 60000
+
+/* Drops d's copy of its ca_file. */
+static void
+forget_ca_file(HttpDest *d)
+{
+	free(d->ca_data);
+	d->ca_data = NULL;
+	d->ca_len = 0;
+	if (d->ca_path != NULL)
+		pfree(d->ca_path);
+	d->ca_path = NULL;
+}
+
+/* Whether two stat results are of the same file, unchanged. */
+static bool
+same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+		a->st_size == b->st_size &&
+		a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+		a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/*
+ * The contents of the ca_file path of req's destination, in *blob, from
+ * the destination's copy: read again (OutboxReadFile, within timeout_ms)
+ * when there is none, when the destination names another file, when the
+ * file's status differs from the copy's, or when the copy is older than
+ * CA_FILE_MAX_AGE_MS. Returns false, the copy dropped and the first
+ * event's error saying why (a retryable failure), when the file cannot be
+ * read or is not a regular file of at most OUTBOX_FILE_MAX_BYTES.
+ */
+static bool
+ca_file_blob(HttpRequest *req, const char *path, long timeout_ms, struct curl_blob *blob)
+{
+	HttpDest   *d = req->dest;
+	TimestampTz now = GetCurrentTimestamp();
+	struct stat st;
+	struct timespec deadline;
+	char		error[256];
+	char	   *data;
+	size_t		len;
+
+	bool		keep = d->ca_path != NULL && strcmp(d->ca_path, path) == 0 &&
+		!TimestampDifferenceExceeds(d->ca_read_at, now, CA_FILE_MAX_AGE_MS);
+
+	if (keep && TimestampDifferenceExceeds(d->ca_checked_at, now, CA_FILE_CHECK_MS))
+	{
+		d->ca_checked_at = now;
+		keep = stat(path, &st) == 0 && same_file(&st, &d->ca_stat);
+	}
+	if (!keep)
+	{
+		forget_ca_file(d);
+		deadline = OutboxDeadlineIn((int) timeout_ms);
+		if (!OutboxReadFile(path, "ca_file", &deadline, &data, &len, &st, error, sizeof(error)))
+		{
+			req->events[0]->error = pstrdup(error);
+			return false;
+		}
+		d->ca_data = data;
+		d->ca_len = len;
+		d->ca_stat = st;
+		d->ca_path = MemoryContextStrdup(GetMemoryChunkContext(d), path);
+		d->ca_read_at = d->ca_checked_at = now;
+	}
+	blob->data = d->ca_data;
+	blob->len = d->ca_len;
+	/* libcurl copies it: the copy here may be replaced while the transfer runs */
+	blob->flags = CURL_BLOB_COPY;
+	return true;
+}
+
+/*
+ * Sets the CA certificates of req's easy handle to those of ca_file (path,
+ * read by ca_file_blob), instead of the system's CA file and directory.
+ * A libcurl that cannot take them from memory (before 7.77, or a TLS
+ * backend without it, such as GnuTLS before libcurl 8) is given the path,
+ * which ca_file_blob has just checked; it reads the file itself. Returns
+ * false if libcurl is out of memory.
+ */
+static bool
+set_ca_file(HttpRequest *req, const char *path, const struct curl_blob *blob)
+{
+	CURLcode	rc = CURLE_NOT_BUILT_IN;
+
+#if LIBCURL_VERSION_NUM >= 0x074d00
+	rc = curl_easy_setopt(req->easy, CURLOPT_CAINFO_BLOB, blob);
+#endif
+	if (rc == CURLE_OUT_OF_MEMORY)
+		return false;
+	if (rc != CURLE_OK &&
+		curl_easy_setopt(req->easy, CURLOPT_CAINFO, path) != CURLE_OK)
+		return false;
+	return curl_easy_setopt(req->easy, CURLOPT_CAPATH, NULL) == CURLE_OK;
+}
+
 /* libcurl's connect limit: far past any request's own (OUTBOX_MAX_TIMEOUT_MS) */
 #define CONNECT_BACKSTOP_MS (24L * 3600 * 1000)
 
@@ -384,10 +497,12 @@ build_header_list(HttpRequest *req, const char *timestamp, const char *body)
  * Sets the options of req's easy handle: URL, http and https only, no
  * redirects, no time limit of libcurl's (see below), the body
  * (copied: the transfer may outlive the event), the header list, the
- * callbacks. Returns false if libcurl is out of memory.
+ * callbacks, and the destination's CA certificates (ca, when it has a
+ * ca_file). Returns false if libcurl is out of memory.
  */
 static bool
-setup_easy(HttpRequest *req, bool fresh_connect, const char *body)
+setup_easy(HttpRequest *req, bool fresh_connect, const char *body,
+		   const struct curl_blob *ca)
 {
 	OutboxEvent *ev = req->events[0];
 
@@ -429,15 +544,14 @@ setup_easy(HttpRequest *req, bool fresh_connect, const char *body)
 		/* a connection kept from before the list changed is not reused */
 		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT, (long) fresh_connect) == CURLE_OK &&
 		/* a destination's CA bundle replaces the system's CA file and directory */
-		(HTTP_OPTIONS(ev)->ca_file == NULL ||
-		 (curl_easy_setopt(req->easy, CURLOPT_CAINFO, HTTP_OPTIONS(ev)->ca_file) == CURLE_OK &&
-		  curl_easy_setopt(req->easy, CURLOPT_CAPATH, NULL) == CURLE_OK));
+		(HTTP_OPTIONS(ev)->ca_file == NULL || set_ca_file(req, HTTP_OPTIONS(ev)->ca_file, ca));
 }
 
 /*
  * Builds the easy handle of one request. On a problem that retrying cannot
  * solve (an invalid header, a bad secret) the first event fails
- * permanently and false is returned; the caller does not send it.
+ * permanently and false is returned; the caller does not send it. A
+ * ca_file that cannot be used fails it too, to be retried.
  */
 static bool
 prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
@@ -447,6 +561,7 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 	long		timeout = HTTP_OPTIONS(ev)->timeout_ms >= 0 ?
 		HTTP_OPTIONS(ev)->timeout_ms : default_timeout_ms;
 	char	   *body = request_body(req);
+	struct curl_blob ca = {0};
 
 	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
 	if (!build_header_list(req, timestamp, body))
@@ -457,9 +572,12 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 	}
 	if (!target_allowed(req, HTTP_OPTIONS(ev)->url))
 		return false;
+	if (HTTP_OPTIONS(ev)->ca_file != NULL &&
+		!ca_file_blob(req, HTTP_OPTIONS(ev)->ca_file, timeout, &ca))
+		return false;
 	req->easy = take_easy();
 	req->timeout_ms = timeout;
-	if (!setup_easy(req, fresh_connect, body))
+	if (!setup_easy(req, fresh_connect, body, &ca))
 	{
 		ev->error = pstrdup("could not set up the HTTP request (out of memory?)");
 		return false;

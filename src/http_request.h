@@ -11,6 +11,7 @@
 #define OUTBOX_HTTP_REQUEST_H
 
 #include <curl/curl.h>
+#include <sys/stat.h>
 
 #include "lib/ilist.h"
 
@@ -110,6 +111,14 @@ struct HttpDest
 	uint64		target_generation;	/* of outbox.http_allowed_targets */
 	bool		target_parsed;
 	OutboxTargetVerdict target_verdict;
+
+	/* a copy of its ca_file, which the relay reads itself (http_request.c) */
+	char	   *ca_path;		/* the file copied, or NULL: no copy */
+	char	   *ca_data;		/* malloc'd by OutboxReadFile */
+	size_t		ca_len;
+	struct stat ca_stat;		/* the file's status when it was read */
+	TimestampTz ca_read_at;
+	TimestampTz ca_checked_at;	/* when its status was last compared */
 };
 
 extern bool OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect);

@@ -1,13 +1,18 @@
 # An https webhook whose certificate a private CA signed: delivered with
 # the destination's ca_file, refused without it or with another CA, with
 # libcurl's reason in last_error; a ca_file that cannot be read is an
-# error of its own. The relay reads the file as the server's OS user, so
-# setting ca_file needs the privileges of pg_read_server_files.
+# error of its own. The relay reads the file itself, as the server's OS
+# user: only a regular file of at most 1 MB, never waiting for a FIFO's
+# writer, so that no file named holds or fills the relay; a changed file
+# or path is taken up. Setting ca_file needs the privileges of
+# pg_read_server_files.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
+use File::Copy qw(copy);
+use POSIX qw(mkfifo);
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -50,9 +55,58 @@ like(first_outcome('s.x'), qr/^HTTP request failed: SSL certificate .*unable to 
 	'without ca_file (the system CAs): refused, the reason in last_error');
 like(first_outcome('w.x'), qr/^HTTP request failed: SSL certificate .*unable to get local issuer certificate/,
 	'with another CA: refused');
-like(first_outcome('m.x'), qr{^HTTP request failed: .*/nonexistent/ca\.pem},
-	'a ca_file that cannot be read: an error that names it');
+is(first_outcome('m.x'), 'ca_file cannot be opened: No such file or directory',
+	'a ca_file that cannot be read: an error that says why');
 is(scalar @{ $sink->delivered('/secure') }, 1, 'nothing else reached the endpoint');
+
+# Files that are not a regular file of at most 1 MB, named by a superuser:
+# a FIFO (libcurl would wait for a writer for ever), a device that never
+# ends, a directory, a file one byte over the limit. Each event fails at
+# once with the reason; an event of the good destination, emitted with
+# them, is delivered meanwhile by the same relay.
+my $dir = PostgreSQL::Test::Utils::tempdir();
+mkfifo("$dir/fifo", 0600) or die "mkfifo: $!";
+open(my $fh, '>', "$dir/big.pem") or die $!;
+print $fh 'x' x (1024 * 1024 + 1);
+close $fh;
+my %bad = (fifo => "$dir/fifo", zero => '/dev/zero', dir => $dir, big => "$dir/big.pem");
+sql(join(';', map { "INSERT INTO outbox_destinations (name, event_types, url, ca_file)
+	VALUES ('$_', '$_.*', '$url', '$bad{$_}')" } sort keys %bad));
+my $relay = relay_pid($node, 'postgres');
+my $ids = join(',', map { "'$_'" } split /\n/,
+	sql(q{SELECT outbox_emit(t || '.x', '{}') FROM unnest('{fifo,zero,dir,big,p}'::text[]) t}));
+ok($node->poll_query_until('postgres', "SELECT count(*) = 5 FROM outbox WHERE event_id IN ($ids)
+	AND (delivered_at IS NOT NULL OR last_error IS NOT NULL)"), 'each of them has an outcome');
+is(sql("SELECT string_agg(event_type || ': ' || coalesce(last_error, 'delivered'), E'\\n' ORDER BY event_type)
+		FROM outbox WHERE event_id IN ($ids) AND dead_at IS NULL"),
+	join("\n", 'big.x: ca_file is larger than 1048576 bytes',
+		'dir.x: ca_file is not a regular file',
+		'fifo.x: ca_file is not a regular file',
+		'p.x: delivered',
+		'zero.x: ca_file is not a regular file'),
+	'a FIFO, /dev/zero, a directory, a file over 1 MB: refused, to be retried; the good one delivered');
+is(relay_pid($node, 'postgres'), $relay, 'by the same relay');
+
+# a regular file within the limit that holds no certificate verifies nothing
+copy($other->{key}, "$dir/junk.pem") or die $!;
+sql(qq{INSERT INTO outbox_destinations (name, event_types, url, ca_file)
+	VALUES ('junk', 'junk.*', '$url', '$dir/junk.pem')});
+like(first_outcome('junk.x'), qr/^HTTP request failed: /,
+	'a file without a certificate: refused (libcurl: error importing CA certificate blob)');
+
+# the copy a destination keeps is taken up again when its file changes ...
+copy($other->{ca}, "$dir/swap.pem") or die $!;
+sql(qq{INSERT INTO outbox_destinations (name, event_types, url, ca_file)
+	VALUES ('swap', 'sw.*', '$url', '$dir/swap.pem')});
+like(first_outcome('sw.x'), qr/^HTTP request failed: SSL certificate /, 'with another CA in its file: refused');
+copy($certs->{ca}, "$dir/swap.pem.new") or die $!;
+rename("$dir/swap.pem.new", "$dir/swap.pem") or die $!;
+ok($node->poll_query_until('postgres',
+	q{SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'sw.x'}),
+	'the file replaced by the right CA: delivered on a retry');
+# ... and when the destination names another file
+sql(qq{UPDATE outbox_destinations SET ca_file = '$certs->{ca}' WHERE name = 'wrong'});
+is(first_outcome('w.x'), 'delivered', 'ca_file changed to the right CA: delivered');
 
 # who may name a file: pg_read_server_files, only when the value changes
 sql(q{CREATE ROLE admin LOGIN IN ROLE outbox_admin; GRANT USAGE ON SCHEMA public TO admin;});
