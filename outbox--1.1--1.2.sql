@@ -21,6 +21,23 @@ END
 $guard$;
 
 /*
+ * Which of an event's headers a destination forwards. Writers may set x-
+ * headers that an endpoint, or a proxy before it, may read as trust or
+ * identity (x-is-admin, x-ms-client-principal, x-envoy-internal, ...). NULL
+ * forwards every header the header rules allow, as 1.1 did, so existing
+ * destinations keep their behaviour; an empty array forwards none;
+ * otherwise header names and prefixes ending in -* (x-envoy-*), compared
+ * without case. It applies to every kind that forwards event headers (the
+ * claim filters them, src/queue.c); a destination's own headers are not
+ * affected. The validation trigger checks it (src/headers.c).
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN event_headers text[];
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.event_headers IS
+    'The event headers forwarded: header names and prefixes ending in -* (x-envoy-*), without case, at most 64; NULL: every one events may carry, as in 1.1; empty: none. The destination''s own headers are always sent';
+
+/*
  * Routing: an event goes to the destination with the first name whose
  * pattern matches its type, enabled or not; if that one is disabled, the
  * event waits for it (parked, as an event no destination takes), never
@@ -30,7 +47,9 @@ $guard$;
  * consumer may read. The claim view takes the destination only while it is
  * enabled; outbox_status counts an event whose destination is disabled as
  * unroutable, as the relay parks it. The same single SELECT as 1.1's, so
- * the planner still inlines it.
+ * the planner still inlines it; created again after event_headers above,
+ * as its d.* is expanded when it is created. _outbox_pending needs nothing
+ * for the new column: its dest is the whole row of _outbox_route's result.
  */
 CREATE OR REPLACE FUNCTION @extschema@._outbox_route(event_type text)
 RETURNS SETOF @extschema@.outbox_destinations

@@ -149,3 +149,28 @@ SELECT regress.try_detail($$UPDATE outbox_destinations SET format = 'cloudevents
 SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = 2 WHERE name = 'b_chan'$$);
 SELECT regress.try_detail($$UPDATE outbox_destinations SET events_per_request = NULL WHERE name = 'b_env'$$);
 ROLLBACK;
+-- event headers a destination forwards: NULL (every one, as in 1.1), an
+-- empty array (none), or names and prefixes ending in -*, at most 64
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, url, event_headers) VALUES
+    ('eh_null', 'none.eh_null', 'http://127.0.0.1:1/', NULL),
+    ('eh_none', 'none.eh_none', 'http://127.0.0.1:1/', '{}'),
+    ('eh_list', 'none.eh_list', 'http://127.0.0.1:1/', '{X-Tenant,x-envoy-*,traceparent}');
+INSERT INTO outbox_destinations (name, event_types, channel, event_headers) VALUES ('eh_chan', 'none.eh_chan', 'c', '{x-a}');
+SELECT name, event_headers FROM outbox_destinations WHERE name LIKE 'eh\_%' ORDER BY name;
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{x-tenant,"bad name"}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{""}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{*}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{-*}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{x-envoy*}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{x-*-id}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{x-é}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{x-a,NULL}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail($$UPDATE outbox_destinations SET event_headers = '{{x-a},{x-b}}' WHERE name = 'eh_list'$$);
+SELECT regress.try_detail(format($$UPDATE outbox_destinations SET event_headers = %L WHERE name = 'eh_list'$$, ARRAY['x-' || repeat('a', 255)]));
+SELECT regress.try_detail(format($$UPDATE outbox_destinations SET event_headers = %L WHERE name = 'eh_list'$$, ARRAY['x-' || repeat('a', 254)]));
+SELECT regress.try_detail(format($$UPDATE outbox_destinations SET event_headers = %L WHERE name = 'eh_list'$$,
+       (SELECT array_agg('x-h' || g) FROM generate_series(1, 65) g)));
+SELECT regress.try_detail(format($$UPDATE outbox_destinations SET event_headers = %L WHERE name = 'eh_list'$$,
+       (SELECT array_agg('x-h' || g) FROM generate_series(1, 64) g)));
+ROLLBACK;

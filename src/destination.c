@@ -17,11 +17,14 @@
 
 #include "access/htup_details.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/formatting.h"
 #include "storage/latch.h"
 #include "utils/wait_event.h"
 
@@ -137,6 +140,46 @@ OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms,
 	d = OutboxDestinationColumn(row, "headers", &isnull);
 	*headers = isnull ? NULL : DatumGetJsonbPCopy(d);
 	return *headers ? VARSIZE(*headers) : 0;
+}
+
+/*
+ * The event_headers column of a destination row, for the claim (which
+ * filters each event's headers with it, for every kind): false if it is
+ * NULL, when every event header the header rules allow is forwarded (as
+ * in 1.1); else true, with its n entries in *patterns, in lower case,
+ * palloc'd in the current memory context (*bytes adds what they take).
+ * The row passed the trigger's checks (OutboxEventHeadersListCheck); a
+ * NULL entry, which only a row written with the trigger off can have,
+ * matches nothing. In a transaction; ERROR if the row type has no such
+ * column (the relay runs against 1.2's objects only).
+ */
+bool
+OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns, int *n,
+							  Size *bytes)
+{
+	bool		isnull;
+	Datum		d = OutboxDestinationColumn(row, "event_headers", &isnull);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+
+	*patterns = NULL;
+	*n = 0;
+	if (isnull)
+		return false;
+	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &nelems);
+	*patterns = palloc(sizeof(char *) * Max(nelems, 1));
+	for (int i = 0; i < nelems; i++)
+	{
+		if (nulls[i])
+			continue;
+		(*patterns)[*n] = asc_tolower(VARDATA_ANY(DatumGetTextPP(elems[i])),
+									  VARSIZE_ANY_EXHDR(DatumGetTextPP(elems[i])));
+		*bytes += strlen((*patterns)[*n]) + 1 + sizeof(char *);
+		(*n)++;
+	}
+	return true;
 }
 
 /*

@@ -209,6 +209,8 @@ extern bool OutboxDestinationFileCheck(const OutboxDestinationRow *row, const ch
 									   OutboxProblem *p);
 extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms,
 										   Jsonb **headers);
+extern bool OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns,
+										  int *n, Size *bytes);
 
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);

@@ -44,6 +44,8 @@
 #define OUTBOX_MAX_HEADER_NAME_BYTES 256
 #define OUTBOX_MAX_HEADER_VALUE_BYTES 8192
 #define OUTBOX_MAX_HEADERS_BYTES (64 * 1024)
+/* entries of a destination's event_headers (names and prefix-* patterns) */
+#define OUTBOX_MAX_EVENT_HEADER_ENTRIES 64
 /*
  * The JSON envelope sent for an event (envelope.c). Escaping makes a
  * control character six bytes (\u0001), and a jsonb number of a few bytes
@@ -101,6 +103,15 @@ typedef struct OutboxDestination
 	char	  **secrets;		/* signing secrets: the secret column's,
 								 * then outbox_destination_secrets' in use */
 	int			nsecrets;		/* 0: messages are not signed */
+	/*
+	 * event_headers: when filtered, only the event headers it names (names
+	 * and prefix-* patterns, in lower case) are forwarded; the claim drops
+	 * the others from the event (OutboxForwardedEventHeaders). Not
+	 * filtered (NULL, as in 1.1): every one the header rules allow.
+	 */
+	bool		event_headers_filtered;
+	char	  **event_headers;
+	int			nevent_headers;
 	void	   *options;		/* the kind's own, from its decode */
 	TimestampTz created_at;		/* the row's created_at: which destination
 								 * of that name it was, when claimed */

@@ -14,6 +14,11 @@
  * the names OutboxEventHeaderAllowed accepts, and a destination's header
  * of the same name wins.
  *
+ * Which of an event's headers reach an endpoint: those the header rules
+ * allow, and, if the destination's event_headers is not NULL, only those
+ * it names (OutboxForwardedEventHeaders, applied by the claim for every
+ * kind); its own headers are not filtered.
+ *
  * A headers value is a JSON object whose keys are header names and whose
  * values are taken as jsonb_each_text() would: strings as they are, other
  * scalars and nested values as their JSON text, and JSON null meaning "no
@@ -25,7 +30,9 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 #include "utils/jsonb.h"
@@ -274,6 +281,144 @@ OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *p)
 						   pstrdup("Header values may contain no control character other than tab."));
 	}
 	return true;
+}
+
+/*
+ * Whether s[0..len) is an entry of a destination's event_headers: a header
+ * name (an RFC 9110 token) or a prefix pattern, a token ending in "-"
+ * followed by "*" (x-envoy-*), at least one character before the "-". A
+ * "*" anywhere else is refused, although tokens may hold one: it would
+ * read as a wildcard.
+ */
+static bool
+event_headers_entry_valid(const char *s, size_t len)
+{
+	size_t		name_len = len;
+
+	if (len >= 3 && s[len - 1] == '*' && s[len - 2] == '-')
+		name_len = len - 1;
+	if (memchr(s, '*', name_len) != NULL)
+		return false;
+	return OutboxHeaderNameValid(s, name_len);
+}
+
+/*
+ * Checks a destination's event_headers (a text[], detoasted): one
+ * dimension or none, no NULL, at most OUTBOX_MAX_EVENT_HEADER_ENTRIES
+ * entries of at most OUTBOX_MAX_HEADER_NAME_BYTES, each a header name or a
+ * prefix pattern ending in "-*" (event_headers_entry_valid). Returns true,
+ * or false with *p: 22023 for the array's shape or a NULL, 54000 for a
+ * limit, 23514 for an entry, named by its position. Raises nothing itself
+ * (but out of memory); for the validation trigger, in any backend.
+ */
+bool
+OutboxEventHeadersListCheck(ArrayType *list, OutboxProblem *p)
+{
+	static const char *const detail =
+		"Each entry is a header name (x-tenant) or a prefix ending in -* (x-envoy-*), compared without case; NULL forwards every event header, an empty array none.";
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(list) > 1)
+		return OutboxProblemSet(p, ERRCODE_INVALID_PARAMETER_VALUE,
+								pstrdup("destination event_headers must be a one-dimensional array"),
+								NULL);
+	if (ArrayGetNItems(ARR_NDIM(list), ARR_DIMS(list)) > OUTBOX_MAX_EVENT_HEADER_ENTRIES)
+		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+								psprintf("destination event_headers has more than %d entries",
+										 OUTBOX_MAX_EVENT_HEADER_ENTRIES), NULL);
+	deconstruct_array(list, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		text	   *t;
+
+		if (nulls[i])
+			return OutboxProblemSet(p, ERRCODE_INVALID_PARAMETER_VALUE,
+									psprintf("destination event_headers entry %d is null", i + 1),
+									pstrdup(detail));
+		t = DatumGetTextPP(elems[i]);
+		if (VARSIZE_ANY_EXHDR(t) > OUTBOX_MAX_HEADER_NAME_BYTES)
+			return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+									psprintf("destination event_headers entry %d is longer than %d bytes",
+											 i + 1, OUTBOX_MAX_HEADER_NAME_BYTES), NULL);
+		if (!event_headers_entry_valid(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)))
+			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+									psprintf("destination event_headers entry %d is not a header name or a prefix ending in -*",
+											 i + 1),
+									pstrdup(detail));
+	}
+	return true;
+}
+
+/*
+ * Whether header name is one that patterns (n entries of a destination's
+ * event_headers, in lower case) forward: equal to a name, or starting with
+ * a pattern's prefix (the pattern without its "*"), without case. Raises
+ * nothing; any context.
+ */
+bool
+OutboxEventHeaderForwarded(const char *name, char *const *patterns, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		size_t		len = strlen(patterns[i]);
+
+		if (len > 0 && patterns[i][len - 1] == '*')
+		{
+			if (pg_strncasecmp(name, patterns[i], len - 1) == 0)
+				return true;
+		}
+		else if (pg_strcasecmp(name, patterns[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The headers of an event (headers, a JSON object) that a destination
+ * whose event_headers are patterns (n entries, lower case) forwards
+ * (OutboxEventHeaderForwarded), as a new object in the current memory
+ * context, in the same order; NULL when none is. Linear in the headers'
+ * size times n (at most OUTBOX_MAX_EVENT_HEADER_ENTRIES); interruptible.
+ * For the claim, in its transaction.
+ */
+Jsonb *
+OutboxForwardedEventHeaders(Jsonb *headers, char *const *patterns, int n)
+{
+	JsonbParseState *state = NULL;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbValue *res;
+	JsonbIteratorToken tok;
+	JsonbValue	key;
+	bool		keep = false;
+	int			kept = 0;
+
+	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+		return headers;			/* not headers: left to the header rules */
+	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	it = JsonbIteratorInit(&headers->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (tok == WJB_KEY)
+		{
+			char	   *name = pnstrdup(v.val.string.val, v.val.string.len);
+
+			keep = OutboxEventHeaderForwarded(name, patterns, n);
+			pfree(name);
+			key = v;
+		}
+		else if (tok == WJB_VALUE && keep)
+		{
+			(void) pushJsonbValue(&state, WJB_KEY, &key);
+			(void) pushJsonbValue(&state, WJB_VALUE, &v);
+			kept++;
+		}
+	}
+	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return kept > 0 ? JsonbValueToJsonb(res) : NULL;
 }
 
 /* Raises ERROR for a problem found by one of the checks. */

@@ -11,6 +11,7 @@
 #define OUTBOX_HEADERS_H
 
 #include "fmgr.h"
+#include "utils/array.h"
 #include "utils/jsonb.h"
 
 /* One header of a headers object; name and value are NUL-terminated. */
@@ -43,6 +44,9 @@ extern bool OutboxEventHeaderAllowed(const char *name);
 extern int	OutboxHeaderList(Jsonb *headers, OutboxHeader **list);
 extern int	OutboxMergeHeaders(Jsonb *dest, Jsonb *event, OutboxHeader **out);
 extern bool OutboxHeadersCheck(Jsonb *headers, bool event, OutboxProblem *problem);
+extern bool OutboxEventHeadersListCheck(ArrayType *list, OutboxProblem *problem);
+extern bool OutboxEventHeaderForwarded(const char *name, char *const *patterns, int n);
+extern Jsonb *OutboxForwardedEventHeaders(Jsonb *headers, char *const *patterns, int n);
 extern void OutboxRaiseProblem(const OutboxProblem *problem);
 
 extern Datum _outbox_valid_headers(PG_FUNCTION_ARGS);

@@ -626,6 +626,9 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecodin
 	ev->dest.format = OutboxDestinationText(&row, "format");
 	d = OutboxDestinationColumn(&row, "created_at", &isnull);
 	ev->dest.created_at = isnull ? 0 : DatumGetTimestampTz(d);
+	ev->dest.event_headers_filtered =
+		OutboxDestinationEventHeaders(&row, &ev->dest.event_headers,
+									  &ev->dest.nevent_headers, &bytes);
 	bytes += attach_secrets(&ev->dest, OutboxDestinationText(&row, "secret"), dd->secrets);
 	ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
 	if (ev->dest.kind == NULL)
@@ -687,6 +690,10 @@ decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
 	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
 	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
 	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
+	/* only the headers its destination forwards, whatever the kind */
+	if (ev->headers != NULL && ev->dest.name != NULL && ev->dest.event_headers_filtered)
+		ev->headers = OutboxForwardedEventHeaders(ev->headers, ev->dest.event_headers,
+												  ev->dest.nevent_headers);
 	return bytes + sizes.event_type + sizes.aggregate_type + sizes.aggregate_id +
 		sizes.payload + sizes.headers;
 }

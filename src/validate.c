@@ -46,6 +46,7 @@
 #include "nodes/plannodes.h"
 #include "tcop/pquery.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -575,6 +576,7 @@ check_own_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *ki
 
 /*
  * The rules of the columns every kind may have: headers, secret,
+ * event_headers (OutboxEventHeadersListCheck: 22023, 54000, 23514),
  * timeout_ms, format (one of kind's formats). Only webhooks send headers and have a time limit,
  * but 1.0 accepted both on channels (which ignore them), so a channel may
  * keep them: a restore or an upgrade keeps its rows. Raises 23514, or
@@ -608,6 +610,14 @@ check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind 
 					 errmsg("destination secret is longer than %d bytes",
 							OUTBOX_MAX_SECRET_BYTES)));
 		if (!OutboxSecretCheck(TextDatumGetCString(d), &p))
+			OutboxRaiseProblem(&p);
+	}
+
+	/* from 1.2; the 1.1 table has none (a 1.2 library before the update) */
+	if (SPI_fnumber(RelationGetDescr(rel), "event_headers") > 0)
+	{
+		d = column(rel, tuple, "event_headers", &isnull);
+		if (!isnull && !OutboxEventHeadersListCheck(DatumGetArrayTypeP(d), &p))
 			OutboxRaiseProblem(&p);
 	}
 
