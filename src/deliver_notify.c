@@ -26,6 +26,15 @@
  * outbox_destination_secrets, the table's trigger), about 1 kB of
  * signatures, so the id form still fits.
  *
+ * Signed, the body is the form with one more key, last: "channel", the
+ * channel it is sent on (bound_body). Any role may NOTIFY, so a signed
+ * notification can be sent again on another channel; where that channel's
+ * destination has the same secret the signature verifies there too, and
+ * only the signed channel tells a consumer it was meant for another. The
+ * signing scheme itself stays the Standard Webhooks one, so 1.1 consumers
+ * and its libraries verify as before (docs/notify.md says what a consumer
+ * must check).
+ *
  * src/deliver_notify.c
  *
  *-------------------------------------------------------------------------
@@ -65,12 +74,33 @@ typedef struct NotifyDestOptions
 #define NOTIFY_OPTIONS(ev) ((const NotifyDestOptions *) (ev)->dest.options)
 
 /*
- * The signed notification of body (see the file's header), palloc'd; NULL
- * if the destination's secret cannot sign.
+ * form (an envelope form: a JSON object) with "channel": channel added as
+ * its last key, palloc'd: the body of a signed notification.
  */
 static char *
-signed_notification(const OutboxEvent *ev, const char *body, const char *timestamp)
+bound_body(const char *form, const char *channel)
 {
+	size_t		len = strlen(form);
+	StringInfoData buf;
+
+	Assert(len > 0 && form[len - 1] == '}');
+	initStringInfo(&buf);
+	appendBinaryStringInfo(&buf, form, len - 1);
+	appendStringInfoString(&buf, ", \"channel\": ");
+	escape_json(&buf, channel);
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * The signed notification of form (see the file's header), its body
+ * bound to the channel, palloc'd; NULL if the destination's secret cannot
+ * sign.
+ */
+static char *
+signed_notification(const OutboxEvent *ev, const char *form, const char *timestamp)
+{
+	char	   *body = bound_body(form, NOTIFY_OPTIONS(ev)->channel);
 	char	   *sig = OutboxSignatures(ev->dest.secrets, ev->dest.nsecrets, ev->event_id,
 									   timestamp, body, strlen(body));
 	StringInfoData buf;

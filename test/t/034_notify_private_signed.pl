@@ -3,7 +3,11 @@
 # consumer reads it with outbox_catch_up, which that role may not call);
 # events too large for a notification are delivered in a shorter form in
 # either mode; with a secret, notifications are signed, and docs/notify.md's
-# verification function accepts the relay's and rejects forged ones.
+# verification function accepts the relay's and rejects forged ones. One
+# sent again on another channel whose destination has the same secret
+# verifies there as Standard Webhooks says (its signed text names no
+# channel); its signed body names the channel it was meant for, which
+# that function compares with the channel it came in on.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -124,22 +128,24 @@ is(join(',', sort keys %$outer), 'body,webhook-id,webhook-signature,webhook-time
 is($outer->{'webhook-id'}, $ids->[0], 'webhook-id is the event_id');
 ok(abs($outer->{'webhook-timestamp'} - time()) < 60, 'webhook-timestamp is now, in Unix seconds');
 like($outer->{'webhook-signature'}, qr{^v1,[A-Za-z0-9+/]{43}=$}, 'v1 and a base64 HMAC-SHA256');
-is(keys_of($outer->{body}), 'aggregate_id,aggregate_type,attempt,created_at,id,type',
-	'the body is the reference, as a JSON string');
+is(keys_of($outer->{body}), 'aggregate_id,aggregate_type,attempt,channel,created_at,id,type',
+	'the body is the reference and the channel, as a JSON string');
+is(decode_json($outer->{body})->{channel}, 'outbox_events', 'the channel it was sent on');
 
-# verified_notification() of docs/notify.md, given a notification as received
+# verified_notification() of docs/notify.md, given a notification as
+# received on channel outbox_events (or $channel)
 sub verified
 {
-	my ($text, $key, $tolerance) = @_;
-	return $node->safe_psql($db, sprintf(q{SELECT coalesce(verified_notification($n$%s$n$, '%s'%s)->>'id', 'rejected')},
-		$text, $key // $secret, defined $tolerance ? ", '$tolerance'" : ''));
+	my ($text, $key, $tolerance, $channel) = @_;
+	return $node->safe_psql($db, sprintf(q{SELECT coalesce(verified_notification($n$%s$n$, '%s', '%s'%s)->>'id', 'rejected')},
+		$text, $channel // 'outbox_events', $key // $secret, defined $tolerance ? ", '$tolerance'" : ''));
 }
 is(verified($real), $ids->[0], "the relay's notification verifies");
 is(verified($real, 'whsec_' . 'A' x 32), 'rejected', 'not with another secret');
 
 # forgeries, sent on the channel by the role without privileges
 my $fake_id = '01932c07-8f4e-7a3b-9c1d-2e5f6a7b8c9d';
-my $fake_body = qq({"id": "$fake_id", "type": "nt.x", "aggregate_type": null, "aggregate_id": null, "created_at": "2026-01-01T00:00:00+00:00", "attempt": 1});
+my $fake_body = qq({"id": "$fake_id", "type": "nt.x", "aggregate_type": null, "aggregate_id": null, "created_at": "2026-01-01T00:00:00+00:00", "attempt": 1, "channel": "outbox_events"});
 my %forged = (
 	'an unsigned envelope' => $fake_body,
 	'a signature copied onto another body' => encode_json({ %$outer, body => $fake_body }),
@@ -176,6 +182,37 @@ my $old = $node->safe_psql($db, sprintf(q{
 	$fake_id, $fake_body, $fake_id, $fake_body, $secret));
 is(verified($old), 'rejected', 'a valid signature of 10 minutes ago is rejected');
 is(verified($old, undef, '15 minutes'), $fake_id, 'and accepted with a tolerance of 15 minutes');
+
+# Sent again on another channel, whose destination has the same secret:
+# the signature verifies there (the signed text is <id>.<timestamp>.<body>,
+# no channel), and only the channel in the body tells it was meant for
+# outbox_events; the documented function compares the two.
+$node->safe_psql($db, "INSERT INTO outbox.outbox_destinations (name, event_types, channel, notify_mode, secret)
+	VALUES ('other', 'ot.*', 'other_events', 'reference', '$secret')");
+my $other = start_listener($node, $db, 'other_events', 'nobody');
+($ret, $out, $err) = $node->psql($db, "SELECT pg_notify('other_events', \$n\$$real\$n\$)", extra_params => [ '-U', 'nobody' ]);
+is($err, '', 'any role sends the relay\'s notification again on another channel');
+$other->sync or die 'listener not in sync';
+my ($replayed) = map { $_->{payload} } @{ $other->{notes} };
+is($replayed, $real, 'that channel\'s listeners receive it as it was');
+is( $node->safe_psql($db, sprintf(q{
+		SELECT 'v1,' || encode(hmac(convert_to(concat(n->>'webhook-id', '.', n->>'webhook-timestamp', '.', n->>'body'), 'UTF8'),
+		                            decode(substr('%s', 7), 'base64'), 'sha256'), 'base64')
+		       = ANY (string_to_array(n->>'webhook-signature', ' '))
+		  FROM (SELECT $n$%s$n$::jsonb AS n) x}, $secret, $replayed)),
+	't', 'its signature alone verifies there: a check of the signature only accepts it');
+is(decode_json(decode_json($replayed)->{body})->{channel}, 'outbox_events', 'its signed body names outbox_events');
+is(verified($replayed, undef, undef, 'other_events'), 'rejected',
+	'the documented function rejects it on other_events');
+# while that channel's own notifications verify there
+$other->{notes} = [];
+my ($oid) = split /\n/, $node->safe_psql($db, q{SELECT outbox.outbox_emit('ot.x', '{}')});
+$node->poll_query_until($db, "SELECT delivered_at IS NOT NULL FROM outbox.outbox WHERE event_id = '$oid'")
+  or die 'not delivered';
+$other->sync or die 'listener not in sync';
+is(verified($other->{notes}[0]{payload}, undef, undef, 'other_events'), $oid,
+	'a notification the relay sent on other_events verifies there');
+$other->quit;
 
 # signed and too large in full mode: the signed reference
 $node->safe_psql($db, "UPDATE outbox.outbox_destinations SET notify_mode = 'full'");
