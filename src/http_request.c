@@ -572,8 +572,9 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 	}
 	if (!target_allowed(req, HTTP_OPTIONS(ev)->url))
 		return false;
-	if (HTTP_OPTIONS(ev)->ca_file != NULL &&
-		!ca_file_blob(req, HTTP_OPTIONS(ev)->ca_file, timeout, &ca))
+	if (HTTP_OPTIONS(ev)->ca_file == NULL)
+		forget_ca_file(req->dest);	/* taken out: up to 1 MB not kept for nothing */
+	else if (!ca_file_blob(req, HTTP_OPTIONS(ev)->ca_file, timeout, &ca))
 		return false;
 	req->easy = take_easy();
 	req->timeout_ms = timeout;
