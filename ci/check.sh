@@ -6,13 +6,15 @@
 # on a copy of the source tree in /tmp, left in place if a test fails. On
 # failure it prints regression.diffs and the end of every server log.
 #
-# The upgrade test builds release 1.0 from the repository's history: unless
-# OUTBOX_1_0_SRC already names its source (ci/chroot.sh extracts it on the
-# host), this extracts it with git (see release_1_0_tree in ci/lib.sh) and
-# warns if it cannot, in which case that test is skipped.
+# The upgrade tests build releases 1.0 and 1.1 from the repository's
+# history: unless OUTBOX_1_0_SRC (OUTBOX_1_1_SRC) already names its source
+# (ci/chroot.sh extracts them on the host), this extracts each with git
+# (see release_tree in ci/lib.sh) and warns if it cannot, in which case
+# that test is skipped.
 #
 # Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER,
-# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_TEST_JOBS; and to run some
+# OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_1_1_SRC,
+# OUTBOX_1_1_SRC_ERROR, OUTBOX_TEST_JOBS; and to run some
 # tests only, PGXS's own variables: PROVE_TESTS (TAP files, e.g.
 # "test/t/035_gone.pl") and REGRESS (pg_regress files, "setup" first,
 # e.g. "setup secrets"). With one of them only, the other suite is left out;
@@ -26,27 +28,37 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PG_CONFIG=${PG_CONFIG:-pg_config}
 OUTBOX_1_0_SRC=${OUTBOX_1_0_SRC:-}
 OUTBOX_1_0_SRC_ERROR=${OUTBOX_1_0_SRC_ERROR:-}
+OUTBOX_1_1_SRC=${OUTBOX_1_1_SRC:-}
+OUTBOX_1_1_SRC_ERROR=${OUTBOX_1_1_SRC_ERROR:-}
 
-# release_1_0 DEST: sets OUTBOX_1_0_SRC, or OUTBOX_1_0_SRC_ERROR with a warning.
-release_1_0() {
-    [ -z "$OUTBOX_1_0_SRC" ] && [ -z "$OUTBOX_1_0_SRC_ERROR" ] || return 0
-    [ "${TAP_TESTS-unset}" != "" ] || return 0 # only the TAP suite needs it
-    if OUTBOX_1_0_SRC_ERROR=$(release_1_0_tree "$PWD" "$1"); then
-        OUTBOX_1_0_SRC=$1
-    else
-        echo "WARNING: the upgrade test from 1.0 will be skipped: $OUTBOX_1_0_SRC_ERROR" >&2
-    fi
+# releases DIR: for each of RELEASES (ci/lib.sh) not given already, sets
+# OUTBOX_<version>_SRC to its tree extracted into DIR/<version>, or
+# OUTBOX_<version>_SRC_ERROR with a warning.
+releases() {
+    local v src err why
+    [ "${TAP_TESTS-unset}" != "" ] || return 0 # only the TAP suite needs them
+    for v in $RELEASES; do
+        src=OUTBOX_${v//./_}_SRC err=OUTBOX_${v//./_}_SRC_ERROR
+        if [ -n "${!src}" ] || [ -n "${!err}" ]; then continue; fi
+        if why=$(release_tree "$PWD" "$v" "$1/$v"); then
+            printf -v "$src" '%s' "$1/$v"
+        else
+            printf -v "$err" '%s' "$why"
+            echo "WARNING: the upgrade test from $v will be skipped: $why" >&2
+        fi
+    done
 }
 
 if [ "$(id -u)" = 0 ]; then
     user=${OUTBOX_TEST_USER:-postgres}
     work=$(mktemp -d /tmp/outbox-check.XXXXXX)
     copy_tree "$work"
-    release_1_0 "$work/.release-1.0"
+    releases "$work/.releases"
     chown -R "$user" "$work"
     echo "==> tests as $user in $work"
     if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" OUTBOX_1_0_SRC="$OUTBOX_1_0_SRC" \
-        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
+        OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_1_1_SRC="$OUTBOX_1_1_SRC" \
+        OUTBOX_1_1_SRC_ERROR="$OUTBOX_1_1_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
         ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"} ${REGRESS+REGRESS="$REGRESS"} ${TAP_TESTS+TAP_TESTS="$TAP_TESTS"} \
         bash "$work/ci/check.sh"; then
         rm -rf "$work"
@@ -63,10 +75,10 @@ bindir=$("$PG_CONFIG" --bindir)
 export PATH="$bindir:$PATH"
 rm -rf tmp_check results regression.diffs regression.out
 out=$(mktemp /tmp/outbox-check-output.XXXXXX)
-release=$(mktemp -d /tmp/outbox-1.0.XXXXXX)
+release=$(mktemp -d /tmp/outbox-releases.XXXXXX)
 trap 'rm -rf "$out" "$release"' EXIT
-release_1_0 "$release"
-export OUTBOX_1_0_SRC OUTBOX_1_0_SRC_ERROR
+releases "$release"
+export OUTBOX_1_0_SRC OUTBOX_1_0_SRC_ERROR OUTBOX_1_1_SRC OUTBOX_1_1_SRC_ERROR
 # what to run: everything, or the suites and files named
 what=(installcheck)
 if [ "${TAP_TESTS-unset}" = "" ]; then what+=(TAP_TESTS=); fi

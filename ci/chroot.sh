@@ -41,9 +41,12 @@ REPO_DIR=$(git -C "$SCRIPT_DIR" rev-parse --show-toplevel 2>/dev/null || (cd "$S
 CHROOT_BASE=${OUTBOX_CHROOT_DIR:-/var/cache/outbox-matrix}
 MIRROR=${OUTBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 REFRESH=${OUTBOX_CHROOT_REFRESH:-0}
-# Paths inside the chroot.  The packages marker holds the installed package list.
-BUILD_DIR=/build/outbox RELEASE_DIR=/build/outbox-1.0 BOOTSTRAP_MARKER=/.outbox-debootstrap-ok PACKAGES_MARKER=/.outbox-packages-ok
+# Paths inside the chroot (each release of RELEASES in ci/lib.sh goes to
+# $RELEASE_DIR-<version>).  The packages marker holds the installed package list.
+BUILD_DIR=/build/outbox RELEASE_DIR=/build/outbox BOOTSTRAP_MARKER=/.outbox-debootstrap-ok PACKAGES_MARKER=/.outbox-packages-ok
 CHROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# per release version: its tree in the chroot, or why it could not be extracted
+declare -A RELEASE_SRC=() RELEASE_ERROR=()
 
 suite_for() { case $1 in 17) echo trixie ;; 18) echo sid ;; *) return 1 ;; esac; }
 packages_for() {
@@ -168,15 +171,18 @@ ensure_packages() {
 
 copy_source() { # tracked + untracked-but-not-ignored files, into a fresh directory
     local dest=$ROOT$BUILD_DIR
-    rm -rf --one-file-system "$dest" "$ROOT$RELEASE_DIR" "$ROOT"/tmp/outbox-check.*
+    local v why
+    rm -rf --one-file-system "$dest" "$ROOT$RELEASE_DIR"-[0-9]* "$ROOT"/tmp/outbox-check.*
     mkdir -p "$dest"
-    # release 1.0 for the upgrade test: git runs here, on the host
-    if RELEASE_ERROR=$(release_1_0_tree "$REPO_DIR" "$ROOT$RELEASE_DIR"); then
-        RELEASE_SRC=$RELEASE_DIR RELEASE_ERROR=
-    else
-        RELEASE_SRC=
-        warn "the upgrade test from 1.0 will be skipped: $RELEASE_ERROR"
-    fi
+    # the releases for the upgrade tests: git runs here, on the host
+    for v in $RELEASES; do
+        if why=$(release_tree "$REPO_DIR" "$v" "$ROOT$RELEASE_DIR-$v"); then
+            RELEASE_SRC[$v]=$RELEASE_DIR-$v RELEASE_ERROR[$v]=
+        else
+            RELEASE_SRC[$v]='' RELEASE_ERROR[$v]=$why
+            warn "the upgrade test from $v will be skipped: $why"
+        fi
+    done
     if git -C "$REPO_DIR" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         (cd "$REPO_DIR" && git ls-files -co --exclude-standard -z |
             while IFS= read -r -d '' f; do [ -e "$f" ] || [ -L "$f" ] && printf '%s\0' "$f"; done |
@@ -195,7 +201,7 @@ lock_version() { # held until this run (and all it started) ends
 
 run_version() {
     set -euo pipefail
-    VERSION=$1 STAGE=setup MOUNTS=() FRESH=0 RELEASE_SRC= RELEASE_ERROR=
+    VERSION=$1 STAGE=setup MOUNTS=() FRESH=0 RELEASE_SRC=() RELEASE_ERROR=()
     SUITE=$(suite_for "$VERSION")
     ROOT=$(realpath -m "$CHROOT_BASE/pg$VERSION")
     local start=$SECONDS
@@ -219,7 +225,8 @@ run_version() {
 
     STAGE=build-and-check
     in_chroot PG_CONFIG="/usr/lib/postgresql/$VERSION/bin/pg_config" OUTBOX_HOST_ROOT="$ROOT" \
-        OUTBOX_1_0_SRC="$RELEASE_SRC" OUTBOX_1_0_SRC_ERROR="$RELEASE_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
+        OUTBOX_1_0_SRC="${RELEASE_SRC[1.0]}" OUTBOX_1_0_SRC_ERROR="${RELEASE_ERROR[1.0]}" \
+        OUTBOX_1_1_SRC="${RELEASE_SRC[1.1]}" OUTBOX_1_1_SRC_ERROR="${RELEASE_ERROR[1.1]}" OUTBOX_TEST_JOBS="$TEST_JOBS" \
         bash "$BUILD_DIR/ci/build-and-check.sh"
 }
 

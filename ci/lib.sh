@@ -134,12 +134,17 @@ result_text() {
     esac
 }
 
-# The commit of the released 1.0, which test/t/062_upgrade_from_1_0.pl
-# builds and upgrades from. The tests run from a copy of the tree without
-# .git, so the scripts extract it (ci/check.sh, and ci/chroot.sh on the
-# host for the chroots) and pass its place in OUTBOX_1_0_SRC, or why they
-# could not in OUTBOX_1_0_SRC_ERROR, which the test prints as it skips.
+# The released versions the upgrade tests start from
+# (test/t/062_upgrade_from_1_0.pl, test/t/063_upgrade_from_1_1.pl), and
+# the commit of each: RELEASE_<version, dots as underscores>. The tests run
+# from a copy of the tree without .git, so the scripts extract each
+# release (ci/check.sh, and ci/chroot.sh on the host for the chroots) and
+# pass its place in OUTBOX_<version>_SRC (OUTBOX_1_0_SRC, OUTBOX_1_1_SRC),
+# or why they could not in OUTBOX_<version>_SRC_ERROR, which the test
+# prints as it skips.
+RELEASES="1.0 1.1"
 RELEASE_1_0=c0d51ffd0a6f4e53b49c6010e6ceeb0b00ab210a
+RELEASE_1_1=ea8b815f3c1241df63b423991817f44bd4828f8b
 
 # copy_tree DEST: the source tree of the current folder into DEST: the
 # files git tracks or would add, as they are in the working tree; without
@@ -155,26 +160,33 @@ copy_tree() {
     fi
 }
 
-# release_1_0_tree REPO DEST: extracts the tree of release 1.0 from the git
-# repository REPO into DEST (replaced). A shallow clone lacks the commit:
-# it is deepened first (git fetch --unshallow). On failure, prints why on
-# stdout and returns 1.
-release_1_0_tree() {
-    local repo=$1 dest=$2 short=${RELEASE_1_0:0:7}
-    if ! command -v git >/dev/null || ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-        echo "$repo is not a git repository (or git is missing): release 1.0 ($short) cannot be extracted"
+# release_tree REPO VERSION DEST: extracts the tree of release VERSION
+# (one of RELEASES) from the git repository REPO into DEST (replaced). A
+# shallow clone lacks the commit: it is deepened first (git fetch
+# --unshallow). On failure, prints why on stdout and returns 1.
+release_tree() {
+    local repo=$1 version=$2 dest=$3 var commit short
+    var=RELEASE_${version//./_}
+    commit=${!var:-}
+    if [ -z "$commit" ]; then
+        echo "release $version is not one of the releases ci/lib.sh knows ($RELEASES)"
         return 1
     fi
-    if ! git -C "$repo" cat-file -e "$RELEASE_1_0^{commit}" 2>/dev/null &&
+    short=${commit:0:7}
+    if ! command -v git >/dev/null || ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+        echo "$repo is not a git repository (or git is missing): release $version ($short) cannot be extracted"
+        return 1
+    fi
+    if ! git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null &&
         [ "$(git -C "$repo" rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
         git -C "$repo" fetch --quiet --unshallow >/dev/null 2>&1 || true
     fi
-    if ! git -C "$repo" cat-file -e "$RELEASE_1_0^{commit}" 2>/dev/null; then
-        echo "commit $short (release 1.0) is not in the repository at $repo, and git fetch --unshallow did not bring it"
+    if ! git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null; then
+        echo "commit $short (release $version) is not in the repository at $repo, and git fetch --unshallow did not bring it"
         return 1
     fi
     rm -rf "$dest" && mkdir -p "$dest" &&
-        git -C "$repo" archive "$RELEASE_1_0" | tar -xf - -C "$dest" ||
+        git -C "$repo" archive "$commit" | tar -xf - -C "$dest" ||
         { echo "git archive $short into $dest failed"; return 1; }
 }
 

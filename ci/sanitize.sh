@@ -190,12 +190,13 @@ echo "==> TAP suite"
 # instrumented server does not meet, and triple their bounds on the relay's
 # own delays (time_bound in test/perl/OutboxTest.pm); they still check
 # everything else.
-# The upgrade test is skipped: it runs the server from a copy of the
+# The upgrade tests are skipped: they run the server from a copy of the
 # installation, and this run's postgres is a wrapper that runs the binary
 # in place, which would find its own lib and share directories, not the
 # copy's.
-if ! as_user env OUTBOX_TEST_SANITIZER=1 OUTBOX_1_0_SRC= \
-    OUTBOX_1_0_SRC_ERROR="not under the sanitizer run (a copy of its wrapped postgres would not run from the copy)" \
+no_copy="not under the sanitizer run (a copy of its wrapped postgres would not run from the copy)"
+if ! as_user env OUTBOX_TEST_SANITIZER=1 OUTBOX_1_0_SRC= OUTBOX_1_0_SRC_ERROR="$no_copy" \
+    OUTBOX_1_1_SRC= OUTBOX_1_1_SRC_ERROR="$no_copy" \
     make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no prove_installcheck PROVE_FLAGS="--timer -j$TEST_JOBS" \
     ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"}; then
     failed=1
