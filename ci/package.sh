@@ -8,17 +8,19 @@
 #      file is regenerated for the versions this system supports, as
 #      apt.postgresql.org does) on a copy of the tree, and checks both with
 #      lintian where lintian is installed (no errors allowed)
-#   2. installs it with apt-get while a server that preloads release 1.0
-#      runs, and checks what the README's Upgrading section says of that
-#      moment: ALTER EXTENSION UPDATE is refused until the restart, events
-#      are still written, and after the restart the update goes through
-#      (release 1.0 is built from the repository's history, as for the
-#      upgrade test: OUTBOX_1_0_SRC, else extracted with git; skipped with
-#      a warning when neither is there)
+#   2. installs it with apt-get while a server that preloads the latest
+#      release (1.1, the last of RELEASES in ci/lib.sh) runs, and checks
+#      what the README's Upgrading section says of that moment: ALTER
+#      EXTENSION UPDATE is refused until the restart, with the guard of
+#      the update script to this version, events are still written, and
+#      after the restart the update goes through (the release is built
+#      from the repository's history, as for the upgrade tests:
+#      OUTBOX_1_1_SRC, else extracted with git; skipped with a warning
+#      when neither is there)
 #   3. runs pg_regress against the installed package (debian/tests/installcheck)
 #
 # The package stays installed: it replaces the build ci/build-and-check.sh
-# installed. Environment: PG_CONFIG, OUTBOX_1_0_SRC, OUTBOX_LOG_DIR.
+# installed. Environment: PG_CONFIG, OUTBOX_1_1_SRC, OUTBOX_LOG_DIR.
 # Exit status: 0 passed, 3 the package does not build or lint, 4 a check failed.
 set -uo pipefail
 
@@ -84,16 +86,18 @@ else
     echo "    lintian is not installed here: the package is linted on the host only"
 fi
 
-# 2. installed while a server that preloads 1.0 runs
+# 2. installed while a server that preloads the latest release runs
 as_user() { runuser -u "$user" -- "$@"; }
 psql_run() { as_user "$bindir/psql" -X -h "$work" -p 5432 -d postgres -v ON_ERROR_STOP=1 -Atqc "$1"; }
 pg_ctl() { as_user "$bindir/pg_ctl" -D "$work/data" -l "$work/data/log" -w "$@" >>"$log" 2>&1; }
-release=${OUTBOX_1_0_SRC:-}
+prev=${RELEASES##* }
+release_var=OUTBOX_${prev//./_}_SRC
+release=${!release_var:-}
 if [ -z "$release" ]; then
-    release=$work/release-1.0
-    if ! why=$(release_1_0_tree "$PWD" "$release"); then
+    release=$work/release-$prev
+    if ! why=$(release_tree "$PWD" "$prev" "$release"); then
         release=
-        echo "WARNING: installing under a server that runs 1.0 is NOT checked: $why"
+        echo "WARNING: installing under a server that runs $prev is NOT checked: $why"
     fi
 fi
 # purge what an earlier run left, so that apt-get installs this build
@@ -101,10 +105,10 @@ if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; the
     apt_get purge -y "$pkg" >>"$log" 2>&1 || fail 4 "apt-get purge $pkg failed"
 fi
 if [ -n "$release" ]; then
-    cp -R "$release/." "$work/build-1.0" &&
-        make -s -C "$work/build-1.0" PG_CONFIG="$PG_CONFIG" >>"$log" 2>&1 &&
-        make -s -C "$work/build-1.0" PG_CONFIG="$PG_CONFIG" install >>"$log" 2>&1 ||
-        fail 4 "release 1.0 does not build"
+    cp -R "$release/." "$work/build-$prev" &&
+        make -s -C "$work/build-$prev" PG_CONFIG="$PG_CONFIG" >>"$log" 2>&1 &&
+        make -s -C "$work/build-$prev" PG_CONFIG="$PG_CONFIG" install >>"$log" 2>&1 ||
+        fail 4 "release $prev does not build"
     chown "$user" "$work"
     as_user "$bindir/initdb" -D "$work/data" -A trust >>"$log" 2>&1 || fail 4 "initdb failed"
     cat >>"$work/data/postgresql.conf" <<EOF
@@ -116,9 +120,9 @@ EOF
     pg_ctl start || fail 4 "the server does not start"
     trap 'pg_ctl -m immediate stop' EXIT
     psql_run "CREATE EXTENSION outbox; SELECT outbox_emit('package.before', '{}')" >/dev/null &&
-        [ "$(psql_run "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" = 1.0 ] ||
-        fail 4 "CREATE EXTENSION outbox did not make 1.0"
-    echo "    a server with 1.0 preloaded runs; apt-get install ./$(basename "$deb")"
+        [ "$(psql_run "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" = "$prev" ] ||
+        fail 4 "CREATE EXTENSION outbox did not make $prev"
+    echo "    a server with $prev preloaded runs; apt-get install ./$(basename "$deb")"
 fi
 apt_get install -y --no-install-recommends "$deb" >>"$log" 2>&1 || fail 4 "apt-get install $deb failed"
 [ "$(dpkg-query -W -f='${Version}' "$pkg")" = "$deb_version" ] || fail 4 "$pkg $deb_version is not installed"
