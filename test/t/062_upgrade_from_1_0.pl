@@ -7,84 +7,27 @@
 # comes through, and pg_dump of the upgraded database restores cleanly.
 #
 # The server runs from a copy of the installation under this test's
-# directory (binaries copied, the rest linked), into which 1.0 and then the
-# new build are installed: the real one is not writable here. The 1.0
-# source comes from ci/check.sh (OUTBOX_1_0_SRC, extracted with git archive).
+# directory, into which 1.0 and then the new build are installed
+# (test/perl/OutboxUpgrade.pm). The 1.0 source comes from ci/check.sh
+# (OUTBOX_1_0_SRC, extracted with git archive).
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
-use File::Basename qw(dirname);
-use File::Copy qw(copy);
-use File::Path qw(make_path);
 use JSON::PP;
 use OutboxTest;
+use OutboxUpgrade;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $src = $ENV{OUTBOX_1_0_SRC} // '';
-if ($src eq '' || !-f "$src/outbox--1.0.sql")
-{
-	my $why = $ENV{OUTBOX_1_0_SRC_ERROR}
-	  || 'OUTBOX_1_0_SRC does not name the 1.0 source (ci/check.sh extracts it from git)';
-	diag("WARNING: the upgrade from 1.0 is NOT tested: $why");
-	plan skip_all => "no 1.0 source: $why";
-}
+my $src = release_source('1.0');
+my $inst = OutboxUpgrade->new;
+my $tmp = $inst->tmp;
+$inst->install_release('1.0', $src);
 
-my $pg_config = $ENV{PG_CONFIG} || 'pg_config';
-my %dir = map { my $d = `$pg_config --$_`; chomp $d; ($_ => $d) } qw(bindir pkglibdir sharedir);
-die "$pg_config failed" if grep { $_ eq '' } values %dir;
-my $tmp = PostgreSQL::Test::Utils::tempdir();
-my $root = "$tmp/root";
-
-# The copy: PostgreSQL finds its lib and share directories relative to the
-# binary it runs, so the binaries are copied and the rest linked, without
-# any outbox file.
-make_path("$root$dir{bindir}", "$root$dir{pkglibdir}", "$root$dir{sharedir}/extension");
-system_or_bail('cp', '-a', "$dir{bindir}/.", "$root$dir{bindir}");
-sub link_all
-{
-	my ($from, $to, $skip) = @_;
-	opendir(my $dh, $from) or die "opendir $from: $!";
-	for my $e (grep { !/^\.\.?$/ && !/$skip/ } readdir $dh)
-	{
-		symlink("$from/$e", "$to/$e") or die "symlink $to/$e: $!";
-	}
-	closedir $dh;
-}
-link_all($dir{pkglibdir}, "$root$dir{pkglibdir}", qr/^outbox\./);
-link_all($dir{sharedir}, "$root$dir{sharedir}", qr/^extension$/);
-link_all("$dir{sharedir}/extension", "$root$dir{sharedir}/extension", qr/^outbox[.-]/);
-
-# Installs the outbox files found under prefix $from (a DESTDIR, or '' for
-# the installed new build) into the copy, each as a new file, as make
-# install does: a running server keeps the library it has loaded.
-sub install_outbox
-{
-	my ($from) = @_;
-	my @files = ("$dir{pkglibdir}/outbox.so",
-		map { "$dir{sharedir}/extension/$_" } grep { /^outbox[.-]/ }
-		  do { opendir(my $dh, "$from$dir{sharedir}/extension") or die $!; readdir $dh });
-	unlink glob("$root$dir{sharedir}/extension/outbox[.-]*");
-	for my $f (@files)
-	{
-		unlink "$root$f";
-		copy("$from$f", "$root$f") or die "copy $from$f: $!";
-	}
-	chmod 0755, "$root$dir{pkglibdir}/outbox.so";
-}
-
-# 1.0, built from its source with this server's pg_config
-my $build = "$tmp/src-1.0";
-system_or_bail('cp', '-R', $src, $build);
-system_or_bail('make', '-s', '-j2', '-C', $build, "PG_CONFIG=$pg_config", 'with_llvm=no');
-system_or_bail('make', '-s', '-C', $build, "PG_CONFIG=$pg_config", 'with_llvm=no',
-	'install', "DESTDIR=$tmp/dest-1.0");
-install_outbox("$tmp/dest-1.0");
-
-my $node = PostgreSQL::Test::Cluster->new('upgrade', install_path => $root . dirname($dir{bindir}));
+my $node = $inst->node('upgrade');
 $node->init;
 # settings 1.0 knows; retries an hour apart, so that the retrying events wait
 $node->append_conf('postgresql.conf', q{
@@ -135,7 +78,7 @@ ok( $node->poll_query_until('postgres', qq{
 	'1.0 delivered, retries, dead-lettered and parked events');
 
 # the new build installed, no restart yet: the update is refused, and says why
-install_outbox('');
+$inst->install_new;
 my ($ret, $out, $err) = $node->psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 isnt($ret, 0, 'ALTER EXTENSION UPDATE before the restart fails');
 like($err, qr/ERROR:  the outbox library loaded in this server is older than version 1\.1/,
