@@ -24,6 +24,8 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 
+#include "compat.h"
+
 PG_FUNCTION_INFO_V1(_outbox_aggregate_key);
 
 /*

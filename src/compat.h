@@ -19,6 +19,11 @@
 #error "outbox requires PostgreSQL 15 or later"
 #endif
 
+/* From 16 the varlena macros (VARDATA_ANY...) have a header of their own. */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
 /* pg_noreturn replaced pg_attribute_noreturn() in PostgreSQL 18. */
 #if PG_VERSION_NUM >= 180000
 #define OUTBOX_NORETURN_PRE pg_noreturn
