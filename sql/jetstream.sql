@@ -85,6 +85,16 @@ UPDATE outbox_destinations SET nats_ca_file = '/etc/nats/ca.pem', nats_token = N
 SET ROLE regress_js_admin;
 SELECT regress.try($$UPDATE outbox_destinations SET enabled = false, nats_token = 'tok2' WHERE name = 'js'$$);
 SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = '/etc/nats/other-ca.pem' WHERE name = 'js'$$);
+-- nor send what a file holds elsewhere: the servers of a destination that
+-- names a file (a creds file's identity and signatures would go there)
+RESET ROLE;
+UPDATE outbox_destinations SET nats_ca_file = NULL, nats_token = NULL, nats_creds_file = '/etc/nats/relay.creds' WHERE name = 'js';
+SET ROLE regress_js_admin;
+SELECT regress.try_detail($$UPDATE outbox_destinations SET nats_servers = 'nats://admins-own-host:4222' WHERE name = 'js'$$);
+SELECT regress.try($$UPDATE outbox_destinations SET nats_creds_file = NULL, nats_token = 'tok3' WHERE name = 'js'$$);
+RESET ROLE;
+UPDATE outbox_destinations SET nats_token = 'tok2', nats_ca_file = '/etc/nats/ca.pem' WHERE name = 'js';
+SET ROLE regress_js_admin;
 SELECT regress.try($$UPDATE outbox_destinations SET nats_ca_file = NULL WHERE name = 'js'$$);
 RESET ROLE;
 GRANT pg_read_server_files TO regress_js_admin;

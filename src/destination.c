@@ -312,11 +312,14 @@ OutboxSendAndWait(OutboxEvent **events, int n)
  * the server's operating system user (a CA bundle, NATS credentials): NULL,
  * or an absolute path of at most MAXPGPATH - 1 bytes without control
  * characters, which only a role with the privileges of
- * pg_read_server_files may write (checked only when the value changes, so
- * that other roles may still change the rest of the row). Returns true,
- * or false with *p: 23514, 54000 for the length, 42501 for the privilege;
- * the message names the column, never the path. For a kind's
- * check_destination, in the validation trigger.
+ * pg_read_server_files may write; nor may another role change where a
+ * destination that names a file connects (its kind's target column: the
+ * servers that would get a creds file's identity and signatures). Checked
+ * only when one of those changes, so that other roles may still change
+ * the rest of the row. Returns true, or false with *p: 23514, 54000 for
+ * the length, 42501 for the privilege; the message names the column,
+ * never the path. For a kind's check_destination, in the validation
+ * trigger.
  */
 bool
 OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column, OutboxProblem *p)
@@ -338,10 +341,20 @@ OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column, 
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								psprintf("destination %s is not valid", column),
 								pstrdup("It is an absolute path."));
-	if (OutboxDestinationColumnChanged(row, column) &&
-		!has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+	if (has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
+		return true;
+	if (OutboxDestinationColumnChanged(row, column))
 		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
 								pstrdup("permission denied to name a file in a destination"),
 								psprintf("Only roles with the privileges of pg_read_server_files may set %s: the relay reads the file as the server's operating system user.", column));
+	{
+		char	   *kind_name = OutboxDestinationText(row, "kind");
+		const OutboxDestinationKind *kind = kind_name ? OutboxKindByName(kind_name) : NULL;
+
+		if (kind != NULL && OutboxDestinationColumnChanged(row, kind->target_column))
+			return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
+									psprintf("permission denied to change the %s of a destination that names a file", kind->target_column),
+									psprintf("Only roles with the privileges of pg_read_server_files may change it while %s is set: what the relay reads from the file would go to the new target.", column));
+	}
 	return true;
 }
