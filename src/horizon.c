@@ -13,8 +13,8 @@
  * them all, and a claim that read one buffer read some 15,000 after a
  * minute and a half. Nothing in the relay's own figures names the cause,
  * so the first relay of each database looks every HORIZON_CHECK_MS for
- * the oldest transaction of its database that has a snapshot, or a
- * prepared one, and if it began more than outbox.horizon_warning ago,
+ * the oldest transaction of its database that has a snapshot or an xid,
+ * or a prepared one, and if it began more than outbox.horizon_warning ago,
  * logs a WARNING naming it (once per transaction) and shows it in
  * outbox_status (through health.c). The relay runs as a superuser and
  * sees every session's start; a replication slot's xmin, which has no
@@ -40,8 +40,10 @@
 #define HORIZON_CHECK_MS 10000
 
 /*
- * The oldest transaction of this database that has a snapshot (a process,
- * not this one) or is prepared, if it began more than $1 seconds ago:
+ * The oldest transaction of this database that has a snapshot or an xid
+ * (a process, not this one: a READ COMMITTED transaction idle after a
+ * write has no snapshot, but its xid holds the horizon), or is prepared,
+ * if it began more than $1 seconds ago:
  * its pid (-1 when prepared), its start, and what it is, for the log.
  */
 #define HORIZON_SQL \
@@ -50,7 +52,7 @@
 	"         pg_catalog.format('process %s (%s of role %s, application \"%s\", %s)'," \
 	"                           a.pid, a.backend_type, a.usename, a.application_name, a.state) AS what" \
 	"    FROM pg_catalog.pg_stat_activity a" \
-	"   WHERE a.backend_xmin IS NOT NULL" \
+	"   WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)" \
 	"     AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()" \
 	"     AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()" \
 	"  UNION ALL" \

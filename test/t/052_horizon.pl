@@ -39,6 +39,18 @@ is(scalar(() = log_since($node, $offset) =~ /holds back the removal/g), scalar @
 	'and was logged once, not at every check');
 is(scalar @warnings, 1, 'one WARNING while it lasted');
 
+# a READ COMMITTED transaction idle after a write has no snapshot, but its
+# xid holds the horizon just the same
+$offset = -s $node->logfile;
+$holder->query_safe(q{BEGIN; INSERT INTO scratch VALUES (0)});
+ok($node->poll_query_until('postgres', "SELECT horizon_pid = $pid FROM outbox_status"),
+	'outbox_status names a READ COMMITTED session idle after a write');
+like(log_since($node, $offset), qr/holds back the removal of old row versions: process $pid .*idle in transaction\)/,
+	'the log names it too');
+$holder->query_safe('ROLLBACK');
+ok($node->poll_query_until('postgres', 'SELECT horizon_pid IS NULL FROM outbox_status'),
+	'and forgets it once it ends');
+
 # a prepared transaction that wrote something keeps its xid
 $holder->query_safe(q{BEGIN; INSERT INTO scratch VALUES (1); PREPARE TRANSACTION 'held_over'});
 ok($node->poll_query_until('postgres', 'SELECT horizon_pid IS NULL AND horizon_since IS NOT NULL FROM outbox_status'),
