@@ -860,6 +860,22 @@ check_access(bool all_databases)
 				 errdetail("Only roles with privileges of the \"pg_read_all_stats\" role may pass all_databases => true.")));
 }
 
+/*
+ * Whether the caller may read the error texts of the statistics: a role
+ * with the privileges of outbox_admin, who reads the events themselves.
+ * Others, outbox_monitor among them, get NULL: an error text can carry
+ * what came from outside or from an event (a subject made of an aggregate
+ * id, a broker's or a responder's words, a Location header, a step's
+ * error), and they are to see counts, times and states only.
+ */
+static bool
+may_read_errors(void)
+{
+	Oid			admin = get_role_oid("outbox_admin", true);
+
+	return superuser() || (OidIsValid(admin) && has_privs_of_role(GetUserId(), admin));
+}
+
 /* A timestamptz Datum, or a NULL in *isnull for 0. */
 static Datum
 ts_or_null(TimestampTz t, bool *isnull)
@@ -901,7 +917,8 @@ database_name(Oid dboid, const char *kept, bool *isnull)
  * no relay): database, relay, pid, state, reason, next_start, started_at,
  * restarts, passes, last_pass_at, delivered, failed, last_error,
  * last_error_at, failing_since (set while its steps keep failing: a stall
- * to alert on), stats_since. For outbox_admin; errors in check_access.
+ * to alert on), stats_since. For outbox_admin and outbox_monitor
+ * (last_error NULL unless may_read_errors); errors in check_access.
  */
 Datum
 outbox_relay_stats(PG_FUNCTION_ARGS)
@@ -915,6 +932,7 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 	int			nmissing;
 	HASH_SEQ_STATUS seq;
 	RelayHealth *r;
+	bool		errors = may_read_errors();
 
 	check_access(all);
 	InitMaterializedSRF(fcinfo, 0);
@@ -956,7 +974,7 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 		values[9] = ts_or_null(r->last_pass_at, &nulls[9]);
 		values[10] = Int64GetDatum(r->delivered);
 		values[11] = Int64GetDatum(r->failed);
-		values[12] = text_datum_or_null(r->last_error, &nulls[12]);
+		values[12] = text_datum_or_null(errors ? r->last_error : "", &nulls[12]);
 		values[13] = ts_or_null(r->last_error_at, &nulls[13]);
 		values[14] = ts_or_null(r->failing_since, &nulls[14]);
 		values[15] = ts_or_null(r->stats_since, &nulls[15]);
@@ -1056,6 +1074,7 @@ destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DestHealth *rows;
 	int			n;
+	bool		errors = may_read_errors();
 
 	check_access(all);
 	InitMaterializedSRF(fcinfo, 0);
@@ -1077,7 +1096,7 @@ destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 		values[3] = Int64GetDatum(d->counts.failed);
 		values[4] = ts_or_null(d->counts.last_success_at, &nulls[4]);
 		values[5] = ts_or_null(d->counts.last_failure_at, &nulls[5]);
-		values[6] = text_datum_or_null(d->counts.last_error, &nulls[6]);
+		values[6] = text_datum_or_null(errors ? d->counts.last_error : "", &nulls[6]);
 		nulls[7] = !latency_quantile(d->counts.latency, 0.5, &ms);
 		values[7] = Float8GetDatum(nulls[7] ? 0.0 : ms);
 		nulls[8] = !latency_quantile(d->counts.latency, 0.99, &ms);
@@ -1096,8 +1115,8 @@ destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
  * one row per destination with outcomes in the current database (every
  * database with all_databases): database, destination, delivered, failed,
  * last_success_at, last_failure_at, last_error, latency_p50_ms,
- * latency_p99_ms, stats_since. For outbox_admin and outbox_monitor;
- * errors in check_access.
+ * latency_p99_ms, stats_since. For outbox_admin and outbox_monitor
+ * (last_error NULL unless may_read_errors); errors in check_access.
  */
 Datum
 outbox_destination_stats(PG_FUNCTION_ARGS)
