@@ -204,24 +204,38 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_destination_stats(boolean)
  * The group roles are created NOLOGIN when they do not exist; one that
  * exists already (roles are the cluster's, created by hand or by another
  * database's installation) is used as it is, and gets the privileges
- * granted here. One that can log in hands them to whoever logs in as it:
- * a WARNING names it, on every installation and update.
+ * granted here. A WARNING names, at every installation and update, one
+ * that hands them, or more, to others: it can log in (whoever logs in as
+ * it has them), it has SUPERUSER or BYPASSRLS (whoever it is granted to
+ * may SET ROLE to it), or a role other than a superuser holds ADMIN
+ * OPTION on it (and may grant it to anyone: from PostgreSQL 16 the
+ * CREATEROLE role that made it does).
  */
 DO $roles$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT a.rolname, a.rolpassword IS NOT NULL AS has_password
+    FOR r IN SELECT a.rolname,
+                    pg_catalog.concat_ws(', ',
+                        CASE WHEN a.rolcanlogin THEN 'it can log in'
+                             || CASE WHEN a.rolpassword IS NOT NULL THEN ', with a password' ELSE '' END END,
+                        CASE WHEN a.rolsuper THEN 'it is a superuser' END,
+                        CASE WHEN a.rolbypassrls THEN 'it bypasses row level security' END,
+                        (SELECT 'role ' || pg_catalog.string_agg(pg_catalog.quote_ident(h.rolname), ', ' ORDER BY h.rolname)
+                                || ' may grant it'
+                           FROM pg_catalog.pg_auth_members m
+                           JOIN pg_catalog.pg_authid h ON h.oid OPERATOR(pg_catalog.=) m.member
+                          WHERE m.roleid OPERATOR(pg_catalog.=) a.oid AND m.admin_option
+                            AND NOT h.rolsuper)) AS why
                FROM pg_catalog.pg_authid a
               WHERE a.rolname OPERATOR(pg_catalog.=) ANY
                     ('{outbox_writer,outbox_consumer,outbox_admin,outbox_monitor}'::name[])
-                AND a.rolcanlogin
               ORDER BY a.rolname
     LOOP
-        RAISE WARNING 'role % can log in%', r.rolname,
-              CASE WHEN r.has_password THEN ', with a password' ELSE '' END
-            USING DETAIL = 'The outbox extension grants its group roles their privileges; whoever logs in as this role has them directly.',
-                  HINT = pg_catalog.format('Unless that is meant: ALTER ROLE %I NOLOGIN PASSWORD NULL, and GRANT %I to the roles that need it.',
+        CONTINUE WHEN r.why OPERATOR(pg_catalog.=) '';
+        RAISE WARNING 'group role % hands its privileges on: %', r.rolname, r.why
+            USING DETAIL = 'The outbox extension grants its group roles their privileges; a role that exists already is used as it is.',
+                  HINT = pg_catalog.format('Unless that is meant: ALTER ROLE %I NOLOGIN PASSWORD NULL NOSUPERUSER NOBYPASSRLS, REVOKE the ADMIN OPTION, and GRANT %I to the roles that need it.',
                                            r.rolname, r.rolname);
     END LOOP;
 END

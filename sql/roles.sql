@@ -157,6 +157,21 @@ CREATE EXTENSION outbox;
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox VERSION '1.1';
 ALTER EXTENSION outbox UPDATE;
+-- so is one that is a superuser, bypasses row level security, or that a
+-- role other than a superuser may grant
+ALTER ROLE outbox_monitor NOLOGIN PASSWORD NULL;
+ALTER ROLE outbox_consumer SUPERUSER;
+ALTER ROLE outbox_writer BYPASSRLS;
+CREATE ROLE regress_granter;
+GRANT outbox_admin TO regress_granter WITH ADMIN OPTION;
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox;
+ALTER ROLE outbox_consumer NOSUPERUSER;
+ALTER ROLE outbox_writer NOBYPASSRLS;
+REVOKE outbox_admin FROM regress_granter;
+DROP ROLE regress_granter;
+-- and none of them any more
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox;
 \c contrib_regression
 DROP DATABASE regress_login_role;
-ALTER ROLE outbox_monitor NOLOGIN PASSWORD NULL;
