@@ -35,7 +35,7 @@
  * frees it, zeroing it first if it may hold a secret), and, if st is not
  * NULL, the file's status (fstat) into *st. Fails unless the file is a
  * regular file of at most OUTBOX_FILE_MAX_BYTES, read before deadline
- * (CLOCK_MONOTONIC); never waits for a FIFO's writer. On failure returns
+ * (CLOCK_MONOTONIC); never opens anything else (a device, a FIFO). On failure returns
  * false with error (error_size bytes) saying why in words that name the
  * column, never the path or anything read from the file. Thread-safe and
  * raises nothing: callable from any thread.
@@ -46,15 +46,34 @@ OutboxReadFile(const char *path, const char *column, const struct timespec *dead
 {
 	char		why[PG_STRERROR_R_BUFLEN];
 	struct stat own;
+	struct stat before;
 	char	   *buf = NULL;
 	size_t		size = 0;
 	size_t		have = 0;
-	int			fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	int			fd;
 
 	*out = NULL;
 	*len = 0;
 	if (st == NULL)
 		st = &own;
+
+	/*
+	 * The type first, by name: opening a device can act on it (a tape
+	 * rewinds, a terminal becomes the process's), so only a regular file
+	 * is opened; fstat below checks that the file opened is that one.
+	 */
+	if (stat(path, &before) != 0)
+	{
+		snprintf(error, error_size, "%s cannot be opened: %s", column,
+				 strerror_r(errno, why, sizeof(why)));
+		return false;
+	}
+	if (!S_ISREG(before.st_mode))
+	{
+		snprintf(error, error_size, "%s is not a regular file", column);
+		return false;
+	}
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 	{
 		snprintf(error, error_size, "%s cannot be opened: %s", column,
@@ -64,7 +83,7 @@ OutboxReadFile(const char *path, const char *column, const struct timespec *dead
 	if (fstat(fd, st) != 0)
 		snprintf(error, error_size, "%s cannot be read: %s", column,
 				 strerror_r(errno, why, sizeof(why)));
-	else if (!S_ISREG(st->st_mode))
+	else if (!S_ISREG(st->st_mode) || st->st_dev != before.st_dev || st->st_ino != before.st_ino)
 		snprintf(error, error_size, "%s is not a regular file", column);
 	else if (st->st_size > OUTBOX_FILE_MAX_BYTES)
 		snprintf(error, error_size, "%s is larger than %d bytes", column, OUTBOX_FILE_MAX_BYTES);
