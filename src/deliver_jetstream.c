@@ -651,11 +651,12 @@ creds_block(const char *text, size_t len, int which, const char **value, size_t 
 }
 
 /*
- * Reads block `which` of c's creds file into a malloc'd string (*out),
- * or returns false with error. For the connection's thread and libnats's
- * callbacks: calls nothing of PostgreSQL's. The file is read again at
- * every connection and reconnection, as libnats would: a renewed file is
- * taken up.
+ * Reads c's creds file and finds both its blocks (the user JWT and the
+ * nkey seed); copies block `which` into a malloc'd string (*out) unless
+ * which is -1 (a check only). Returns false with error. For the
+ * connection's thread and libnats's callbacks: calls nothing of
+ * PostgreSQL's. The file is read again at every connection and
+ * reconnection, as libnats would: a renewed file is taken up.
  */
 static bool
 creds_read(const JsConn *c, int which, char **out, char *error)
@@ -663,19 +664,23 @@ creds_read(const JsConn *c, int which, char **out, char *error)
 	struct timespec deadline = OutboxDeadlineIn(c->timeout_ms);
 	char	   *text;
 	size_t		len;
-	const char *v;
-	size_t		vl;
-	bool		ok;
+	const char *v[2];
+	size_t		vl[2];
+	bool		ok = true;
 
-	*out = NULL;
+	if (out != NULL)
+		*out = NULL;
 	if (!OutboxReadFile(c->creds_file, "nats_creds_file", &deadline, &text, &len, NULL,
 						error, JS_TEXT_BYTES))
 		return false;
-	ok = creds_block(text, len, which, &v, &vl);
-	if (!ok)
-		snprintf(error, JS_TEXT_BYTES, "nats_creds_file has no %s",
-				 which == 0 ? "user JWT" : "nkey seed");
-	else if ((*out = strndup(v, vl)) == NULL)
+	for (int b = 0; b < 2 && ok; b++)
+	{
+		ok = creds_block(text, len, b, &v[b], &vl[b]);
+		if (!ok)
+			snprintf(error, JS_TEXT_BYTES, "nats_creds_file has no %s",
+					 b == 0 ? "user JWT" : "nkey seed");
+	}
+	if (ok && which >= 0 && (*out = strndup(v[which], vl[which])) == NULL)
 	{
 		snprintf(error, JS_TEXT_BYTES, "out of memory reading nats_creds_file");
 		ok = false;
@@ -724,8 +729,9 @@ creds_sign(char **err_text, unsigned char **sig, int *sig_len, const char *nonce
 }
 
 /*
- * Sets o's credentials from c's creds file (read here once, so that a bad
- * file fails at once with its reason; the callbacks read it again) and its
+ * Sets o's credentials from c's creds file (read and checked here once, so
+ * that a bad file fails at once with its reason; the callbacks read it
+ * again) and its
  * trusted CA certificates from c's CA file. libnats would read both files
  * itself, with no check of what they are: a FIFO, a device or a huge file
  * would hold or fill the relay. Returns false with error.
@@ -735,15 +741,8 @@ set_file_options(JsConn *c, natsOptions *o, char *error)
 {
 	if (c->creds_file != NULL)
 	{
-		char	   *part;
-
-		for (int which = 0; which < 2; which++)
-		{
-			if (!creds_read(c, which, &part, error))
-				return false;
-			explicit_bzero(part, strlen(part));
-			free(part);
-		}
+		if (!creds_read(c, -1, NULL, error))
+			return false;
 		if (natsOptions_SetUserCredentialsCallbacks(o, creds_jwt, c, creds_sign, c) != NATS_OK)
 		{
 			copy_text(error, "libnats refused the credentials callbacks", JS_TEXT_BYTES);
