@@ -1,18 +1,28 @@
 EXTENSION    = outbox
 EXTVERSION   = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 MODULE_big   = $(EXTENSION)
-OBJS         = $(patsubst %.c,%.o,$(wildcard src/*.c))
+# The destination kinds, one folder each under src/kinds/, and the
+# libraries each links: src/kinds/kinds.list. A kind marked optional there
+# is left out with `make with_<kind>=no` (e.g. with_jetstream=no: no
+# libnats); its folder's stub/ then supplies its SQL functions, which
+# raise an error saying the build has no such kind.
+kind_field   = $(shell awk -v k=$(1) '$$1 == k { print $$$(2) }' src/kinds/kinds.list)
+KINDS_ALL   := $(shell awk '!/^\#/ && NF { print $$1 }' src/kinds/kinds.list)
+KINDS       := $(foreach k,$(KINDS_ALL),$(if $(and $(filter yes,$(call kind_field,$(k),2)),$(filter no,$(with_$(k)))),,$(k)))
+KINDS_OUT   := $(filter-out $(KINDS),$(KINDS_ALL))
+KIND_LIBS   := $(filter-out -,$(foreach k,$(KINDS),$(call kind_field,$(k),3)))
+OBJS         = $(patsubst %.c,%.o,$(wildcard src/*.c src/kinds/*.c $(KINDS:%=src/kinds/%/*.c) $(KINDS_OUT:%=src/kinds/%/stub/*.c)))
 DATA         = $(wildcard $(EXTENSION)--*.sql)
-PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\"
+PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Isrc $(foreach k,$(KINDS),-DOUTBOX_WITH_$(shell echo $(k) | tr a-z A-Z))
 # libcrypto as pgcrypto links it: the one the server was built with
-SHLIB_LINK   = -lcurl -lnats $(filter -lcrypto, $(LIBS))
+SHLIB_LINK   = $(KIND_LIBS) $(filter -lcrypto, $(LIBS))
 
 
 REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver ordered jetstream secrets versions
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=test/outbox.conf
 TAP_TESTS    = 1
 PROVE_TESTS  = test/t/*.pl
-EXTRA_CLEAN  = tmp_check results log regression.diffs regression.out
+EXTRA_CLEAN  = tmp_check results log regression.diffs regression.out src/kinds/.built
 
 # initdb refuses to run as root: as root, the test targets hand over to
 # ci/check.sh, which runs the same targets as an unprivileged user
@@ -38,7 +48,13 @@ endif
 
 # PGXS tracks no header dependencies: rebuild everything when one changes,
 # or objects would disagree on the layout of shared structs.
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/kinds/*/*.h)
+
+# Which kinds are built is a compile-time macro too: a build with other
+# kinds than the last rebuilds every object.
+KINDS_STAMP := src/kinds/.built
+$(shell echo '$(KINDS)' | cmp -s - $(KINDS_STAMP) || echo '$(KINDS)' > $(KINDS_STAMP))
+$(OBJS): $(KINDS_STAMP)
 
 # The release files, from the committed tree (HEAD): the PGXN distribution,
 # a zip whose files are under outbox-<version>/ with META.json's version

@@ -201,6 +201,65 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_destination_stats(boolean)
     TO outbox_admin, outbox_monitor;
 
 /*
+ * Which kinds sign is the kinds' to say (src/destination.h, signs), not a
+ * list in SQL: the trigger on outbox_destination_secrets asks the library.
+ * Anyone may call it: it only raises 23514 for a kind that does not sign.
+ */
+CREATE FUNCTION @extschema@._outbox_check_signing_kind(kind text)
+RETURNS void
+AS 'MODULE_PATHNAME', '_outbox_check_signing_kind'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_check_signing_kind(text) IS
+    'Internal: raises 23514, naming the kinds that sign, unless destinations of this kind sign what they send';
+
+CREATE OR REPLACE FUNCTION @extschema@._outbox_check_secret()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dest_kind text;
+BEGIN
+    -- before PostgreSQL's own NOT NULL error, whose detail prints the row
+    IF NEW.destination IS NULL OR NEW.secret IS NULL OR NEW.added_at IS NULL THEN
+        RAISE EXCEPTION 'destination, secret and added_at of outbox_destination_secrets must not be NULL'
+            USING ERRCODE = 'not_null_violation';
+    END IF;
+    SELECT d.kind INTO dest_kind
+      FROM @extschema@.outbox_destinations d WHERE d.name = NEW.destination;
+    -- the foreign key reports a destination that does not exist
+    IF FOUND THEN
+        PERFORM @extschema@._outbox_check_signing_kind(dest_kind);
+    END IF;
+    -- raises, with the reason and without the secret, if it breaks a rule
+    PERFORM @extschema@.outbox_public_key(NEW.secret);
+    -- among the rows in use (the secret column may hold one of them too:
+    -- it signs twice, harmless); a row past its retire_at may be added again
+    IF (NEW.retire_at IS NULL OR NEW.retire_at > now()) AND EXISTS (
+           SELECT FROM @extschema@.outbox_destination_secrets s
+            WHERE s.destination = NEW.destination AND s.secret = NEW.secret
+              AND (s.retire_at IS NULL OR s.retire_at > now())
+              AND (TG_OP = 'INSERT' OR s.id <> OLD.id)) THEN
+        RAISE EXCEPTION 'destination "%" already has this secret', NEW.destination
+            USING ERRCODE = 'unique_violation';
+    END IF;
+    -- each signs every message: a NOTIFY payload (8000 bytes) must still
+    -- hold the id form with all the signatures (src/kinds/notify/notify.c)
+    IF (NEW.retire_at IS NULL OR NEW.retire_at > now()) AND (
+           SELECT count(*) FROM @extschema@.outbox_destination_secrets s
+            WHERE s.destination = NEW.destination
+              AND (s.retire_at IS NULL OR s.retire_at > now())
+              AND (TG_OP = 'INSERT' OR s.id <> OLD.id)) >= 10 THEN
+        RAISE EXCEPTION 'destination "%" has 10 secrets in use, the most it may have', NEW.destination
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Retire one with outbox_retire_secret() first.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+/*
  * The group roles are created NOLOGIN when they do not exist; one that
  * exists already (roles are the cluster's, created by hand or by another
  * database's installation) is used as it is, and gets the privileges

@@ -35,6 +35,7 @@
 #include "queue.h"
 #include "shmem.h"
 #include "version.h"
+#include "wait.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay);
 

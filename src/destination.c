@@ -1,13 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * destination.c
- *	  The registry of destination kinds, and what the relay asks of all the
- *	  kinds that send after COMMIT at once.
+ *	  The kinds' interface on the core's side: the kinds built in (checked
+ *	  when the library loads), what the relay asks of all the kinds that
+ *	  send after COMMIT at once, and the readers of a destination row that
+ *	  a kind's rules and decoding use.
  *
- * Adding a kind: its own file with one OutboxDestinationKind (see
- * destination.h), one line in kinds[] below and its extern in
- * destination.h, and its columns in the schema
- * (docs/adding-a-destination-kind.md).
+ * Adding a kind: its own folder under src/kinds/ with one
+ * OutboxDestinationKind (see destination.h) and one line in
+ * src/kinds/registry.c (docs/adding-a-destination-kind.md).
  *
  * src/destination.c
  *
@@ -19,30 +20,73 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/formatting.h"
-#include "storage/latch.h"
-#include "utils/wait_event.h"
+#include "lib/stringinfo.h"
 
 #include "destination.h"
-#include "wait.h"
 
-static const OutboxDestinationKind *const kinds[] = {
-	&OutboxHttpKind,
-	&OutboxNotifyKind,
-	&OutboxJetStreamKind,
-};
+static const OutboxDestinationKind *const *kinds = NULL;
+static int	NKINDS = 0;
 
-#define NKINDS ((int) lengthof(kinds))
+/* A required callback that a kind's table leaves NULL is an ERROR. */
+#define REQUIRE(kind, callback) \
+	do { \
+		if ((kind)->callback == NULL) \
+			elog(ERROR, "outbox destination kind \"%s\" has no %s callback", \
+				 (kind)->name, #callback); \
+	} while (0)
 
-/* Defines every kind's settings; from _PG_init, in any process. */
+/*
+ * Checks the callbacks a kind must have for its send point, as PostgreSQL
+ * checks an output plugin's (logical.c: "output plugins have to register a
+ * begin callback") and a table AM's (GetTableAmRoutine). ERROR naming the
+ * kind and the callback: a build with an incomplete kind must not load.
+ */
+void
+OutboxKindCheck(const OutboxDestinationKind *kind)
+{
+	if (kind->name == NULL || kind->description == NULL || kind->target_column == NULL ||
+		kind->own_columns == NULL || kind->formats == NULL || kind->formats[0] == NULL)
+		elog(ERROR, "outbox destination kind \"%s\" lacks its name, description, target column, own columns or formats",
+			 kind->name ? kind->name : "(unnamed)");
+	REQUIRE(kind, check_destination);
+	REQUIRE(kind, decode);
+	REQUIRE(kind, prepare);
+	if (kind->send_point == OUTBOX_SEND_AT_COMMIT)
+		REQUIRE(kind, send);
+	else
+	{
+		REQUIRE(kind, enqueue);
+		REQUIRE(kind, collect);
+		REQUIRE(kind, pending);
+		REQUIRE(kind, busy);
+		REQUIRE(kind, full);
+		REQUIRE(kind, timeout_ms);
+		REQUIRE(kind, abandon);
+		/* optional (a kind woken by its latch), but not one without the other */
+		if (kind->sockets != NULL)
+			REQUIRE(kind, socket_ready);
+		if (kind->socket_ready != NULL)
+			REQUIRE(kind, sockets);
+	}
+}
+
+/*
+ * Checks every kind built in, then defines their settings; from _PG_init,
+ * in any process. ERROR on a kind without a required callback.
+ */
 void
 OutboxKindsInit(void)
 {
+	kinds = OutboxKindRegistry(&NKINDS);
+	for (int i = 0; i < NKINDS; i++)
+		OutboxKindCheck(kinds[i]);
 	for (int i = 0; i < NKINDS; i++)
 		if (kinds[i]->init != NULL)
 			kinds[i]->init();
@@ -267,44 +311,73 @@ OutboxKindsFull(void)
 }
 
 /*
- * Sends n events of OUTBOX_SEND_AFTER_COMMIT kinds and returns once every
- * outcome is in its event: the synchronous form, for outbox_relay(), which
- * runs in the caller's transaction. Waits as the worker does (OutboxWait),
- * on the latch and the kinds' sockets. Interruptible: on ERROR (a cancel,
- * a statement_timeout) the kinds abandon the events, which die with the
- * transaction, before the error goes on.
+ * Whether sqlerrcode, from a claim's failed COMMIT, says that the queue of
+ * a kind that sends at COMMIT was full (commit_full_errcode): nothing was
+ * sent.
+ */
+bool
+OutboxKindsCommitFull(int sqlerrcode)
+{
+	for (int i = 0; i < NKINDS; i++)
+		if (kinds[i]->send_point == OUTBOX_SEND_AT_COMMIT &&
+			kinds[i]->commit_full_errcode != 0 &&
+			kinds[i]->commit_full_errcode == sqlerrcode)
+			return true;
+	return false;
+}
+
+/*
+ * Raises 23514 if kind (NULL: one this library does not have) does not
+ * sign what it sends, naming the kinds that do: a secret, in the
+ * destination's column or in outbox_destination_secrets, is only for
+ * those. In a transaction, from the triggers on both tables.
  */
 void
-OutboxSendAndWait(OutboxEvent **events, int n)
+OutboxKindSigningCheck(const OutboxDestinationKind *kind)
 {
-	PG_TRY();
-	{
-		int			pending = n;
+	StringInfoData which;
+	int			n = 0;
 
-		for (int i = 0; i < n; i++)
-			events[i]->dest.kind->enqueue(events[i]);
-		for (;;)
-		{
-			List	   *done = OutboxKindsCollect();
+	if (kind != NULL && kind->signs)
+		return;
+	initStringInfo(&which);
+	for (int i = 0; i < NKINDS; i++)
+		if (kinds[i]->signs)
+			n++;
+	for (int i = 0, k = 0; i < NKINDS; i++)
+		if (kinds[i]->signs)
+			appendStringInfo(&which, "%s%s", k++ == 0 ? "" : k == n ? " or " : ", ",
+							 kinds[i]->description);
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg("destination secret is for %s", which.data),
+			 kind != NULL ?
+			 errhint("Messages to %s are not signed.", kind->description) : 0));
+}
 
-			pending -= list_length(done);
-			list_free(done);
-			/* and the rest of the answers, which keeps connections alive */
-			if (pending <= 0 && !OutboxKindsBusy())
-				break;
-			if (OutboxWait(1000, PG_WAIT_EXTENSION))
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
-	}
-	PG_CATCH();
-	{
-		for (int i = 0; i < NKINDS; i++)
-			if (after_commit(i))
-				kinds[i]->abandon();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+PG_FUNCTION_INFO_V1(_outbox_check_signing_kind);
+
+/*
+ * _outbox_check_signing_kind(kind text) RETURNS void
+ *
+ * SQL-callable, internal: OutboxKindSigningCheck for the kind of that name
+ * (23514 unless it signs), for the trigger on outbox_destination_secrets.
+ * Strict.
+ */
+Datum
+_outbox_check_signing_kind(PG_FUNCTION_ARGS)
+{
+	OutboxKindSigningCheck(OutboxKindByName(text_to_cstring(PG_GETARG_TEXT_PP(0))));
+	PG_RETURN_VOID();
+}
+
+/* Tells every kind that sends after COMMIT to forget what it was given. */
+void
+OutboxKindsAbandon(void)
+{
+	for (int i = 0; i < NKINDS; i++)
+		if (after_commit(i))
+			kinds[i]->abandon();
 }
 
 /*

@@ -5,10 +5,15 @@
  *	  destination (webhook, NOTIFY channel, ...), and the registry of kinds.
  *
  * Built as PostgreSQL's own pluggable APIs are (an archive module's
- * callbacks, an index AM's routine): each kind fills one static const
- * OutboxDestinationKind in its own file, and destination.c lists them. The
- * claim and the worker reach a kind only through its table; nothing outside
- * a kind's file knows how it sends.
+ * callbacks, an index AM's routine): each kind fills one const
+ * OutboxDestinationKind in its folder under src/kinds/, and
+ * src/kinds/registry.c lists them. The required callbacks are checked when
+ * the library loads (OutboxKindCheck). The claim and the worker reach a
+ * kind only through its table; nothing outside a kind's folder knows how it
+ * sends. What the core offers a kind is declared at the end of this
+ * header, and a kind's files include no other header of the worker's
+ * (only this one, the shared rules of what is sent: envelope.h,
+ * cloudevents.h, headers.h, signature.h; compat.h and log_limit.h).
  *
  * A kind sends at one of two points:
  *
@@ -35,6 +40,8 @@
 #include "access/htup.h"
 #include "nodes/pg_list.h"
 #include "port.h"
+#include <sys/stat.h>
+#include <time.h>
 #include "utils/relcache.h"
 
 #include "event.h"
@@ -112,6 +119,19 @@ typedef struct OutboxDestinationKind
 	 */
 	const char *const *formats;
 	OutboxSendPoint send_point;
+	/*
+	 * Whether what it sends is signed with the destination's secrets (the
+	 * Standard Webhooks scheme, signature.c): a destination of a kind that
+	 * does not sign may have no secret (OutboxKindSigningCheck).
+	 */
+	bool		signs;
+	/*
+	 * OUTBOX_SEND_AT_COMMIT: the SQLSTATE (an ERRCODE_* value) with which
+	 * the claim's COMMIT fails when the kind's queue is full. Nothing was
+	 * sent then, and the attempt is not counted: the event waits, with the
+	 * reason. 0: none.
+	 */
+	int			commit_full_errcode;
 
 	/*
 	 * Checks a destination row under the kind's own rules (its target and
@@ -149,12 +169,14 @@ typedef struct OutboxDestinationKind
 	/*
 	 * OUTBOX_SEND_AT_COMMIT: queues the event in the current transaction
 	 * and sets ev->ok, or ev->error (ev->permanent when retrying cannot
-	 * help).
+	 * help). Required for such a kind.
 	 */
 	void		(*send) (OutboxEvent *ev);
 
 	/*
-	 * OUTBOX_SEND_AFTER_COMMIT, all called with no transaction needed:
+	 * OUTBOX_SEND_AFTER_COMMIT, all called with no transaction needed, and
+	 * required for such a kind but room, and sockets with socket_ready
+	 * (a kind woken only by its latch has no sockets):
 	 *
 	 * enqueue: takes the event; it stays valid until collect returns it.
 	 *	 The kind notes each request it starts before it goes out
@@ -165,11 +187,11 @@ typedef struct OutboxDestinationKind
 	 * pending: events taken whose outcome is not returned yet.
 	 * busy: pending, or network work left (the end of an answer).
 	 * full: names of destinations the claim should leave out for now.
- * room: how many more events of ev's destination (a claimed event, its
- *	 destination decoded) the kind can take now; -1: no limit. The claim
- *	 takes no more than that, so that nothing it hands over waits in the
- *	 kind for room, its time limit running. Asked in the claim's
- *	 transaction, once per destination and claim. Optional: no limit.
+	 * room: how many more events of ev's destination (a claimed event, its
+	 *	 destination decoded) the kind can take now; -1: no limit. The claim
+	 *	 takes no more than that, so that nothing it hands over waits in the
+	 *	 kind for room, its time limit running. Asked in the claim's
+	 *	 transaction, once per destination and claim. Optional: no limit.
 	 * sockets: the sockets to wait on, in *socks (the kind's memory, valid
 	 *	 until its next call); returns a number that changes whenever the
 	 *	 list does.
@@ -212,6 +234,8 @@ extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int 
 extern bool OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns,
 										  int *n, Size *bytes);
 
+extern const OutboxDestinationKind *const *OutboxKindRegistry(int *n);
+extern void OutboxKindCheck(const OutboxDestinationKind *kind);
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);
 extern bool OutboxKindHasFormat(const OutboxDestinationKind *kind, const char *format);
@@ -223,11 +247,67 @@ extern List *OutboxKindsCollect(void);
 extern int	OutboxKindsPending(void);
 extern bool OutboxKindsBusy(void);
 extern List *OutboxKindsFull(void);
-extern void OutboxSendAndWait(OutboxEvent **events, int n);
+extern void OutboxKindsAbandon(void);
+extern bool OutboxKindsCommitFull(int sqlerrcode);
+extern void OutboxKindSigningCheck(const OutboxDestinationKind *kind);
 
-/* the kinds, each in its own file */
-extern const OutboxDestinationKind OutboxHttpKind;
-extern const OutboxDestinationKind OutboxNotifyKind;
-extern const OutboxDestinationKind OutboxJetStreamKind;
+/*
+ * What the core offers a kind (and nothing else of the worker's): its
+ * services, declared here only.
+ */
+
+/*
+ * start_log.c. Note: records that ev's request is about to start (before it
+ * can reach the destination), in the relay's start log; Flush: writes the
+ * notes out. A kind that sends after COMMIT calls Note for each request and
+ * Flush before any of them goes out, in the relay's process, no
+ * transaction needed; ERROR if the log cannot be written.
+ */
+extern void OutboxStartLogNote(OutboxEvent *ev);
+extern void OutboxStartLogFlush(void);
+
+/*
+ * redact.c. Printable: a copy of len bytes of s with control characters
+ * and invalid UTF-8 escaped (palloc'd); Redact: the same, with what looks
+ * like a credential (a bearer token, a password in a URL, a long token)
+ * masked: for text a destination sent back, before it goes into
+ * last_error or the log. Any process; no error.
+ */
+extern char *OutboxPrintable(const char *s, size_t len);
+extern char *OutboxRedact(const char *s, size_t len);
+
+/*
+ * files.c. ReadFile: reads a file a destination names (a CA bundle,
+ * credentials) as the server's user, if it is a regular file of at most
+ * OUTBOX_FILE_MAX_BYTES, before deadline; malloc'd *out, or false with a
+ * message naming column (never the path) in error. Safe on a thread other
+ * than the process's main one: no palloc, no ereport.
+ *
+ * The size limit: a creds file is a user JWT and an nkey seed, a few kB; a
+ * CA file is a PEM bundle, and Debian's whole system bundle
+ * (/etc/ssl/certs/ca-certificates.crt) is about 220 kB. 1 MB holds four of
+ * those, and bounds what a relay or a check holds for a file an admin
+ * names.
+ */
+#define OUTBOX_FILE_MAX_BYTES (1024 * 1024)
+extern bool OutboxReadFile(const char *path, const char *column,
+						   const struct timespec *deadline, char **out, size_t *len,
+						   struct stat *st, char *error, size_t error_size);
+extern struct timespec OutboxDeadlineIn(int timeout_ms);
+
+/*
+ * health.c: a warning about destination name, shown in
+ * outbox_destination_stats until it is set again (NULL clears it). Any
+ * process with the library preloaded; no error.
+ */
+extern void OutboxHealthDestinationWarning(const char *name, const char *text);
+
+/*
+ * outcome.c: the longest time, in milliseconds, from an event's first
+ * attempt to its last under the retry schedule (outbox.max_attempts,
+ * outbox.backoff_*), each attempt taking timeout_ms: for a kind that must
+ * check a broker's deduplication window against it. Any process.
+ */
+extern double OutboxRetrySpanMs(int timeout_ms);
 
 #endif							/* OUTBOX_DESTINATION_H */

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * envelope.c
- *	  The JSON envelope the relay sends for an event, to webhooks and NOTIFY
- *	  channels alike.
+ *	  The JSON envelope the relay sends for an event, to every kind that
+ *	  sends it.
  *
  * {"id": <event_id>, "type": ..., "aggregate_type": ..., "aggregate_id": ...,
  *  "created_at": <ISO 8601 in UTC, with Z>, "attempt": <n>, "payload": <the payload>}
@@ -11,10 +11,10 @@
  * exposes the same builder to SQL, so that the exact bytes sent (and their
  * size against NOTIFY's limit) can be computed and tested.
  *
- * NOTIFY also sends two shorter forms (deliver_notify.c): the reference,
- * the same keys without "payload", and the id form, {"id", "created_at",
- * "attempt"}, whose size does not depend on the event's text. A listener
- * tells them from the full envelope by the missing "payload" key.
+ * Without its payload (with_payload false), the same keys but "payload":
+ * a kind that must send less (a reference, for a consumer that reads the
+ * event from the database) sends that. A consumer tells it from the full
+ * envelope by the missing "payload" key.
  *
  * src/envelope.c
  *
@@ -62,7 +62,7 @@ OutboxEventEnvelopeBound(OutboxEvent *ev)
 }
 
 /*
- * Builds a claimed event's body as the envelope in the given form, once its
+ * Builds a claimed event's body as the envelope (with its payload or not), once its
  * size is known to be within OUTBOX_MAX_ENVELOPE_BYTES (OutboxEnvelopeCheck:
  * an event over it gets a permanent error and no body), and lets the
  * payload go. Returns the bytes the body costs: twice its length, as the
@@ -70,7 +70,7 @@ OutboxEventEnvelopeBound(OutboxEvent *ev)
  * kind's prepare callback: in the claim's transaction and memory context.
  */
 Size
-OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form)
+OutboxPrepareEnvelope(OutboxEvent *ev, bool with_payload)
 {
 	OutboxProblem p;
 
@@ -80,7 +80,7 @@ OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form)
 		ev->error = p.message;
 		return 0;
 	}
-	ev->body = OutboxBuildEnvelopeForm(ev, ev->attempts + 1, form);
+	ev->body = OutboxBuildEnvelope(ev, ev->attempts + 1, with_payload);
 	pfree(ev->payload);
 	ev->payload = NULL;
 	return 2 * strlen(ev->body);
@@ -139,45 +139,35 @@ OutboxAppendUtcTime(StringInfo buf, TimestampTz t)
 }
 
 /*
- * Returns the envelope of one attempt of ev in the given form, palloc'd in
- * the current memory context, from the event's columns (event_id,
- * event_type, the aggregate fields, which may be NULL, created_at, and for
- * the full form the payload); attempt counts from 1. Runs in any backend
- * or the relay, inside a transaction.
+ * Returns the envelope of one attempt of ev, palloc'd in the current
+ * memory context, from the event's columns (event_id, event_type, the
+ * aggregate fields, which may be NULL, created_at, and with_payload the
+ * payload); attempt counts from 1. Runs in any backend or the relay,
+ * inside a transaction.
  *
  * created_at is written in UTC with the suffix Z (OutboxAppendUtcTime), so
  * that consumers read the same text for the same instant from any server.
  */
 char *
-OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt, OutboxEnvelopeForm form)
+OutboxBuildEnvelope(const OutboxEvent *ev, int attempt, bool with_payload)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"id\": \"%s\"", ev->event_id);
-	if (form != OUTBOX_ENVELOPE_ID)
-	{
-		append_string_or_null(&buf, "type", ev->event_type);
-		append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
-		append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
-	}
+	append_string_or_null(&buf, "type", ev->event_type);
+	append_string_or_null(&buf, "aggregate_type", ev->aggregate_type);
+	append_string_or_null(&buf, "aggregate_id", ev->aggregate_id);
 	appendStringInfoString(&buf, ", \"created_at\": \"");
 	OutboxAppendUtcTime(&buf, ev->created_at);
 	appendStringInfo(&buf, "\", \"attempt\": %d", attempt);
-	if (form == OUTBOX_ENVELOPE_FULL)
+	if (with_payload)
 	{
 		appendStringInfoString(&buf, ", \"payload\": ");
 		JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
 	}
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
-}
-
-/* The full envelope (OutboxBuildEnvelopeForm): what webhooks are sent. */
-static char *
-build_envelope(const OutboxEvent *ev, int attempt)
-{
-	return OutboxBuildEnvelopeForm(ev, attempt, OUTBOX_ENVELOPE_FULL);
 }
 
 /*
@@ -205,5 +195,5 @@ _outbox_envelope(PG_FUNCTION_ARGS)
 	ev.aggregate_id = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	ev.created_at = PG_GETARG_TIMESTAMPTZ(4);
 	ev.payload = PG_GETARG_JSONB_P(6);
-	PG_RETURN_TEXT_P(cstring_to_text(build_envelope(&ev, PG_GETARG_INT32(5))));
+	PG_RETURN_TEXT_P(cstring_to_text(OutboxBuildEnvelope(&ev, PG_GETARG_INT32(5), true)));
 }

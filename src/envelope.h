@@ -16,23 +16,11 @@
 
 #include "event.h"
 
-/*
- * What an envelope holds (see envelope.c), largest first: NOTIFY tries
- * them in this order.
- */
-typedef enum OutboxEnvelopeForm
-{
-	OUTBOX_ENVELOPE_FULL,		/* every field and the payload */
-	OUTBOX_ENVELOPE_REFERENCE,	/* every field but the payload */
-	OUTBOX_ENVELOPE_ID			/* id, created_at and attempt */
-} OutboxEnvelopeForm;
-
 extern void OutboxAppendUtcTime(StringInfo buf, TimestampTz t);
 extern Size OutboxEventEnvelopeBound(OutboxEvent *ev);
-extern Size OutboxPrepareEnvelope(OutboxEvent *ev, OutboxEnvelopeForm form);
+extern Size OutboxPrepareEnvelope(OutboxEvent *ev, bool with_payload);
 extern Size OutboxBodyToUtf8(OutboxEvent *ev, Size cost);
-extern char *OutboxBuildEnvelopeForm(const OutboxEvent *ev, int attempt,
-									 OutboxEnvelopeForm form);
+extern char *OutboxBuildEnvelope(const OutboxEvent *ev, int attempt, bool with_payload);
 
 extern Datum _outbox_envelope(PG_FUNCTION_ARGS);
 

@@ -170,9 +170,12 @@ typedef struct OutboxEvent
 	bool		jitter_set;		/* jitter is the kind's: events that failed
 								 * in one request come back together */
 	double		jitter;			/* then the random share of the backoff, in [0, 1) */
-	char	   *gone_target;	/* the endpoint said it is gone for good (HTTP
-								 * 410): the target it was sent to, for which
-								 * the destination is disabled; else NULL */
+	char	   *gone_target;	/* the endpoint said it is gone for good: the
+								 * target (the kind's target column) it was
+								 * sent to, for which the destination is
+								 * disabled; else NULL */
+	const char *gone_answer;	/* then what it answered, for messages: "410
+								 * Gone" (a static string) */
 	bool		recorded;		/* the outcome changed the row */
 } OutboxEvent;
 

@@ -27,7 +27,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "files.h"
+#include "destination.h"
 
 /*
  * Reads the file at path, which destination column `column` names, into a

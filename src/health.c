@@ -62,6 +62,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "destination.h"
 #include "health.h"
 #include "shmem.h"
 

@@ -55,7 +55,6 @@ extern void OutboxHealthRelayHorizon(int pid, TimestampTz since);
 
 /* any process that records outcomes (queue.c) */
 extern void OutboxHealthNote(const OutboxEvent *ev, const char *error);
-extern void OutboxHealthDestinationWarning(const char *name, const char *text);
 
 extern Datum outbox_relay_stats(PG_FUNCTION_ARGS);
 extern Datum outbox_destination_stats(PG_FUNCTION_ARGS);

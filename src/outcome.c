@@ -35,6 +35,7 @@
 
 #include "event.h"
 #include "guc.h"
+#include "destination.h"
 #include "health.h"
 #include "outcome.h"
 #include "queue.h"
@@ -98,6 +99,18 @@ static OutboxStatement failure_stmt = {
 };
 
 /*
+ * The longest delay before the next attempt after `attempts` failed ones,
+ * in ms: outbox.backoff_base doubling, capped at outbox.backoff_max. The
+ * one place the schedule's formula is written.
+ */
+static double
+backoff_cap_ms(int attempts)
+{
+	return Min((double) outbox_backoff_base * pow(2.0, Min(attempts - 1, 60)),
+			   (double) outbox_backoff_max);
+}
+
+/*
  * Delay before the next attempt of ev after `attempts` failed ones, in ms:
  * exponential from outbox.backoff_base, capped at outbox.backoff_max, with
  * "equal jitter" (half fixed, half random; the variant of that name in the
@@ -110,11 +123,28 @@ static OutboxStatement failure_stmt = {
 static double
 backoff_ms(const OutboxEvent *ev, int attempts)
 {
-	double		delay = (double) outbox_backoff_base * pow(2.0, Min(attempts - 1, 60));
+	double		delay = backoff_cap_ms(attempts);
 	double		jitter = ev->jitter_set ? ev->jitter : pg_prng_double(&pg_global_prng_state);
 
-	delay = Min(delay, (double) outbox_backoff_max);
 	return delay / 2.0 + jitter * delay / 2.0;
+}
+
+/*
+ * The longest time from an event's first attempt to its last under the
+ * retry schedule: outbox.max_attempts attempts, each taking up to
+ * timeout_ms, and between them the longest backoff (its jitter at most).
+ * See destination.h. A broker that deduplicates by message id for a
+ * window (JetStream's duplicate window) deduplicates a resend only if it
+ * comes within it.
+ */
+double
+OutboxRetrySpanMs(int timeout_ms)
+{
+	double		span = timeout_ms;
+
+	for (int k = 1; k < outbox_max_attempts; k++)
+		span += backoff_cap_ms(k) + timeout_ms;
+	return span;
 }
 
 /*
@@ -157,21 +187,21 @@ failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 }
 
 /*
- * Disables a destination whose endpoint said it is gone, if its target is
- * still the one the event was sent to (an operator may have moved it
- * since) and nobody holds its row. disabled_at is set by the enabled
- * trigger.
+ * Disables a destination whose endpoint said it is gone, if its target
+ * (the column $4, its kind's target_column) is still the one the event was
+ * sent to (an operator may have moved it since) and nobody holds its row.
+ * disabled_at is set by the enabled trigger.
  */
-static const Oid disable_argtypes[] = {TEXTOID, TEXTOID, TEXTOID};
+static const Oid disable_argtypes[] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
 static OutboxStatement disable_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox_destinations d"
 		"   SET enabled = false, disabled_reason = $3"
-		" WHERE d.ctid = (SELECT ctid FROM %1$s.outbox_destinations"
-		"                  WHERE name = $1 AND enabled AND url = $2"
+		" WHERE d.ctid = (SELECT ctid FROM %1$s.outbox_destinations t"
+		"                  WHERE name = $1 AND enabled AND to_jsonb(t) ->> $4 = $2"
 		"                    FOR UPDATE SKIP LOCKED)"
 		"   AND d.name = $1",
-	.nargs = 3,
+	.nargs = 4,
 	.argtypes = disable_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
@@ -188,7 +218,8 @@ static OutboxStatement disable_stmt = {
  * the table's lock is taken only if it is free (a claim that parks holds
  * SHARE on it), the rest waits at most DISABLE_LOCK_TIMEOUT ms, and any
  * error is rolled back and logged: the destination stays enabled, and its
- * endpoint's next 410 tries again. Returns whether it was disabled.
+ * endpoint's next such answer tries again. Returns whether it was
+ * disabled.
  */
 static bool
 disable_one(const OutboxEvent *ev)
@@ -203,14 +234,15 @@ disable_one(const OutboxEvent *ev)
 		ereport(LOG,
 				(errmsg("could not disable destination \"%s\" now: outbox_destinations is locked",
 						ev->dest.name),
-				 errdetail("Its endpoint answered 410 Gone; its next 410 tries again.")));
+				 errdetail("Its endpoint answered %s; its next such answer tries again.",
+						   ev->gone_answer)));
 		return false;
 	}
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		Datum		values[3];
+		Datum		values[4];
 		int			rc;
 		/* a SAVE level of its own: a LOCAL setting would outlive the subtransaction */
 		int			nestlevel = NewGUCNestLevel();
@@ -219,8 +251,9 @@ disable_one(const OutboxEvent *ev)
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		values[0] = CStringGetTextDatum(ev->dest.name);
 		values[1] = CStringGetTextDatum(ev->gone_target);
-		values[2] = CStringGetTextDatum(psprintf("the endpoint answered 410 Gone to event %s",
-												 ev->event_id));
+		values[2] = CStringGetTextDatum(psprintf("the endpoint answered %s to event %s",
+												 ev->gone_answer, ev->event_id));
+		values[3] = CStringGetTextDatum(ev->dest.kind->target_column);
 		rc = SPI_execute_plan(OutboxStatementPlan(&disable_stmt, OutboxQueueSchema()),
 							  values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE)
@@ -244,7 +277,8 @@ disable_one(const OutboxEvent *ev)
 		ereport(LOG,
 				(errmsg("could not disable destination \"%s\" now: %s", ev->dest.name,
 						edata->message),
-				 errdetail("Its endpoint answered 410 Gone; its next 410 tries again.")));
+				 errdetail("Its endpoint answered %s; its next such answer tries again.",
+						   ev->gone_answer)));
 		FreeErrorData(edata);
 		disabled = false;
 	}
@@ -253,7 +287,7 @@ disable_one(const OutboxEvent *ev)
 }
 
 /*
- * Disables the destination of each event whose endpoint answered 410 Gone
+ * Disables the destination of each event whose endpoint said it is gone
  * (ev->gone_target), once per destination and target (disable_one), and
  * says so in the log (WARNING) and the destination's statistics.
  */
@@ -273,8 +307,8 @@ disable_gone(OutboxEvent **events, int n)
 				strcmp(events[j]->gone_target, ev->gone_target) == 0;
 		if (!seen && disable_one(ev))
 			ereport(WARNING,
-					(errmsg("destination \"%s\" was disabled: its endpoint answered 410 Gone",
-							ev->dest.name),
+					(errmsg("destination \"%s\" was disabled: its endpoint answered %s",
+							ev->dest.name, ev->gone_answer),
 					 errdetail("Its events stay pending."),
 					 errhint("Set enabled = true in outbox_destinations once the endpoint takes events again; its events then go.")));
 	}

@@ -19,7 +19,7 @@
 #include "lib/stringinfo.h"
 #include "utils/formatting.h"
 
-#include "redact.h"
+#include "destination.h"
 
 /*
  * s[0..len) with printable ASCII only (anything else becomes a space), so

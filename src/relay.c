@@ -571,11 +571,12 @@ claim_failed(WorkerState *st, OutboxClaimStepArgs *c, const char *error)
 	ev.id = c->only_id;
 	ev.attempts = c->only_attempts;
 	/*
-	 * A full NOTIFY queue fails the claim's COMMIT with 54000 (async.c,
-	 * PreCommit_Notify): nothing was sent, and a queue that any role can
-	 * fill must not use up the event's attempts. It waits, with the reason.
+	 * A kind that sends at COMMIT whose queue was full failed the COMMIT
+	 * (commit_full_errcode): nothing was sent, and a queue that any role
+	 * can fill must not use up the event's attempts. It waits, with the
+	 * reason.
 	 */
-	ev.not_sent = OutboxStepErrcode() == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+	ev.not_sent = OutboxKindsCommitFull(OutboxStepErrcode());
 	ev.event_id = psprintf("with id %lld", (long long) c->only_id);
 	ev.dest.name = NULL;
 	if (!OutboxRecordIsolatedFailure(&ev, "claim the event", error))

@@ -45,6 +45,7 @@
 #include "storage/fd.h"
 #include "utils/memutils.h"
 
+#include "destination.h"
 #include "start_log.h"
 
 /* under the data directory, as pg_prewarm keeps autoprewarm.blocks there */

@@ -28,8 +28,6 @@ typedef struct OutboxStartLogs
 } OutboxStartLogs;
 
 extern void OutboxStartLogBegin(Oid dboid, int64 run);
-extern void OutboxStartLogNote(OutboxEvent *ev);
-extern void OutboxStartLogFlush(void);
 extern void OutboxStartLogEnded(OutboxEvent *ev);
 extern void OutboxStartLogStopped(void);
 extern void OutboxStartLogRead(Oid dboid, const int64 *live, int nlive, OutboxStartLogs *logs);

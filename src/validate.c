@@ -575,7 +575,8 @@ check_own_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *ki
 }
 
 /*
- * The rules of the columns every kind may have: headers, secret,
+ * The rules of the columns every kind may have: headers, secret (only for
+ * a kind that signs: OutboxKindSigningCheck),
  * event_headers (OutboxEventHeadersListCheck: 22023, 54000, 23514),
  * timeout_ms, format (one of kind's formats). Only webhooks send headers and have a time limit,
  * but 1.0 accepted both on channels (which ignore them), so a channel may
@@ -604,6 +605,7 @@ check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind 
 	d = column(rel, tuple, "secret", &isnull);
 	if (!isnull)
 	{
+		OutboxKindSigningCheck(kind);
 		if (toast_raw_datum_size(d) - VARHDRSZ > OUTBOX_MAX_SECRET_BYTES)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

@@ -12,7 +12,10 @@
  * built again only when a kind's list of sockets changed: PostgreSQL's
  * WaitEventSet cannot remove a socket. A kind whose sockets come and go
  * with each request gives one socket that stands for all of them instead
- * (the webhook kind: an epoll instance of its own, on Linux).
+ * (an epoll instance of the kind's own, on Linux).
+ *
+ * OutboxSendAndWait is the same wait for outbox_relay(), which sends in its
+ * caller's transaction and returns once every outcome is in.
  *
  * src/wait.c
  *
@@ -23,6 +26,7 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "compat.h"
 #include "destination.h"
@@ -163,4 +167,43 @@ OutboxWait(long timeout_ms, uint32 wait_event)
 		}
 	}
 	return latch;
+}
+
+/*
+ * Sends n events of OUTBOX_SEND_AFTER_COMMIT kinds and returns once every
+ * outcome is in its event: the synchronous form, for outbox_relay(), which
+ * runs in the caller's transaction. Waits as the worker does (OutboxWait),
+ * on the latch and the kinds' sockets. Interruptible: on ERROR (a cancel,
+ * a statement_timeout) the kinds abandon the events, which die with the
+ * transaction, before the error goes on.
+ */
+void
+OutboxSendAndWait(OutboxEvent **events, int n)
+{
+	PG_TRY();
+	{
+		int			pending = n;
+
+		for (int i = 0; i < n; i++)
+			events[i]->dest.kind->enqueue(events[i]);
+		for (;;)
+		{
+			List	   *done = OutboxKindsCollect();
+
+			pending -= list_length(done);
+			list_free(done);
+			/* and the rest of the answers, which keeps connections alive */
+			if (pending <= 0 && !OutboxKindsBusy())
+				break;
+			if (OutboxWait(1000, PG_WAIT_EXTENSION))
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		OutboxKindsAbandon();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 }

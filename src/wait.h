@@ -11,6 +11,9 @@
 #ifndef OUTBOX_WAIT_H
 #define OUTBOX_WAIT_H
 
+#include "event.h"
+
 extern bool OutboxWait(long timeout_ms, uint32 wait_event);
+extern void OutboxSendAndWait(OutboxEvent **events, int n);
 
 #endif							/* OUTBOX_WAIT_H */

@@ -3,7 +3,7 @@
  * http_request.h
  *	  One webhook request, as the webhook kind (deliver_http.c) runs it.
  *
- * src/http_request.h
+ * src/kinds/http/http_request.h
  *
  *-------------------------------------------------------------------------
  */
@@ -16,7 +16,7 @@
 #include "lib/ilist.h"
 
 #include "event.h"
-#include "targets.h"
+#include "http_targets.h"
 
 /* bytes of a response body kept for last_error */
 #define RESPONSE_SNIPPET_LEN 256

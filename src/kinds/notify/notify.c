@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * deliver_notify.c
+ * notify.c
  *	  The NOTIFY kind of destination: delivery of an event to a channel.
  *
  * The notification is queued in the relay's own transaction, the one that
@@ -8,8 +8,10 @@
  * ABORT, so a listener hears of the event exactly when it is marked.
  *
  * What is sent is the first of these forms that fits in NOTIFY's payload
- * limit (envelope.c): the full envelope (notify_mode 'full' only), the
- * reference (no payload), the id form. The id form always fits, so an
+ * limit: the full envelope (notify_mode 'full' only), the reference (the
+ * envelope without its payload: envelope.c), the id form, {"id",
+ * "created_at", "attempt"}, whose size does not depend on the event's
+ * text (id_form). The id form always fits, so an
  * event is never dropped or cut for its size: a listener that gets no
  * "payload" reads it with outbox_catch_up(). Any role that can connect
  * may LISTEN, hence the reference mode; any role may NOTIFY too, hence the
@@ -35,7 +37,7 @@
  * and its libraries verify as before (docs/notify.md says what a consumer
  * must check).
  *
- * src/deliver_notify.c
+ * src/kinds/notify/notify.c
  *
  *-------------------------------------------------------------------------
  */
@@ -72,6 +74,30 @@ typedef struct NotifyDestOptions
 } NotifyDestOptions;
 
 #define NOTIFY_OPTIONS(ev) ((const NotifyDestOptions *) (ev)->dest.options)
+
+/* What a notification holds, largest first: send tries them in this order. */
+typedef enum NotifyForm
+{
+	NOTIFY_FORM_FULL,			/* the envelope */
+	NOTIFY_FORM_REFERENCE,		/* the envelope without its payload */
+	NOTIFY_FORM_ID				/* id, created_at and attempt */
+} NotifyForm;
+
+/*
+ * The id form of one attempt of ev, palloc'd: the envelope's "id",
+ * "created_at" and "attempt" keys, as it writes them.
+ */
+static char *
+id_form(const OutboxEvent *ev, int attempt)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"id\": \"%s\", \"created_at\": \"", ev->event_id);
+	OutboxAppendUtcTime(&buf, ev->created_at);
+	appendStringInfo(&buf, "\", \"attempt\": %d}", attempt);
+	return buf.data;
+}
 
 /*
  * form (an envelope form: a JSON object) with "channel": channel added as
@@ -129,17 +155,18 @@ signed_notification(const OutboxEvent *ev, const char *form, const char *timesta
 static void
 notify_send(OutboxEvent *event)
 {
-	OutboxEnvelopeForm first = NOTIFY_OPTIONS(event)->reference ?
-		OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL;
+	NotifyForm	first = NOTIFY_OPTIONS(event)->reference ?
+		NOTIFY_FORM_REFERENCE : NOTIFY_FORM_FULL;
 	char		timestamp[32];
 	size_t		len = 0;
 
 	snprintf(timestamp, sizeof(timestamp), "%lld", (long long) time(NULL));
-	for (OutboxEnvelopeForm form = first; form <= OUTBOX_ENVELOPE_ID; form++)
+	for (NotifyForm form = first; form <= NOTIFY_FORM_ID; form++)
 	{
 		/* the shorter forms are built only when needed */
 		const char *text = form == first ? event->body :
-			OutboxBuildEnvelopeForm(event, event->attempts + 1, form);
+			form == NOTIFY_FORM_REFERENCE ? OutboxBuildEnvelope(event, event->attempts + 1, false) :
+			id_form(event, event->attempts + 1);
 
 		/* signing only makes it longer: do not sign what cannot fit */
 		len = strlen(text);
@@ -209,8 +236,7 @@ notify_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 static Size
 notify_prepare(OutboxEvent *ev)
 {
-	return OutboxPrepareEnvelope(ev, NOTIFY_OPTIONS(ev)->reference ?
-								 OUTBOX_ENVELOPE_REFERENCE : OUTBOX_ENVELOPE_FULL);
+	return OutboxPrepareEnvelope(ev, !NOTIFY_OPTIONS(ev)->reference);
 }
 
 /* The NOTIFY kind: sent in the claim's transaction, at its COMMIT. */
@@ -224,6 +250,9 @@ const OutboxDestinationKind OutboxNotifyKind = {
 	},
 	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
 	.send_point = OUTBOX_SEND_AT_COMMIT,
+	.signs = true,
+	/* a full notification queue fails COMMIT so (async.c, PreCommit_Notify) */
+	.commit_full_errcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED,
 	.check_destination = notify_check_destination,
 	.decode = notify_decode,
 	.prepare = notify_prepare,

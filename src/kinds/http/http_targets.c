@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * targets.c
+ * http_targets.c
  *	  outbox.http_allowed_targets: the hosts, address ranges and ports that
  *	  webhook requests may connect to.
  *
@@ -28,7 +28,7 @@
  * libcurl callback: it only reads that array and never allocates or
  * throws.
  *
- * src/targets.c
+ * src/kinds/http/http_targets.c
  *
  *-------------------------------------------------------------------------
  */
@@ -40,7 +40,7 @@
 #include "utils/guc.h"
 
 #include "compat.h"
-#include "targets.h"
+#include "http_targets.h"
 
 typedef enum TargetKind
 {

@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * targets.h
+ * http_targets.h
  *	  outbox.http_allowed_targets: where webhooks may connect.
  *
- * src/targets.h
+ * src/kinds/http/http_targets.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef OUTBOX_TARGETS_H
-#define OUTBOX_TARGETS_H
+#ifndef OUTBOX_HTTP_TARGETS_H
+#define OUTBOX_HTTP_TARGETS_H
 
 #include <sys/socket.h>
 
@@ -30,4 +30,4 @@ extern uint64 OutboxTargetsGeneration(void);
 extern OutboxTargetVerdict OutboxTargetByName(const char *host, int port);
 extern bool OutboxTargetAddressAllowed(const struct sockaddr *addr);
 
-#endif							/* OUTBOX_TARGETS_H */
+#endif							/* OUTBOX_HTTP_TARGETS_H */

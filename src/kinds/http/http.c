@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * deliver_http.c
+ * http.c
  *	  The webhook kind of destination: its settings, its rules for a
  *	  destination row, and the transport that runs its requests with
  *	  libcurl's multi interface (one request is http_request.c's).
@@ -41,7 +41,7 @@
  * callback. Runs in the relay worker, or in a backend running
  * outbox_relay().
  *
- * src/deliver_http.c
+ * src/kinds/http/http.c
  *
  *-------------------------------------------------------------------------
  */
@@ -70,8 +70,7 @@
 #include "envelope.h"
 #include "headers.h"
 #include "http_request.h"
-#include "start_log.h"
-#include "targets.h"
+#include "http_targets.h"
 
 /*
  * Time the relay spends away from its wait (in a step) longer than this is
@@ -968,7 +967,7 @@ http_prepare(OutboxEvent *ev)
 		cost = OutboxPrepareCloudEvent(ev, HTTP_OPTIONS(ev)->ce_source,
 									   HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY);
 	else
-		cost = OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL);
+		cost = OutboxPrepareEnvelope(ev, true);
 	return OutboxBodyToUtf8(ev, cost);
 }
 
@@ -1178,6 +1177,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 		OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, OUTBOX_FORMAT_CLOUDEVENTS_BINARY, NULL
 	},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.signs = true,
 	.check_destination = http_check_destination,
 	.decode = http_decode,
 	.init = http_define_settings,

@@ -29,7 +29,7 @@
  * they only copy into fixed buffers inside the request, and errors are
  * turned into text after libcurl returns.
  *
- * src/http_request.c
+ * src/kinds/http/http_request.c
  *
  *-------------------------------------------------------------------------
  */
@@ -49,10 +49,9 @@
 #include "utils/timestamp.h"
 
 #include "cloudevents.h"
-#include "files.h"
+#include "destination.h"
 #include "headers.h"
 #include "http_request.h"
-#include "redact.h"
 #include "signature.h"
 
 static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
@@ -648,6 +647,7 @@ OutboxHttpShareOutcome(HttpRequest *req)
 		ev->response = first->response ? pstrdup(first->response) : NULL;
 		ev->retry_after_ms = first->retry_after_ms;
 		ev->gone_target = first->gone_target ? pstrdup(first->gone_target) : NULL;
+		ev->gone_answer = first->gone_answer;
 		ev->jitter_set = first->jitter_set;
 		ev->jitter = first->jitter;
 	}
@@ -718,6 +718,7 @@ record_outcome(HttpRequest *req, CURLcode result)
 		 * (outcome.c); the event stays pending for when it is enabled again.
 		 */
 		ev->gone_target = pstrdup(HTTP_OPTIONS(ev)->url);
+		ev->gone_answer = "410 Gone";
 		ev->error = pstrdup("HTTP status 410 (Gone: the destination is disabled until it is enabled again)");
 	}
 	else if (status >= 300 && status < 400)

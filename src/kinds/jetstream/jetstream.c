@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * deliver_jetstream.c
+ * jetstream.c
  *	  The JetStream kind of destination: events published to a NATS
  *	  JetStream stream with the C client library (libnats), deduplicated by
  *	  the broker on the Nats-Msg-Id header, which is the event_id.
@@ -41,7 +41,7 @@
  *
  * Runs in the relay worker, or in a backend running outbox_relay().
  *
- * src/deliver_jetstream.c
+ * src/kinds/jetstream/jetstream.c
  *
  *-------------------------------------------------------------------------
  */
@@ -76,13 +76,8 @@
 
 #include "destination.h"
 #include "envelope.h"
-#include "files.h"
-#include "guc.h"
 #include "headers.h"
 #include "log_limit.h"
-#include "health.h"
-#include "redact.h"
-#include "start_log.h"
 
 /* outbox.jetstream_max_pending: its largest value */
 #define JS_MAX_PENDING_LIMIT 4096
@@ -102,6 +97,8 @@
 #define JS_RECONNECT_MAX_MS 30000
 
 /* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
+extern const OutboxDestinationKind OutboxJetStreamKind;
+
 static int	js_timeout = 5000;
 static int	js_max_pending = 1024;
 
@@ -1806,25 +1803,6 @@ duration_text(double ms)
 }
 
 /*
- * The longest time from an event's first attempt to its last resend under
- * the current retry settings: each attempt may take the time limit, and
- * each backoff its longest (outbox.backoff_base doubling, capped at
- * outbox.backoff_max: outcome.c). A PubAck lost after the first attempt
- * stored the message is deduplicated only if the resend that succeeds
- * comes within the stream's duplicate window.
- */
-static double
-retry_span_ms(int timeout_ms)
-{
-	double		span = timeout_ms;
-
-	for (int k = 1; k < outbox_max_attempts; k++)
-		span += Min((double) outbox_backoff_base * pow(2.0, Min(k - 1, 60)),
-					(double) outbox_backoff_max) + timeout_ms;
-	return span;
-}
-
-/*
  * What is wrong with c's stream's deduplication, palloc'd, or NULL: the
  * window (duplicates_ns, or max_age_ns when shorter: a message gone is an
  * id forgotten) is shorter than the retry span. Sets *window_ms and
@@ -1837,7 +1815,7 @@ window_problem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
 	*window_ms = duplicates_ns / 1000000.0;
 	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
 		*window_ms = max_age_ns / 1000000.0;
-	*span_ms = retry_span_ms(c->timeout_ms);
+	*span_ms = OutboxRetrySpanMs(c->timeout_ms);
 	if (*span_ms <= *window_ms)
 		return NULL;
 	return psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
@@ -2185,7 +2163,7 @@ js_prepare(OutboxEvent *ev)
 		return 0;
 	}
 	pfree(subject);
-	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, OUTBOX_ENVELOPE_FULL));
+	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, true));
 }
 
 /* ---------------------------------------------------------------------
@@ -2328,7 +2306,6 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 	int			tls = 0;
 	const char *why = NULL;
 	StringInfoData sample;
-	bool		isnull;
 
 	if (!column_text(row, "nats_servers", JS_SERVERS_MAX_BYTES, &servers, p) ||
 		!column_text(row, "nats_subject", JS_SUBJECT_MAX_BYTES, &subject, p) ||
@@ -2410,12 +2387,6 @@ js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 	if (!OutboxDestinationFileCheck(row, "nats_creds_file", p) ||
 		!OutboxDestinationFileCheck(row, "nats_ca_file", p))
 		return false;
-
-	(void) OutboxDestinationColumn(row, "secret", &isnull);
-	if (!isnull)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination secret is for a webhook or a NOTIFY channel"),
-								pstrdup("JetStream messages are not signed: the broker authenticates the relay (nats_user, nats_token or nats_creds_file)."));
 	return headers_check(row, p);
 }
 

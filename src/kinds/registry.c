@@ -1,0 +1,44 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.c
+ *	  The destination kinds this library is built with.
+ *
+ * The one place that lists the kinds (destination.c reads the list through
+ * OutboxKindRegistry). A kind that a build can leave out (make
+ * with_<kind>=no, see the Makefile and src/kinds/kinds.list) is listed
+ * under its OUTBOX_WITH_<KIND> macro, as libcurl lists each protocol's
+ * handler under its CURL_DISABLE_* switch; a destination of a kind that is
+ * not built is refused when it is written (validate.c).
+ *
+ * src/kinds/registry.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "destination.h"
+
+extern const OutboxDestinationKind OutboxHttpKind;
+extern const OutboxDestinationKind OutboxNotifyKind;
+#ifdef OUTBOX_WITH_JETSTREAM
+extern const OutboxDestinationKind OutboxJetStreamKind;
+#endif
+
+static const OutboxDestinationKind *const kinds[] = {
+	&OutboxHttpKind,
+	&OutboxNotifyKind,
+#ifdef OUTBOX_WITH_JETSTREAM
+	&OutboxJetStreamKind,
+#endif
+};
+
+/*
+ * The kinds built into this library, in a fixed order, and their number in
+ * *n. Raises no error; any process.
+ */
+const OutboxDestinationKind *const *
+OutboxKindRegistry(int *n)
+{
+	*n = lengthof(kinds);
+	return kinds;
+}
