@@ -61,7 +61,7 @@ prepare_event(OutboxEvent *ev)
 {
 	if (ev->error != NULL || ev->dest.name == NULL)
 		return 0;				/* over a limit, or unroutable: nothing to build */
-	return ev->dest.kind->prepare(ev);
+	return OutboxKindPrepare(ev);
 }
 
 /* Claims this relay has journaled: the last one's number. */
@@ -124,7 +124,7 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 			unroutable[d->unroutable++] = ev;
 		else if (ev->dest.kind->send_point == OUTBOX_SEND_AT_COMMIT)
 		{
-			ev->dest.kind->send(ev);
+			OutboxKindSend(ev);
 			if (ev->ok)
 				ok[d->delivered++] = ev;
 			else

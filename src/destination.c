@@ -22,6 +22,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/memutils.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -33,6 +34,11 @@
 
 static const OutboxDestinationKind *const *kinds = NULL;
 static int	NKINDS = 0;
+
+/* each kind's state in this process (its startup's), once created */
+#define MAX_KINDS 16
+static void *states[MAX_KINDS];
+static bool started[MAX_KINDS];
 
 /* A required callback that a kind's table leaves NULL is an ERROR. */
 #define REQUIRE(kind, callback) \
@@ -85,11 +91,119 @@ void
 OutboxKindsInit(void)
 {
 	kinds = OutboxKindRegistry(&NKINDS);
+	if (NKINDS > MAX_KINDS)
+		elog(ERROR, "outbox is built with %d destination kinds, more than %d", NKINDS, MAX_KINDS);
 	for (int i = 0; i < NKINDS; i++)
 		OutboxKindCheck(kinds[i]);
 	for (int i = 0; i < NKINDS; i++)
 		if (kinds[i]->init != NULL)
 			kinds[i]->init();
+}
+
+/*
+ * The state of the i-th kind in this process, created by its startup
+ * callback on first use (in TopMemoryContext); NULL for a kind without
+ * one.
+ */
+static void *
+state_at(int i)
+{
+	if (!started[i])
+	{
+		if (kinds[i]->startup != NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			states[i] = kinds[i]->startup();
+			MemoryContextSwitchTo(old);
+		}
+		started[i] = true;
+	}
+	return states[i];
+}
+
+static int
+kind_index(const OutboxDestinationKind *kind)
+{
+	for (int i = 0; i < NKINDS; i++)
+		if (kinds[i] == kind)
+			return i;
+	elog(ERROR, "outbox destination kind \"%s\" is not registered", kind->name);
+	return -1;					/* keep the compiler quiet */
+}
+
+/*
+ * The state of kind in this process (see startup in destination.h): for a
+ * kind's SQL functions, which get no state argument. Any process; ERROR
+ * for a kind that is not registered, or what its startup raises.
+ */
+void *
+OutboxKindState(const OutboxDestinationKind *kind)
+{
+	return state_at(kind_index(kind));
+}
+
+/*
+ * Calls of a kind's per-event and per-wait callbacks with its state, as
+ * tableam.h's table_* wrappers: the claim and the wait call these, never
+ * the pointers. Each runs where its callback says (destination.h).
+ */
+Size
+OutboxKindPrepare(OutboxEvent *ev)
+{
+	return ev->dest.kind->prepare(OutboxKindState(ev->dest.kind), ev);
+}
+
+void
+OutboxKindSend(OutboxEvent *ev)
+{
+	ev->dest.kind->send(OutboxKindState(ev->dest.kind), ev);
+}
+
+void
+OutboxKindEnqueue(OutboxEvent *ev)
+{
+	ev->dest.kind->enqueue(OutboxKindState(ev->dest.kind), ev);
+}
+
+/* room, or -1 (no limit) for a kind without the callback */
+int
+OutboxKindRoom(const OutboxEvent *ev)
+{
+	if (ev->dest.kind->room == NULL)
+		return -1;
+	return ev->dest.kind->room(OutboxKindState(ev->dest.kind), ev);
+}
+
+/* sockets of the i-th kind; 0 and none for a kind without the callback */
+uint64
+OutboxKindSockets(int i, const OutboxWaitSocket **socks, int *n)
+{
+	Assert(i >= 0 && i < NKINDS);
+	if (kinds[i]->sockets == NULL)
+	{
+		*socks = NULL;
+		*n = 0;
+		return 0;
+	}
+	return kinds[i]->sockets(state_at(i), socks, n);
+}
+
+/* timeout_ms of the i-th kind; -1 (no limit) for one that sends at COMMIT */
+long
+OutboxKindTimeoutMs(int i)
+{
+	Assert(i >= 0 && i < NKINDS);
+	if (kinds[i]->timeout_ms == NULL)
+		return -1;
+	return kinds[i]->timeout_ms(state_at(i));
+}
+
+void
+OutboxKindSocketReady(int i, pgsocket fd, uint32 events)
+{
+	Assert(i >= 0 && i < NKINDS && kinds[i]->socket_ready != NULL);
+	kinds[i]->socket_ready(state_at(i), fd, events);
 }
 
 /* The kind called name, or NULL if this library has none of that name. */
@@ -272,7 +386,7 @@ OutboxKindsCollect(void)
 
 	for (int i = 0; i < NKINDS; i++)
 		if (after_commit(i))
-			done = list_concat(done, kinds[i]->collect());
+			done = list_concat(done, kinds[i]->collect(state_at(i)));
 	return done;
 }
 
@@ -284,7 +398,7 @@ OutboxKindsPending(void)
 
 	for (int i = 0; i < NKINDS; i++)
 		if (after_commit(i))
-			n += kinds[i]->pending();
+			n += kinds[i]->pending(state_at(i));
 	return n;
 }
 
@@ -293,7 +407,7 @@ bool
 OutboxKindsBusy(void)
 {
 	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i) && kinds[i]->busy())
+		if (after_commit(i) && kinds[i]->busy(state_at(i)))
 			return true;
 	return false;
 }
@@ -306,7 +420,7 @@ OutboxKindsFull(void)
 
 	for (int i = 0; i < NKINDS; i++)
 		if (after_commit(i))
-			full = list_concat(full, kinds[i]->full());
+			full = list_concat(full, kinds[i]->full(state_at(i)));
 	return full;
 }
 
@@ -377,7 +491,7 @@ OutboxKindsAbandon(void)
 {
 	for (int i = 0; i < NKINDS; i++)
 		if (after_commit(i))
-			kinds[i]->abandon();
+			kinds[i]->abandon(state_at(i));
 }
 
 /*

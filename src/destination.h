@@ -158,20 +158,31 @@ typedef struct OutboxDestinationKind
 	void		(*init) (void);
 
 	/*
+	 * Creates the kind's state in this process: what it keeps between calls
+	 * (its connections, its requests in flight), in place of file-level
+	 * variables, as an archive module's private_data. Called once per
+	 * process, before the first callback below, in TopMemoryContext; every
+	 * callback below gets the pointer as its state argument. Optional:
+	 * state is then NULL. A kind's SQL functions reach the same state with
+	 * OutboxKindState.
+	 */
+	void	   *(*startup) (void);
+
+	/*
 	 * Builds what is sent for a claimed event that has a destination of
 	 * this kind and no error: checks the kind's rules on the event, then
 	 * sets ev->body; on a broken rule sets ev->error (and ev->permanent)
 	 * instead. Returns the bytes that costs in the relay's memory. Called
 	 * in the claim's transaction and memory context. Required.
 	 */
-	Size		(*prepare) (OutboxEvent *ev);
+	Size		(*prepare) (void *state, OutboxEvent *ev);
 
 	/*
 	 * OUTBOX_SEND_AT_COMMIT: queues the event in the current transaction
 	 * and sets ev->ok, or ev->error (ev->permanent when retrying cannot
 	 * help). Required for such a kind.
 	 */
-	void		(*send) (OutboxEvent *ev);
+	void		(*send) (void *state, OutboxEvent *ev);
 
 	/*
 	 * OUTBOX_SEND_AFTER_COMMIT, all called with no transaction needed, and
@@ -203,16 +214,16 @@ typedef struct OutboxDestinationKind
 	 *	 transaction that owned them (an outbox_relay() call) was aborted,
 	 *	 and their memory is gone with it.
 	 */
-	void		(*enqueue) (OutboxEvent *ev);
-	List	   *(*collect) (void);
-	int			(*pending) (void);
-	bool		(*busy) (void);
-	List	   *(*full) (void);
-	int			(*room) (const OutboxEvent *ev);
-	uint64		(*sockets) (const OutboxWaitSocket **socks, int *n);
-	long		(*timeout_ms) (void);
-	void		(*socket_ready) (pgsocket fd, uint32 events);
-	void		(*abandon) (void);
+	void		(*enqueue) (void *state, OutboxEvent *ev);
+	List	   *(*collect) (void *state);
+	int			(*pending) (void *state);
+	bool		(*busy) (void *state);
+	List	   *(*full) (void *state);
+	int			(*room) (void *state, const OutboxEvent *ev);
+	uint64		(*sockets) (void *state, const OutboxWaitSocket **socks, int *n);
+	long		(*timeout_ms) (void *state);
+	void		(*socket_ready) (void *state, pgsocket fd, uint32 events);
+	void		(*abandon) (void *state);
 } OutboxDestinationKind;
 
 /* Whether a claimed event is to be sent after COMMIT (put in flight). */
@@ -248,6 +259,14 @@ extern int	OutboxKindsPending(void);
 extern bool OutboxKindsBusy(void);
 extern List *OutboxKindsFull(void);
 extern void OutboxKindsAbandon(void);
+extern void *OutboxKindState(const OutboxDestinationKind *kind);
+extern Size OutboxKindPrepare(OutboxEvent *ev);
+extern void OutboxKindSend(OutboxEvent *ev);
+extern void OutboxKindEnqueue(OutboxEvent *ev);
+extern int	OutboxKindRoom(const OutboxEvent *ev);
+extern uint64 OutboxKindSockets(int i, const OutboxWaitSocket **socks, int *n);
+extern long OutboxKindTimeoutMs(int i);
+extern void OutboxKindSocketReady(int i, pgsocket fd, uint32 events);
 extern bool OutboxKindsCommitFull(int sqlerrcode);
 extern void OutboxKindSigningCheck(const OutboxDestinationKind *kind);
 

@@ -730,7 +730,7 @@ dest_entry(List **taken, const OutboxEvent *ev, List *holding)
 	t = palloc(sizeof(DestTaken));
 	t->name = ev->dest.name;
 	t->n = 0;
-	t->room = ev->dest.kind->room != NULL ? ev->dest.kind->room(ev) : -1;
+	t->room = OutboxKindRoom(ev);
 	if (t->room >= 0)
 	{
 		foreach(lc, holding)

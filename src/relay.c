@@ -600,7 +600,7 @@ hand_over(WorkerState *st, OutboxDispatchResult *d, ClaimBatch *batch)
 		d->in_flight[i]->owner = batch;
 		batch->open++;
 		st->held_bytes += d->in_flight[i]->cost;
-		d->in_flight[i]->dest.kind->enqueue(d->in_flight[i]);
+		OutboxKindEnqueue(d->in_flight[i]);
 	}
 	if (batch->open == 0)
 		MemoryContextDelete(batch->cxt);

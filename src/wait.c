@@ -60,14 +60,11 @@ set_current(int *total)
 	*total = 0;
 	for (int i = 0; i < OutboxKindCount(); i++)
 	{
-		const OutboxDestinationKind *k = OutboxKindAt(i);
 		const OutboxWaitSocket *socks;
 		int			n = 0;
 		uint64		generation;
 
-		if (k->sockets == NULL)
-			continue;
-		generation = k->sockets(&socks, &n);
+		generation = OutboxKindSockets(i, &socks, &n);
 		*total += n;
 		if (generation != set_generation[i])
 			current = false;
@@ -96,19 +93,17 @@ build_set(int total)
 	AddWaitEventToSet(poll_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	for (int i = 0; i < OutboxKindCount(); i++)
 	{
-		const OutboxDestinationKind *k = OutboxKindAt(i);
 		const OutboxWaitSocket *socks;
 		int			n = 0;
 
-		if (k->sockets == NULL)
-			continue;
-		set_generation[i] = k->sockets(&socks, &n);
+		set_generation[i] = OutboxKindSockets(i, &socks, &n);
 		for (int j = 0; j < n; j++)
 		{
 			if (socks[j].events == 0)
 				continue;
-			AddWaitEventToSet(wait_set, socks[j].events, socks[j].fd, NULL, (void *) k);
-			AddWaitEventToSet(poll_set, socks[j].events, socks[j].fd, NULL, (void *) k);
+			/* user_data: the kind's index + 1, so that it is never NULL */
+			AddWaitEventToSet(wait_set, socks[j].events, socks[j].fd, NULL, (void *) (intptr_t) (i + 1));
+			AddWaitEventToSet(poll_set, socks[j].events, socks[j].fd, NULL, (void *) (intptr_t) (i + 1));
 		}
 	}
 	set_complete = true;
@@ -137,12 +132,8 @@ OutboxWait(long timeout_ms, uint32 wait_event)
 		build_set(total);
 	for (int i = 0; i < OutboxKindCount(); i++)
 	{
-		const OutboxDestinationKind *k = OutboxKindAt(i);
-		long		t;
+		long		t = OutboxKindTimeoutMs(i);
 
-		if (k->timeout_ms == NULL)
-			continue;
-		t = k->timeout_ms();
 		if (t >= 0 && t < timeout_ms)
 			timeout_ms = t;
 	}
@@ -159,12 +150,8 @@ OutboxWait(long timeout_ms, uint32 wait_event)
 		if (occurred[i].events & WL_LATCH_SET)
 			latch = true;
 		else if (occurred[i].user_data != NULL)
-		{
-			const OutboxDestinationKind *k = occurred[i].user_data;
-
-			k->socket_ready(occurred[i].fd,
-							occurred[i].events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE));
-		}
+			OutboxKindSocketReady((int) (intptr_t) occurred[i].user_data - 1, occurred[i].fd,
+								  occurred[i].events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE));
 	}
 	return latch;
 }
@@ -185,7 +172,7 @@ OutboxSendAndWait(OutboxEvent **events, int n)
 		int			pending = n;
 
 		for (int i = 0; i < n; i++)
-			events[i]->dest.kind->enqueue(events[i]);
+			OutboxKindEnqueue(events[i]);
 		for (;;)
 		{
 			List	   *done = OutboxKindsCollect();

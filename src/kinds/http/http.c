@@ -348,7 +348,7 @@ release_request(HttpRequest *req)
  * in the transport's own memory.
  */
 static void
-http_enqueue(OutboxEvent *ev)
+http_enqueue(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
 	HttpRequest *req;
 
@@ -733,7 +733,7 @@ expire_requests(List **done)
  * connection alive, then it is cut. Interruptible.
  */
 static List *
-http_collect(void)
+http_collect(void *state pg_attribute_unused())
 {
 	List	   *done = NIL;
 
@@ -788,7 +788,7 @@ socket_action(curl_socket_t fd, int mask)
  * epoll_fd, each of its sockets that is ready.
  */
 static void
-http_socket_ready(pgsocket fd, uint32 events)
+http_socket_ready(void *state pg_attribute_unused(), pgsocket fd, uint32 events)
 {
 	if (multi == NULL)
 		return;
@@ -811,7 +811,7 @@ http_socket_ready(pgsocket fd, uint32 events)
  * libcurl asked to be watched (see socket_changed).
  */
 static uint64
-http_sockets(const OutboxWaitSocket **socks, int *n)
+http_sockets(void *state pg_attribute_unused(), const OutboxWaitSocket **socks, int *n)
 {
 	if (epoll_fd >= 0)
 	{
@@ -862,7 +862,7 @@ note_away(TimestampTz now)
  * wait (wait.c), which also marks the end of a time away (note_away).
  */
 static long
-http_timeout_ms(void)
+http_timeout_ms(void *state pg_attribute_unused())
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz first = curl_due;
@@ -902,7 +902,7 @@ http_timeout_ms(void)
 
 /* pending: events handed over whose outcome is not reported yet. */
 static int
-http_pending(void)
+http_pending(void *state pg_attribute_unused())
 {
 	int			n = 0;
 	ListCell   *lc;
@@ -917,9 +917,9 @@ http_pending(void)
  * (the rest of a 2xx body), which only collect ends.
  */
 static bool
-http_busy(void)
+http_busy(void *state pg_attribute_unused())
 {
-	return running > 0 || http_pending() > 0;
+	return running > 0 || http_pending(state) > 0;
 }
 
 /*
@@ -930,7 +930,7 @@ http_busy(void)
  * destinations' events can overtake it.
  */
 static List *
-http_full(void)
+http_full(void *state pg_attribute_unused())
 {
 	List	   *full = NIL;
 	ListCell   *lc;
@@ -952,7 +952,7 @@ http_full(void)
  * whatever the database's encoding (OutboxBodyToUtf8: JSON on the wire).
  */
 static Size
-http_prepare(OutboxEvent *ev)
+http_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
 	OutboxProblem p;
 	Size		cost;
@@ -1106,7 +1106,7 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
  * throw: called while an error is being handled.
  */
 static void
-http_abandon(void)
+http_abandon(void *state pg_attribute_unused())
 {
 	dlist_mutable_iter iter;
 	ListCell   *lc;

@@ -1392,7 +1392,7 @@ fail(OutboxEvent *ev, char *error, bool permanent)
  * now; collect publishes it.
  */
 static void
-js_enqueue(OutboxEvent *ev)
+js_enqueue(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
 	JsConn	   *c = conn_for(ev);
 	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
@@ -1967,7 +1967,7 @@ service_conn(JsConn *c, List **done)
  * retired ones once their thread has ended. Interruptible.
  */
 static List *
-js_collect(void)
+js_collect(void *state pg_attribute_unused())
 {
 	List	   *done = NIL;
 	ListCell   *lc;
@@ -1994,7 +1994,7 @@ js_collect(void)
 
 /* pending: events taken whose outcome is not returned yet. */
 static int
-js_pending(void)
+js_pending(void *state pg_attribute_unused())
 {
 	int			n = 0;
 	ListCell   *lc;
@@ -2006,7 +2006,7 @@ js_pending(void)
 
 /* busy: events taken, or messages (abandoned ones too) not answered yet. */
 static bool
-js_busy(void)
+js_busy(void *state pg_attribute_unused())
 {
 	ListCell   *lc;
 
@@ -2049,14 +2049,14 @@ dest_room(const char *name)
 
 /* room: what dest_room says of ev's destination. */
 static int
-js_room(const OutboxEvent *ev)
+js_room(void *state pg_attribute_unused(), const OutboxEvent *ev)
 {
 	return dest_room(ev->dest.name);
 }
 
 /* full: destinations without room (dest_room). */
 static List *
-js_full(void)
+js_full(void *state pg_attribute_unused())
 {
 	List	   *full = NIL;
 	ListCell   *lc;
@@ -2077,7 +2077,7 @@ js_full(void)
  * threads set the latch).
  */
 static long
-js_timeout_ms(void)
+js_timeout_ms(void *state pg_attribute_unused())
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz due = 0;
@@ -2116,7 +2116,7 @@ js_timeout_ms(void)
  * the count of messages waiting for one stays right. Must not throw.
  */
 static void
-js_abandon(void)
+js_abandon(void *state pg_attribute_unused())
 {
 	ListCell   *lc;
 
@@ -2145,7 +2145,7 @@ js_abandon(void)
  * subject can be built; the body is the envelope, in UTF-8 (OutboxBodyToUtf8).
  */
 static Size
-js_prepare(OutboxEvent *ev)
+js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
 	OutboxProblem p;
 	char	   *error = NULL;

@@ -153,7 +153,7 @@ signed_notification(const OutboxEvent *ev, const char *form, const char *timesta
  * backend; the event's payload is no longer there, its other columns are.
  */
 static void
-notify_send(OutboxEvent *event)
+notify_send(void *state pg_attribute_unused(), OutboxEvent *event)
 {
 	NotifyForm	first = NOTIFY_OPTIONS(event)->reference ?
 		NOTIFY_FORM_REFERENCE : NOTIFY_FORM_FULL;
@@ -234,7 +234,7 @@ notify_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
  * mode, its reference form (the payload never goes on the channel).
  */
 static Size
-notify_prepare(OutboxEvent *ev)
+notify_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
 	return OutboxPrepareEnvelope(ev, !NOTIFY_OPTIONS(ev)->reference);
 }
