@@ -19,7 +19,8 @@
 # "test/t/035_gone.pl") and REGRESS (pg_regress files, "setup" first,
 # e.g. "setup secrets"). With one of them only, the other suite is left out;
 # TAP_TESTS set and empty leaves the TAP suite out (pg_regress only, as the
-# Debian package's test does).
+# Debian package's test does). with_<kind>=no tests a build without that
+# kind (see the Makefile).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,10 +57,14 @@ if [ "$(id -u)" = 0 ]; then
     releases "$work/.releases"
     chown -R "$user" "$work"
     echo "==> tests as $user in $work"
+    # the kinds a build left out (with_<kind>=no, see the Makefile)
+    kinds_out=()
+    for v in $(compgen -v with_); do kinds_out+=("$v=${!v}"); done
     if runuser -u "$user" -- env PATH="$PATH" PG_CONFIG="$PG_CONFIG" OUTBOX_1_0_SRC="$OUTBOX_1_0_SRC" \
         OUTBOX_1_0_SRC_ERROR="$OUTBOX_1_0_SRC_ERROR" OUTBOX_1_1_SRC="$OUTBOX_1_1_SRC" \
         OUTBOX_1_1_SRC_ERROR="$OUTBOX_1_1_SRC_ERROR" OUTBOX_TEST_JOBS="$TEST_JOBS" \
         ${PROVE_TESTS+PROVE_TESTS="$PROVE_TESTS"} ${REGRESS+REGRESS="$REGRESS"} ${TAP_TESTS+TAP_TESTS="$TAP_TESTS"} \
+        "${kinds_out[@]}" \
         bash "$work/ci/check.sh"; then
         rm -rf "$work"
         exit 0

@@ -184,6 +184,16 @@ BEGIN
 END
 $$;
 
+-- the kind's settings
+SELECT name, boot_val, unit, context, vartype, min_val, max_val
+  FROM pg_settings WHERE name LIKE 'outbox.jetstream\_%' ORDER BY name;
+
+-- JetStream messages are not signed: a secret is refused in either table
+INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
+VALUES ('sig_js', 'none.sig_js', 'nats://127.0.0.1:4222', 'events', 'EVENTS');
+SELECT regress.try($$SELECT outbox_add_secret('sig_js')$$);
+SELECT regress.try($$INSERT INTO outbox_destination_secrets (destination, secret) VALUES ('sig_js', 'raw')$$);
+
 DELETE FROM outbox_destinations;
 DROP ROLE regress_js_admin;
 DROP ROLE regress_js_nofiles;

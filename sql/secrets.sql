@@ -53,10 +53,6 @@ SELECT regress.try($$SELECT outbox_add_secret('sig_hook', 'raw', 'v1a')$$);
 SELECT regress.try($$SELECT outbox_add_secret('sig_hook', scheme => 'v2')$$);
 SELECT regress.try($$SELECT outbox_add_secret(NULL)$$);
 SELECT regress.try($$SELECT outbox_add_secret('nowhere')$$);
-INSERT INTO outbox_destinations (name, event_types, nats_servers, nats_subject, nats_stream)
-VALUES ('sig_js', 'none.sig_js', 'nats://127.0.0.1:4222', 'events', 'EVENTS');
-SELECT regress.try($$SELECT outbox_add_secret('sig_js')$$);
-SELECT regress.try($$INSERT INTO outbox_destination_secrets (destination, secret) VALUES ('sig_js', 'raw')$$);
 SELECT regress.try($$INSERT INTO outbox_destination_secrets (destination, secret) VALUES ('nowhere', 'raw')$$);
 SELECT regress.try($$UPDATE outbox_destination_secrets SET secret = 'sécret' WHERE secret = 'second raw secret'$$);
 -- NULLs: refused without PostgreSQL's detail, which would print the row

@@ -245,7 +245,15 @@ extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int 
 extern bool OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns,
 										  int *n, Size *bytes);
 
+/* A kind that this build left out: enough to refuse its destinations. */
+typedef struct OutboxKindLeftOut
+{
+	const char *name;
+	const char *target_column;
+} OutboxKindLeftOut;
+
 extern const OutboxDestinationKind *const *OutboxKindRegistry(int *n);
+extern const OutboxKindLeftOut *OutboxKindsLeftOut(void);
 extern void OutboxKindCheck(const OutboxDestinationKind *kind);
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);

@@ -444,6 +444,29 @@ kind_by_target(Relation rel, HeapTuple tuple)
 }
 
 /*
+ * Raises 23514 for a destination of a kind this build left out (make
+ * with_<kind>=no): one that names it (kind_name, or NULL) or, without a
+ * kind, has its target column set. Returns if there is none.
+ */
+static void
+refuse_left_out(Relation rel, HeapTuple tuple, const char *kind_name)
+{
+	for (const OutboxKindLeftOut *k = OutboxKindsLeftOut(); k->name != NULL; k++)
+	{
+		bool		isnull = true;
+
+		if (kind_name == NULL && SPI_fnumber(RelationGetDescr(rel), k->target_column) > 0)
+			(void) column(rel, tuple, k->target_column, &isnull);
+		if ((kind_name != NULL && strcmp(kind_name, k->name) == 0) || !isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("destination kind \"%s\" is not in this build of outbox", k->name),
+					 errdetail("The library was built with make with_%s=no.", k->name),
+					 errhint("Install a build with the kind, or use another kind.")));
+	}
+}
+
+/*
  * The rule that a destination has one target, the one of its kind, as a
  * message and a detail listing the kinds: "destination must have either a
  * url or a channel", "A destination is a webhook (url) or a NOTIFY
@@ -513,6 +536,9 @@ check_kind(Relation rel, HeapTuple tuple, HeapTuple old)
 	if (kind == NULL)
 	{
 		StringInfoData kinds;
+
+		if (column_size(rel, tuple, "kind") <= OUTBOX_MAX_TYPE_BYTES)
+			refuse_left_out(rel, tuple, TextDatumGetCString(column(rel, tuple, "kind", &isnull)));
 
 		initStringInfo(&kinds);
 		for (int i = 0; i < OutboxKindCount(); i++)
@@ -675,7 +701,10 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	tuple = fill_kind(rel, tuple);
 	(void) column(rel, tuple, "kind", &isnull);
 	if (isnull)
+	{
+		refuse_left_out(rel, tuple, NULL);
 		refuse_targets();		/* none or several: no kind to take */
+	}
 	check_not_null(rel, tuple);
 	if (restoring(rel))
 		return PointerGetDatum(tuple);

@@ -33,6 +33,18 @@ static const OutboxDestinationKind *const kinds[] = {
 };
 
 /*
+ * The kinds a build can leave out, when it does: their name and target
+ * column, so that a destination of one is refused with a message that says
+ * so (OutboxKindLeftOut).
+ */
+static const OutboxKindLeftOut left_out[] = {
+#ifndef OUTBOX_WITH_JETSTREAM
+	{"jetstream", "nats_servers"},
+#endif
+	{NULL, NULL}
+};
+
+/*
  * The kinds built into this library, in a fixed order, and their number in
  * *n. Raises no error; any process.
  */
@@ -41,4 +53,14 @@ OutboxKindRegistry(int *n)
 {
 	*n = lengthof(kinds);
 	return kinds;
+}
+
+/*
+ * The kinds this build left out (make with_<kind>=no), ending with a
+ * { NULL } entry. Raises no error; any process.
+ */
+const OutboxKindLeftOut *
+OutboxKindsLeftOut(void)
+{
+	return left_out;
 }

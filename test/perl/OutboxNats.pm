@@ -18,6 +18,9 @@ use Time::HiRes qw(usleep);
 
 use OutboxTest;
 
+# every test that starts a NATS server is a test of the JetStream kind
+OutboxTest::require_kind('jetstream');
+
 our @EXPORT = qw(start_nats start_nats_cluster nats_tool);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');

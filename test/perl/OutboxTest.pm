@@ -18,12 +18,22 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(outbox_node start_sink make_certificates wait_until relay_pid wait_relay
+our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
   poison_scenario time_bound);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
+
+# Skips the whole test file when the installed build left kind out (make
+# with_<kind>=no): the Makefile lists such kinds in OUTBOX_KINDS_LEFT_OUT.
+sub require_kind
+{
+	my ($kind) = @_;
+	plan skip_all => "this build of outbox has no $kind kind (make with_$kind=no)"
+	  if grep { $_ eq $kind } split ' ', ($ENV{OUTBOX_KINDS_LEFT_OUT} // '');
+	return;
+}
 
 # A started node with outbox preloaded and created in database postgres.
 # %conf: extra postgresql.conf lines, name => value.

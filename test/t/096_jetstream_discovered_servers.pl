@@ -15,6 +15,8 @@ use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+require_kind('jetstream');
+
 my $status = PostgreSQL::Test::Utils::tempdir() . '/fake.status';
 my $fake = IPC::Run::start([ 'python3', "$FindBin::RealBin/../fake_nats.py", 'discover', $status ]);
 

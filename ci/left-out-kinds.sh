@@ -1,0 +1,52 @@
+#!/bin/bash
+# ci/left-out-kinds.sh - builds the extension without each optional
+# destination kind in turn (make with_<kind>=no; the optional kinds are
+# marked in src/kinds/kinds.list), checks that the library does not link
+# the kind's client library, and runs every test on that build: pg_regress
+# (with left_out_<kind> in place of the kind's own test) and the TAP suite,
+# whose tests of the kind skip themselves.
+#
+# As root, after ci/deps.sh. It leaves the host's PostgreSQL 15 alone: the
+# build goes into a private copy of it under $OUTBOX_LEFT_OUT_DIR (default
+# /tmp/outbox-left-out), removed at the end unless a test failed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 3
+# shellcheck source=ci/lib.sh
+. ci/lib.sh
+
+if [ "$(id -u)" != 0 ]; then
+    echo "left-out-kinds.sh: run as root (it runs the tests as another user)" >&2
+    exit 3
+fi
+dir=${OUTBOX_LEFT_OUT_DIR:-/tmp/outbox-left-out}
+cflags="-DUSE_ASSERT_CHECKING -Wall -Wextra -Werror"
+rc=0
+
+# a relocatable copy of the host's PostgreSQL 15: its pg_config finds the
+# rest from its own path
+rm -rf "$dir"
+mkdir -p "$dir/usr/lib" "$dir/usr/share" "$dir/usr/include"
+cp -a /usr/lib/postgresql "$dir/usr/lib/" &&
+    cp -a /usr/share/postgresql "$dir/usr/share/" &&
+    cp -a /usr/include/postgresql "$dir/usr/include/" || exit 3
+pg_config=$dir/usr/lib/postgresql/15/bin/pg_config
+
+while read -r kind optional lib _; do
+    [ "$optional" = yes ] || continue
+    step "without the $kind kind (make with_$kind=no), PostgreSQL 15 in $dir"
+    if ! { make -s PG_CONFIG="$pg_config" clean &&
+        make -s PG_CONFIG="$pg_config" "with_$kind=no" PG_CFLAGS="$cflags" &&
+        make -s PG_CONFIG="$pg_config" "with_$kind=no" install >/dev/null; }; then
+        rc=1
+        continue
+    fi
+    if [ "$lib" != - ] && ldd outbox.so | grep -q -- "lib${lib#-l}[.-]"; then
+        echo "left-out-kinds.sh: outbox.so built with_$kind=no links ${lib#-l}" >&2
+        rc=1
+        continue
+    fi
+    env "with_$kind=no" PG_CONFIG="$pg_config" bash ci/check.sh </dev/null || rc=1
+done < <(grep -v '^#' src/kinds/kinds.list)
+make -s clean
+[ "$rc" != 0 ] || rm -rf "$dir"
+exit "$rc"

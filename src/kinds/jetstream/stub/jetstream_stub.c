@@ -1,0 +1,33 @@
+/*-------------------------------------------------------------------------
+ *
+ * jetstream_stub.c
+ *	  The JetStream kind's SQL functions in a build without the kind (make
+ *	  with_jetstream=no): each raises an error saying so.
+ *
+ * The extension's scripts create outbox_jetstream_check() whatever the
+ * build, and CREATE FUNCTION needs its symbol, as libcurl keeps a stub
+ * handler for a protocol compiled out.
+ *
+ * src/kinds/jetstream/stub/jetstream_stub.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+
+PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
+
+/*
+ * _outbox_jetstream_check(...): 0A000, feature_not_supported, in any
+ * backend.
+ */
+Datum
+_outbox_jetstream_check(PG_FUNCTION_ARGS)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("this build of outbox has no jetstream kind"),
+			 errdetail("The library was built with make with_jetstream=no.")));
+	PG_RETURN_NULL();
+}
