@@ -50,7 +50,7 @@ declare -A RELEASE_SRC=() RELEASE_ERROR=()
 
 suite_for() { case $1 in 17) echo trixie ;; 18) echo sid ;; *) return 1 ;; esac; }
 packages_for() {
-    echo "postgresql-$1 postgresql-server-dev-$1 libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs pkgconf" \
+    echo "postgresql-$1 postgresql-server-dev-$1 $(kind_packages build) $(kind_packages test) libssl-dev openssl nodejs pkgconf" \
         "libipc-run-perl make gcc python3 perl ca-certificates" \
         "build-essential debhelper dpkg-dev postgresql-server-dev-all lintian"
 }

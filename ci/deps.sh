@@ -1,8 +1,8 @@
 #!/bin/bash
 # ci/deps.sh - installs what building and testing the extension needs on
-# Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, libcurl,
-# libssl-dev (ed25519 signatures), libnats and nats-server (JetStream
-# destinations and their tests), openssl (the tests' certificates and
+# Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, the
+# destination kinds' libraries and test brokers (src/kinds/kinds.list:
+# libcurl, libnats, nats-server), libssl-dev (ed25519 signatures), openssl (the tests' certificates and
 # signature checks), the Perl modules of the TAP tests, Python for the test
 # webhook endpoint, Node.js (the tests' signature checks), debootstrap for
 # the PostgreSQL 17/18 chroots, what builds and lints the Debian package
@@ -15,7 +15,8 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-packages=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs
+# shellcheck disable=SC2207 # word splitting of the kinds' package list is wanted
+packages=(postgresql-15 postgresql-server-dev-15 $(kind_packages build) $(kind_packages test) libssl-dev openssl nodejs
     libipc-run-perl make gcc python3 debootstrap ca-certificates build-essential debhelper dpkg-dev postgresql-server-dev-all lintian unzip)
 
 if [ "$(id -u)" != 0 ]; then

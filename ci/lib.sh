@@ -23,6 +23,16 @@ TEST_JOBS=${OUTBOX_TEST_JOBS:-2}
 NODE_DIR=${OUTBOX_NODE_DIR:-/var/cache/outbox-npm}
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
+# kind_packages build|test: the Debian packages the destination kinds need
+# to build (their client libraries) or to be tested (their brokers), from
+# src/kinds/kinds.list, the one list of them; space-separated.
+kind_packages() {
+    local col
+    case $1 in build) col=4 ;; test) col=5 ;; *) return 1 ;; esac
+    awk -v c="$col" '!/^#/ && NF && $c != "-" { printf "%s ", $c }' \
+        "$(dirname "${BASH_SOURCE[0]}")/../src/kinds/kinds.list"
+}
+
 step() { printf '==> %s\n' "$*"; }
 # note: a step line for the console even from inside quietly (fd 3).
 note() {

@@ -45,7 +45,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # -- packages -----------------------------------------------------------------
-packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" libcurl4-openssl-dev libssl-dev libnats-dev nats-server openssl nodejs
+# shellcheck disable=SC2207 # word splitting of the kinds' package list is wanted
+packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" $(kind_packages build) $(kind_packages test) libssl-dev openssl nodejs
           libipc-run-perl make gcc libasan8 libubsan1 binutils python3)
 missing=()
 for p in "${packages[@]}"; do
