@@ -21,9 +21,13 @@
 #      does not name a kind in code (comments removed): a kind is a
 #      directory src/kinds/<kind>/, named by <kind> and by each word of
 #      src/kinds/<kind>/NAMES (one a line), matched case-insensitively as
-#      a substring, so inside identifiers and string literals too;
+#      a substring, so inside identifiers and string literals too, except
+#      in capitals not followed by "_" (prose: "a valid HTTP field name")
+#      and inside PostgreSQL's own identifiers (pg_identifiers below);
 #   5. a TAP file (test/t/*.pl) has at most 250 lines;
-#   6. README.md has at most 600 lines.
+#   6. README.md has at most 600 lines;
+#   7. each kind's Debian build package (src/kinds/kinds.list) is in the
+#      Build-Depends of debian/control.in and debian/control.
 #
 # Run: ci/shape.sh [ROOT]     (from any directory; ROOT defaults to the
 #                              repository holding this script)
@@ -385,7 +389,9 @@ if [ -n "$edges" ]; then
     done
 fi
 
-# Rule 4: core files naming a kind. Words are "word:kind".
+# Rule 4: core files naming a kind. Words are "word:kind". PostgreSQL's
+# own identifiers that contain one are not the kind's.
+pg_identifiers=(bgw_notify_pid)
 words=() nkinds=0
 if [ ! -d src/kinds ]; then
     note "note: rule 4: src/kinds/ does not exist, so there is no kind to look for: nothing checked"
@@ -407,8 +413,22 @@ if [ "${#words[@]}" -gt 0 ] && [ "${#core_files[@]}" -gt 0 ]; then
     # then each line is searched for each word.
     while IFS=$'\t' read -r where what; do
         violation kinds "$where" "$what"
-    done < <(awk -v words="${words[*]}" '
+    done < <(awk -v words="${words[*]}" -v pg="${pg_identifiers[*]}" '
+        # Whether code names w: an occurrence in any case (an identifier,
+        # a string), except the word written in capitals and not followed
+        # by "_" (prose in a message: "a valid HTTP field name").
+        function names(code, low, w,    from, p, at) {
+            from = 1
+            while ((p = index(substr(low, from), w)) > 0) {
+                at = from + p - 1
+                if (substr(code, at, length(w)) != toupper(w) || substr(code, at + length(w), 1) == "_")
+                    return 1
+                from = at + length(w)
+            }
+            return 0
+        }
         BEGIN {
+            npg = split(pg, pgword, " ")
             n = split(words, w, " ")
             for (i = 1; i <= n; i++) { split(w[i], p, ":"); word[i] = tolower(p[1]); kind[i] = p[2] }
         }
@@ -429,10 +449,12 @@ if [ "${#words[@]}" -gt 0 ] && [ "${#core_files[@]}" -gt 0 ]; then
                 else if (c == "/" && substr(line, i + 1, 1) == "/") break
                 else { if (c == "\"" || c == "\047") q = c; code = code c }
             }
+            # PostgreSQL'"'"'s own identifiers that contain a kind'"'"'s word
+            for (j = 1; j <= npg; j++) gsub(pgword[j], "", code)
             low = tolower(code); kinds = ""; found = ""
             split("", seen)
             for (j = 1; j <= n; j++) {
-                if (!index(low, word[j])) continue
+                if (!names(code, low, word[j])) continue
                 found = found (found == "" ? "" : ", ") "\"" word[j] "\""
                 if (!(kind[j] in seen)) { seen[kind[j]] = 1; kinds = kinds (kinds == "" ? "" : ", ") kind[j] }
             }
@@ -443,6 +465,21 @@ if [ "${#words[@]}" -gt 0 ] && [ "${#core_files[@]}" -gt 0 ]; then
             }
         }
     ' "${core_files[@]}")
+fi
+
+# Rule 7: each kind's build package (src/kinds/kinds.list) is a
+# Build-Depends of the Debian package, in debian/control.in and the
+# debian/control made from it (which cannot read the list themselves).
+if [ -f src/kinds/kinds.list ]; then
+    while read -r kind _ _ pkg _; do
+        if [ -z "$kind" ] || [ "${kind#\#}" != "$kind" ] || [ "$pkg" = - ]; then continue; fi
+        for f in debian/control.in debian/control; do
+            [ -f "$f" ] || continue
+            if ! sed -n '/^Build-Depends:/,/^[A-Z]/p' "$f" | grep -q "^ *${pkg}[ ,(]"; then
+                violation deps "$f" "Build-Depends lacks $pkg, which the $kind kind builds with (src/kinds/kinds.list)"
+            fi
+        done
+    done < src/kinds/kinds.list
 fi
 
 # Rules 5 and 6: TAP files, README.
@@ -466,5 +503,5 @@ fi
 echo "$me: FAIL: $violations violations (C files over $max_c_file_lines lines: ${count[files]:-0};" \
     "functions over $max_function_lines lines: ${count[functions]:-0}; include cycles: ${count[cycles]:-0};" \
     "core lines naming a kind: ${count[kinds]:-0}; TAP files over $max_tap_lines lines: ${count[tap]:-0};" \
-    "README over $max_readme_lines lines: ${count[readme]:-0}) in $summary"
+    "README over $max_readme_lines lines: ${count[readme]:-0}; Debian build dependencies: ${count[deps]:-0}) in $summary"
 exit 1
