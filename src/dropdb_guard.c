@@ -199,18 +199,15 @@ option_named(List *options, const char *name)
 	return NULL;
 }
 
-/* The hook: stops the relay a database command would collide with. */
-static void
-outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
-					   bool readOnlyTree, ProcessUtilityContext context,
-					   ParamListInfo params, QueryEnvironment *queryEnv,
-					   DestReceiver *dest, QueryCompletion *qc)
+/*
+ * Pauses the relay of the database that the utility command node would
+ * collide with, if any, and returns that database (InvalidOid if none);
+ * sets *dropped to the database a DROP DATABASE drops. Raises what
+ * PreventInTransactionBlock raises for a command in a transaction block.
+ */
+static Oid
+pause_for(Node *node, bool top_level, Oid *dropped)
 {
-	Node	   *node = pstmt->utilityStmt;
-	bool		top_level = context == PROCESS_UTILITY_TOPLEVEL;
-	volatile Oid paused = InvalidOid;
-	volatile Oid dropped = InvalidOid;
-
 	switch (nodeTag(node))
 	{
 		case T_DropdbStmt:
@@ -218,10 +215,10 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 				DropdbStmt *stmt = (DropdbStmt *) node;
 
 				PreventInTransactionBlock(top_level, "DROP DATABASE");
+				*dropped = get_database_oid(stmt->dbname, true);
 				if (!is_current_database(stmt->dbname))
-					paused = pause_relay_of(stmt->dbname);
-				dropped = get_database_oid(stmt->dbname, true);
-				break;
+					return pause_relay_of(stmt->dbname);
+				return InvalidOid;
 			}
 		case T_AlterDatabaseStmt:
 			{
@@ -229,12 +226,12 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 				DefElem    *spc = option_named(stmt->options, "tablespace");
 
 				if (spc == NULL)
-					break;
+					return InvalidOid;
 				PreventInTransactionBlock(top_level, "ALTER DATABASE SET TABLESPACE");
 				if (spc->arg != NULL && tablespace_usable(defGetString(spc)) &&
 					!is_current_database(stmt->dbname))
-					paused = pause_relay_of(stmt->dbname);
-				break;
+					return pause_relay_of(stmt->dbname);
+				return InvalidOid;
 			}
 		case T_RenameStmt:
 			{
@@ -242,8 +239,8 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 
 				if (stmt->renameType == OBJECT_DATABASE && may_create_databases() &&
 					!database_exists(stmt->newname) && !is_current_database(stmt->subname))
-					paused = pause_relay_of(stmt->subname);
-				break;
+					return pause_relay_of(stmt->subname);
+				return InvalidOid;
 			}
 		case T_CreatedbStmt:
 			{
@@ -251,15 +248,28 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 				DefElem    *template = option_named(stmt->options, "template");
 
 				if (template == NULL || template->arg == NULL)
-					break;
+					return InvalidOid;
 				PreventInTransactionBlock(top_level, "CREATE DATABASE");
 				if (may_create_databases() && !database_exists(stmt->dbname))
-					paused = pause_relay_of(defGetString(template));
-				break;
+					return pause_relay_of(defGetString(template));
+				return InvalidOid;
 			}
 		default:
-			break;
+			return InvalidOid;
 	}
+}
+
+/* The hook: stops the relay a database command would collide with. */
+static void
+outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
+					   bool readOnlyTree, ProcessUtilityContext context,
+					   ParamListInfo params, QueryEnvironment *queryEnv,
+					   DestReceiver *dest, QueryCompletion *qc)
+{
+	Oid			dropping = InvalidOid;
+	volatile Oid paused = pause_for(pstmt->utilityStmt,
+									context == PROCESS_UTILITY_TOPLEVEL, &dropping);
+	volatile Oid dropped = dropping;
 
 	PG_TRY();
 	{

@@ -30,32 +30,17 @@
 #include "destination.h"
 
 /*
- * Reads the file at path, which destination column `column` names, into a
- * malloc'd NUL-terminated buffer (*out, its length in *len; the caller
- * frees it, zeroing it first if it may hold a secret), and, if st is not
- * NULL, the file's status (fstat) into *st. Fails unless the file is a
- * regular file of at most OUTBOX_FILE_MAX_BYTES, read before deadline
- * (CLOCK_MONOTONIC); never opens anything else (a device, a FIFO). On failure returns
- * false with error (error_size bytes) saying why in words that name the
- * column, never the path or anything read from the file. Thread-safe and
- * raises nothing: callable from any thread.
+ * Opens path for OutboxReadFile if it is a regular file of at most
+ * OUTBOX_FILE_MAX_BYTES, with its status in *st: the descriptor, or -1
+ * with error set.
  */
-bool
-OutboxReadFile(const char *path, const char *column, const struct timespec *deadline,
-			   char **out, size_t *len, struct stat *st, char *error, size_t error_size)
+static int
+open_regular(const char *path, const char *column, struct stat *st,
+			 char *error, size_t error_size)
 {
 	char		why[PG_STRERROR_R_BUFLEN];
-	struct stat own;
 	struct stat before;
-	char	   *buf = NULL;
-	size_t		size = 0;
-	size_t		have = 0;
 	int			fd;
-
-	*out = NULL;
-	*len = 0;
-	if (st == NULL)
-		st = &own;
 
 	/*
 	 * The type first, by name: opening a device can act on it (a tape
@@ -66,19 +51,19 @@ OutboxReadFile(const char *path, const char *column, const struct timespec *dead
 	{
 		snprintf(error, error_size, "%s cannot be opened: %s", column,
 				 strerror_r(errno, why, sizeof(why)));
-		return false;
+		return -1;
 	}
 	if (!S_ISREG(before.st_mode))
 	{
 		snprintf(error, error_size, "%s is not a regular file", column);
-		return false;
+		return -1;
 	}
 	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 	{
 		snprintf(error, error_size, "%s cannot be opened: %s", column,
 				 strerror_r(errno, why, sizeof(why)));
-		return false;
+		return -1;
 	}
 	if (fstat(fd, st) != 0)
 		snprintf(error, error_size, "%s cannot be read: %s", column,
@@ -88,14 +73,31 @@ OutboxReadFile(const char *path, const char *column, const struct timespec *dead
 	else if (st->st_size > OUTBOX_FILE_MAX_BYTES)
 		snprintf(error, error_size, "%s is larger than %d bytes", column, OUTBOX_FILE_MAX_BYTES);
 	else
+		return fd;
+	close(fd);
+	return -1;
+}
+
+/*
+ * Reads the size bytes of the file open on fd before deadline into a
+ * malloc'd, NUL-terminated *out: true, or false with error set (and
+ * nothing left allocated). A file that grew since its fstat fails.
+ */
+static bool
+read_within(int fd, const char *column, const struct timespec *deadline, size_t size,
+			char **out, size_t *len, char *error, size_t error_size)
+{
+	char		why[PG_STRERROR_R_BUFLEN];
+	size_t		have = 0;
+	/* one byte more: a file that grew since fstat is seen */
+	char	   *buf = malloc(size + 2);
+
+	if (buf == NULL)
 	{
-		size = (size_t) st->st_size;
-		/* one byte more: a file that grew since fstat is seen */
-		buf = malloc(size + 2);
-		if (buf == NULL)
-			snprintf(error, error_size, "out of memory reading %s", column);
+		snprintf(error, error_size, "out of memory reading %s", column);
+		return false;
 	}
-	while (buf != NULL)
+	for (;;)
 	{
 		struct timespec now;
 		ssize_t		n;
@@ -117,27 +119,52 @@ OutboxReadFile(const char *path, const char *column, const struct timespec *dead
 			break;
 		}
 		have += n;
-		if (n == 0 || have > size)
+		if (have > size)
 		{
-			if (have > size)
-			{
-				snprintf(error, error_size, "%s changed while it was read", column);
-				break;
-			}
-			close(fd);
+			snprintf(error, error_size, "%s changed while it was read", column);
+			break;
+		}
+		if (n == 0)
+		{
 			buf[have] = '\0';
 			*out = buf;
 			*len = have;
 			return true;
 		}
 	}
-	if (buf != NULL)
-	{
-		explicit_bzero(buf, have);
-		free(buf);
-	}
-	close(fd);
+	explicit_bzero(buf, have);
+	free(buf);
 	return false;
+}
+
+/*
+ * Reads the file at path, which destination column `column` names, into a
+ * malloc'd NUL-terminated buffer (*out, its length in *len; the caller
+ * frees it, zeroing it first if it may hold a secret), and, if st is not
+ * NULL, the file's status (fstat) into *st. Fails unless the file is a
+ * regular file of at most OUTBOX_FILE_MAX_BYTES, read before deadline
+ * (CLOCK_MONOTONIC); never opens anything else (a device, a FIFO). On failure returns
+ * false with error (error_size bytes) saying why in words that name the
+ * column, never the path or anything read from the file. Thread-safe and
+ * raises nothing: callable from any thread.
+ */
+bool
+OutboxReadFile(const char *path, const char *column, const struct timespec *deadline,
+			   char **out, size_t *len, struct stat *st, char *error, size_t error_size)
+{
+	struct stat own;
+	int			fd;
+	bool		ok;
+
+	*out = NULL;
+	*len = 0;
+	fd = open_regular(path, column, st != NULL ? st : &own, error, error_size);
+	if (fd < 0)
+		return false;
+	ok = read_within(fd, column, deadline, (size_t) (st != NULL ? st : &own)->st_size,
+					 out, len, error, error_size);
+	close(fd);
+	return ok;
 }
 
 /*

@@ -291,6 +291,27 @@ wanted_dboids(int *n)
 }
 
 /*
+ * Notes that the relay of e exited, at now: it starts again after a delay,
+ * which doubles while relays keep exiting within a minute (an error that
+ * every pass meets), so that the log is not flooded; a relay that ran for
+ * a while gets the short delay again.
+ */
+static void
+note_exited(RelayEntry *e, TimestampTz now)
+{
+	pfree(e->handle);
+	e->handle = NULL;
+	if (TimestampDifferenceExceeds(e->started_at, now, RELAY_HEALTHY_RUN_MS) ||
+		e->restart_delay == 0)
+		e->restart_delay = RELAY_RESTART_DELAY_MS;
+	else
+		e->restart_delay = Min(e->restart_delay * 2, RELAY_RESTART_DELAY_MAX_MS);
+	e->next_start = TimestampTzPlusMilliseconds(now, e->restart_delay);
+	OutboxHealthLaunch(e->dboid, e->relay_no, e->dbname, OUTBOX_LAUNCH_RESTARTING,
+					   e->next_start, NULL);
+}
+
+/*
  * Starts, restarts and stops relays so that exactly the wanted databases
  * have one. Returns how long the launcher may sleep, in ms.
  */
@@ -326,24 +347,7 @@ reconcile(void)
 		}
 
 		if (status == BGWH_STOPPED && e->handle != NULL)
-		{
-			/*
-			 * It exited: start it again after a delay, which doubles while
-			 * relays keep exiting within a minute (an error that every pass
-			 * meets), so that the log is not flooded; a relay that ran for
-			 * a while gets the short delay again.
-			 */
-			pfree(e->handle);
-			e->handle = NULL;
-			if (TimestampDifferenceExceeds(e->started_at, now, RELAY_HEALTHY_RUN_MS) ||
-				e->restart_delay == 0)
-				e->restart_delay = RELAY_RESTART_DELAY_MS;
-			else
-				e->restart_delay = Min(e->restart_delay * 2, RELAY_RESTART_DELAY_MAX_MS);
-			e->next_start = TimestampTzPlusMilliseconds(now, e->restart_delay);
-			OutboxHealthLaunch(e->dboid, e->relay_no, e->dbname, OUTBOX_LAUNCH_RESTARTING,
-							   e->next_start, NULL);
-		}
+			note_exited(e, now);
 		if (e->handle == NULL && OutboxRelayPid(e->dboid, e->relay_no) != 0)
 		{
 			/*

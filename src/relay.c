@@ -264,62 +264,9 @@ batch_done(WorkerState *st, OutboxEvent *ev)
 }
 
 /*
- * Runs a release (OutboxReleaseStep) with r: plainly, then, if the relay
- * may, with user triggers off. Returns false if both failed, with the
- * last error's message in *error (if not NULL).
- */
-static bool
-try_release(OutboxReleaseStepArgs *r, char **error)
-{
-	const char *what = "release the events of relays that are gone";
-
-	r->replica = false;
-	if (OutboxRunStep(what, OutboxReleaseStep, r, error))
-		return true;
-	if (!OutboxStepSuperuser())
-		return false;
-	r->replica = true;
-	return OutboxRunStep(what, OutboxReleaseStep, r, error);
-}
-
-/*
- * The release failed as a whole, user triggers off too: a row that always
- * fails (a constraint of the user's on outbox, say) must not stop every
- * claim. So each journal row is released alone, and a row whose release
- * still fails is deleted without counting its attempts, with a WARNING:
- * those events are due again at once, with their attempt counts as they
- * were.
- */
-static void
-release_one_by_one(OutboxReleaseStepArgs *all)
-{
-	OutboxReleaseStepArgs k = *all;
-
-	if (!OutboxRunStepPart("read the journal of events in flight", OutboxJournalKeysStep, &k, NULL))
-		return;
-	for (int i = 0; i < k.nkeys; i++)
-	{
-		OutboxReleaseStepArgs one = *all;
-		char	   *error = NULL;
-
-		one.only = &k.keys[i];
-		if (try_release(&one, &error))
-			continue;
-		if (OutboxRunStepPart("delete a row of the journal of events in flight", OutboxJournalDropStep,
-							  &k.keys[i], NULL))
-			ereport(WARNING,
-					(errmsg("outbox relay released claim %lld of relay run %016llx without counting its cut-off attempts",
-							(long long) k.keys[i].claim, (unsigned long long) k.keys[i].run),
-					 errdetail("Counting them failed: %s", error ? error : "unknown error"),
-					 errhint("Its events are due again with the attempt counts they had.")));
-	}
-}
-
-/*
  * Releases the journal rows of relays that are gone, and this relay's own
  * rows in st->journal_release (release_step), then lets their events go
- * from the in-flight set. Tried with user triggers off too, if the relay
- * may, then row by row (release_one_by_one). Returns false if the release
+ * from the in-flight set (OutboxReleaseAll). Returns false if the release
  * failed.
  */
 static bool
@@ -332,13 +279,8 @@ worker_release(WorkerState *st)
 	r.own = st->journal_release.ids;
 	r.nown = st->journal_release.n;
 	r.own_extoid = st->journal_extoid;
-	if (!try_release(&r, NULL))
-	{
-		release_one_by_one(&r);
-		r.nown = st->journal_release.n;
-		if (!try_release(&r, NULL))
-			return false;
-	}
+	if (!OutboxReleaseAll(&r))
+		return false;
 	if (r.opened)
 	{
 		OutboxStartLogRemove(&r.logs);

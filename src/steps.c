@@ -412,3 +412,72 @@ OutboxRecordIsolatedFailure(OutboxEvent *ev, const char *what, const char *error
 	return false;
 }
 
+/*
+ * Runs a release (OutboxReleaseStep) with r: plainly, then, if the relay
+ * may, with user triggers off. Returns false if both failed, with the
+ * last error's message in *error (if not NULL).
+ */
+static bool
+try_release(OutboxReleaseStepArgs *r, char **error)
+{
+	const char *what = "release the events of relays that are gone";
+
+	r->replica = false;
+	if (OutboxRunStep(what, OutboxReleaseStep, r, error))
+		return true;
+	if (!OutboxStepSuperuser())
+		return false;
+	r->replica = true;
+	return OutboxRunStep(what, OutboxReleaseStep, r, error);
+}
+
+/*
+ * The release failed as a whole, user triggers off too: a row that always
+ * fails (a constraint of the user's on outbox, say) must not stop every
+ * claim. So each journal row is released alone, and a row whose release
+ * still fails is deleted without counting its attempts, with a WARNING:
+ * those events are due again at once, with their attempt counts as they
+ * were.
+ */
+static void
+release_one_by_one(OutboxReleaseStepArgs *all)
+{
+	OutboxReleaseStepArgs k = *all;
+
+	if (!OutboxRunStepPart("read the journal of events in flight", OutboxJournalKeysStep, &k, NULL))
+		return;
+	for (int i = 0; i < k.nkeys; i++)
+	{
+		OutboxReleaseStepArgs one = *all;
+		char	   *error = NULL;
+
+		one.only = &k.keys[i];
+		if (try_release(&one, &error))
+			continue;
+		if (OutboxRunStepPart("delete a row of the journal of events in flight", OutboxJournalDropStep,
+							  &k.keys[i], NULL))
+			ereport(WARNING,
+					(errmsg("outbox relay released claim %lld of relay run %016llx without counting its cut-off attempts",
+							(long long) k.keys[i].claim, (unsigned long long) k.keys[i].run),
+					 errdetail("Counting them failed: %s", error ? error : "unknown error"),
+					 errhint("Its events are due again with the attempt counts they had.")));
+	}
+}
+
+/*
+ * Runs the release of r (OutboxReleaseStep): tried with user triggers off
+ * too, if the relay may (try_release), then row by row
+ * (release_one_by_one), then as a whole again. Returns false if it still
+ * failed. In the relay, between steps (no transaction open).
+ */
+bool
+OutboxReleaseAll(OutboxReleaseStepArgs *r)
+{
+	int			nown = r->nown;
+
+	if (try_release(r, NULL))
+		return true;
+	release_one_by_one(r);
+	r->nown = nown;
+	return try_release(r, NULL);
+}

@@ -91,6 +91,7 @@ extern bool OutboxStepSuperuser(void);
 extern int	OutboxStepErrcode(void);
 extern void OutboxClaimStep(void *arg);
 extern void OutboxReleaseStep(void *arg);
+extern bool OutboxReleaseAll(OutboxReleaseStepArgs *r);
 extern void OutboxJournalDoneStep(void *arg);
 extern void OutboxNextDueStep(void *arg);
 extern void OutboxRecordStep(void *arg);
