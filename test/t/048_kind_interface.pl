@@ -1,0 +1,62 @@
+# The destination-kind interface refuses a kind table that lacks a callback
+# its send point requires, naming the kind and the callback, as PostgreSQL
+# refuses an output plugin without a begin callback: test/kind_check.c,
+# built here against the installed headers and this tree's src/, hands
+# OutboxKindCheck (the check _PG_init runs on every kind built in) tables
+# with one callback left out. Every kind built in passed it: the server
+# started.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $src = "$FindBin::RealBin/../..";
+my $dir = PostgreSQL::Test::Utils::tempdir();
+my $includes = `pg_config --includedir-server`;
+chomp $includes;
+my ($out, $err) = run_command([ $ENV{CC} // 'cc', '-shared', '-fPIC', '-O1',
+	"-I$includes", "-I$src/src", '-o', "$dir/kind_check.so",
+	"$FindBin::RealBin/../kind_check.c" ]);
+die "cannot build kind_check: $err" unless -f "$dir/kind_check.so";
+
+my $node = outbox_node('kinds');
+$node->safe_psql('postgres', qq{
+	CREATE FUNCTION kind_check(text) RETURNS text
+	AS '$dir/kind_check.so', 'kind_check' LANGUAGE C STRICT});
+
+sub check
+{
+	my ($variant) = @_;
+	my ($rc, $stdout, $stderr) =
+	  $node->psql('postgres', "SELECT kind_check('$variant')");
+	return $rc == 0 ? $stdout : ($stderr =~ /ERROR:\s+(.*)/)[0];
+}
+
+is(check('after_commit'), 'ok', 'a complete after-commit kind passes');
+is(check('at_commit'), 'ok', 'a complete at-commit kind passes');
+is(check('without_collect'), 'outbox destination kind "test" has no collect callback',
+	'an after-commit kind without collect is refused, kind and callback named');
+is(check('without_abandon'), 'outbox destination kind "test" has no abandon callback',
+	'nor without abandon');
+is(check('without_send'), 'outbox destination kind "test" has no send callback',
+	'an at-commit kind without send is refused');
+is(check('without_check_destination'),
+	'outbox destination kind "test" has no check_destination callback',
+	'every kind needs check_destination');
+is(check('without_decode'), 'outbox destination kind "test" has no decode callback',
+	'and decode');
+is(check('without_prepare'), 'outbox destination kind "test" has no prepare callback',
+	'and prepare');
+is(check('sockets_only'), 'outbox destination kind "test" has no socket_ready callback',
+	'sockets without socket_ready is refused');
+is(check('without_formats'),
+	'outbox destination kind "test" lacks its name, description, target column, own columns or formats',
+	'a kind without formats is refused');
+
+$node->stop;
+done_testing();
