@@ -18,12 +18,13 @@ PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Isrc $(foreach k,$(KINDS),-DO
 SHLIB_LINK   = $(KIND_LIBS) $(filter -lcrypto, $(LIBS))
 
 
-REGRESS      = setup emit roles owners security inbox purge relay notify health rules guc databases upgrade time_zones redeliver ordered jetstream secrets versions
+# the core's tests, then sql/<kind>.sql of each kind built
+REGRESS      = setup emit roles owners security inbox purge relay health rules guc databases upgrade time_zones redeliver ordered secrets versions
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=test/outbox.conf
 # a kind left out of the build: its pg_regress test is replaced by one of
 # the refusal, and its TAP tests skip themselves (require_kind in
 # test/perl/OutboxTest.pm)
-REGRESS     := $(filter-out $(KINDS_OUT),$(REGRESS)) $(KINDS_OUT:%=left_out_%)
+REGRESS     := $(REGRESS) $(foreach k,$(KINDS),$(if $(wildcard sql/$(k).sql),$(k))) $(KINDS_OUT:%=left_out_%)
 export OUTBOX_KINDS_LEFT_OUT = $(KINDS_OUT)
 TAP_TESTS    = 1
 PROVE_TESTS  = test/t/*.pl

@@ -82,7 +82,7 @@ INSERT INTO outbox_destinations (name, url, secret, headers)
 VALUES ('billing', 'http://127.0.0.1:1/hook', 'whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ=',
         '{"authorization": "Bearer ADMIN-TOKEN"}');
 UPDATE outbox_destinations SET timeout_ms = 0 WHERE name = 'billing';
-UPDATE outbox_destinations SET channel = 'c' WHERE name = 'billing';
+UPDATE outbox_destinations SET name = 'billing2' WHERE name = 'billing';
 UPDATE outbox_destinations SET event_types = NULL WHERE name = 'billing';
 UPDATE outbox_destinations SET headers = '{"x-h": "ADMIN-TOKEN\r\n"}' WHERE name = 'billing';
 UPDATE outbox SET attempts = -1 WHERE event_type = 'mine';

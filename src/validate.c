@@ -467,32 +467,27 @@ refuse_left_out(Relation rel, HeapTuple tuple, const char *kind_name)
 }
 
 /*
- * The rule that a destination has one target, the one of its kind, as a
- * message and a detail listing the kinds: "destination must have either a
- * url or a channel", "A destination is a webhook (url) or a NOTIFY
- * channel (channel), not both."
+ * The rule that a destination has one target, the one of its kind: the
+ * message, and a detail listing the kinds built in ("A destination is a
+ * webhook (url) or a NOTIFY channel (channel), not both.").
  */
 static void
 refuse_targets(void)
 {
-	StringInfoData msg;
 	StringInfoData detail;
 	int			n = OutboxKindCount();
 
-	initStringInfo(&msg);
 	initStringInfo(&detail);
-	appendStringInfoString(&msg, "destination must have either ");
 	appendStringInfoString(&detail, "A destination is ");
 	for (int i = 0; i < n; i++)
 	{
 		const OutboxDestinationKind *k = OutboxKindAt(i);
 		const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
 
-		appendStringInfo(&msg, "%sa %s", sep, k->target_column);
 		appendStringInfo(&detail, "%s%s (%s)", sep, k->description, k->target_column);
 	}
 	appendStringInfoString(&detail, n == 2 ? ", not both." : ", only one of them.");
-	refuse(msg.data, detail.data);
+	refuse("destination must have exactly one target", detail.data);
 }
 
 /*

@@ -58,5 +58,16 @@ is(check('without_formats'),
 	'outbox destination kind "test" lacks its name, description, target column, own columns or formats',
 	'a kind without formats is refused');
 
+# the one-target rule names the target of every kind built in (the
+# message itself names none, so that it does not change with the kinds)
+my ($rc, $stdout, $stderr) = $node->psql('postgres', q{
+	INSERT INTO outbox_destinations (name, event_types, url, channel)
+	VALUES ('two', 'x.*', 'http://127.0.0.1:1/', 'c')});
+like($stderr, qr/ERROR:\s+destination must have exactly one target/,
+	'two targets are refused');
+like($stderr,
+	qr/DETAIL:\s+A destination is a webhook \(url\)(,| or) .*NOTIFY channel \(channel\).*(only one of them|not both)\./,
+	'the detail names each kind with its target column');
+
 $node->stop;
 done_testing();
