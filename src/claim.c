@@ -32,6 +32,7 @@
 #include "guc.h"
 #include "journal.h"
 #include "outcome.h"
+#include "pass.h"
 #include "queue.h"
 #include "shmem.h"
 #include "version.h"

@@ -37,6 +37,7 @@
 #include "guc.h"
 #include "health.h"
 #include "outcome.h"
+#include "pass.h"
 #include "queue.h"
 #include "statements.h"
 

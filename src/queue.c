@@ -1,31 +1,23 @@
 /*-------------------------------------------------------------------------
  *
  * queue.c
- *	  The claim's SQL: open the extension's tables for a pass, claim due
- *	  events and decode them, mark those the claim delivers or parks, find
- *	  the next event and when the next retry is due. The journal of events
- *	  in flight is in journal.c, the recording of outcomes in outcome.c.
+ *	  The claim's SQL: claim due events and decode them, mark those the
+ *	  claim delivers or parks, find the next event and when the next retry
+ *	  is due. The extension's tables for a pass, and the helpers every
+ *	  statement over them shares, are in pass.c; the journal of events in
+ *	  flight is in journal.c, the recording of outcomes in outcome.c.
  *
- * Every function here runs with a transaction open and SPI connected, in the
- * relay worker or in a backend calling outbox_relay(). Statements name the
- * tables with the extension's schema, looked up from the catalog, and are
- * kept prepared by statements.c, each with its access path pinned
- * (OutboxPlanPath): the claim and the next-due lookup walk
- * outbox_pending_idx in its order, marks and outcomes fetch rows by TID,
- * failures by primary key, whatever ANALYZE last saw in the table.
+ * Every function here but the SQL-callable ones runs with a transaction
+ * open, SPI connected and OutboxQueueOpen() done, in the relay worker or
+ * in a backend calling outbox_relay(). Each statement's access path is pinned (OutboxPlanPath,
+ * see pass.c): the claim and the next-due lookup walk outbox_pending_idx
+ * in its order, marks and outcomes fetch rows by TID, failures by primary
+ * key, whatever ANALYZE last saw in the table.
  *
  * Routing has one home, the SQL function _outbox_route(), which the view
  * _outbox_pending (read by the statements here) and the outbox_status view
  * call. So has the text that marks a parked event: the trigger on
  * outbox_destinations reads it with _outbox_unroutable_error().
- *
- * The statements name tables and views only, never a function or operator
- * outside pg_catalog, and run with search_path = pg_catalog, pg_temp (the
- * worker pins it; outbox_relay() has it as a SET clause): whoever may
- * create objects in the extension's schema (the owner of public, say) can
- * add a function overload that makes a call by name ambiguous, but cannot
- * add a relation under a name that is taken, and pg_catalog comes before
- * anything else for types, functions and operators.
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
@@ -52,7 +44,6 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/indexing.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -62,7 +53,6 @@
 #include "utils/fmgroids.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
@@ -71,11 +61,11 @@
 #include "envelope.h"
 #include "guc.h"
 #include "health.h"
+#include "pass.h"
 #include "queue.h"
 #include "shmem.h"
 #include "statements.h"
 #include "validate.h"
-#include "version.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
 PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
@@ -83,10 +73,6 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
 /* last_error of a parked event; the trigger on destinations looks for it */
 #define UNROUTABLE_ERROR "no enabled destination matches the event type"
 #define UNROUTABLE_RECHECK "10 seconds"
-
-/* The extension as the current pass found it (OutboxQueueOpen). */
-static Oid	ext_oid = InvalidOid;
-static Oid	ext_nspoid = InvalidOid;
 
 /*
  * The claim: due, live events in due order, each with the destination that
@@ -386,65 +372,6 @@ _outbox_unroutable_error(PG_FUNCTION_ARGS pg_attribute_unused())
 	PG_RETURN_TEXT_P(cstring_to_text(UNROUTABLE_ERROR));
 }
 
-/*
- * Makes the outbox tables ready for a pass: returns false, doing nothing,
- * when the extension is not installed in this database, another session
- * holds it for DROP EXTENSION, or its SQL objects are of another version
- * than this library (logged once per version seen). Otherwise the
- * extension is locked against a concurrent DROP until the end of the
- * transaction, so the pass never meets half-dropped tables.
- */
-bool
-OutboxQueueOpen(void)
-{
-	static char *mismatch_logged = NULL;
-	Oid			extoid;
-	Oid			nspoid;
-	Oid			again;
-	char	   *version;
-
-	if (!OutboxFindExtension(&extoid, &nspoid, &version))
-	{
-		ext_oid = InvalidOid;	/* what was claimed from it is gone with it */
-		return false;
-	}
-	if (!ConditionalLockDatabaseObject(ExtensionRelationId, extoid, 0,
-									   AccessShareLock))
-		return false;
-	/* the lock processed invalidations: make sure it is still the same */
-	if (!OutboxFindExtension(&again, &nspoid, &version) || again != extoid)
-		return false;
-
-	if (strcmp(version, OUTBOX_VERSION) != 0)
-	{
-		if (mismatch_logged == NULL || strcmp(mismatch_logged, version) != 0)
-		{
-			OutboxReportVersionMismatch(WARNING, true, version);
-			if (mismatch_logged != NULL)
-				pfree(mismatch_logged);
-			mismatch_logged = MemoryContextStrdup(TopMemoryContext, version);
-		}
-		return false;
-	}
-	ext_oid = extoid;
-	ext_nspoid = nspoid;
-	return true;
-}
-
-/* The extension's OID, as the last OutboxQueueOpen() found it. */
-Oid
-OutboxQueueExtension(void)
-{
-	return ext_oid;
-}
-
-/* The extension's schema, as the last OutboxQueueOpen() found it. */
-Oid
-OutboxQueueSchema(void)
-{
-	return ext_nspoid;
-}
-
 /* The text in column col, or NULL. */
 static char *
 text_or_null(HeapTuple tuple, TupleDesc desc, int col)
@@ -476,17 +403,6 @@ value_size(HeapTuple tuple, TupleDesc desc, int col)
 	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
 
 	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
-}
-
-/* n int8 values as an int8[] Datum, in the current memory context. */
-Datum
-OutboxInt8Array(const int64 *values, int n)
-{
-	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		d[i] = Int64GetDatum(values[i]);
-	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 /*
@@ -532,7 +448,7 @@ static OutboxStatement secrets_stmt = {
 static void
 load_secrets(ClaimSecrets *cs)
 {
-	int			rc = SPI_execute_plan(OutboxStatementPlan(&secrets_stmt, ext_nspoid),
+	int			rc = SPI_execute_plan(OutboxStatementPlan(&secrets_stmt, OutboxQueueSchema()),
 									  NULL, NULL, false, 0);
 
 	if (rc != SPI_OK_SELECT)
@@ -794,7 +710,7 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
 	{
 		bool		isnull;
 
-		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, ext_nspoid),
+		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, OutboxQueueSchema()),
 							  &values[1], NULL, false, 1);
 		if (rc != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not look for destinations: %s", SPI_result_code_string(rc));
@@ -803,7 +719,7 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
 	}
 
 	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
-											  ext_nspoid),
+											  OutboxQueueSchema()),
 						  values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
@@ -1003,70 +919,6 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 }
 
 /*
- * The claimed row versions of n events, as a tid[] Datum for the mark and
- * outcome statements, in the current memory context.
- */
-Datum
-OutboxTidArray(OutboxEvent **events, int n)
-{
-	Datum	   *tids = palloc(sizeof(Datum) * n);
-
-	for (int i = 0; i < n; i++)
-		tids[i] = PointerGetDatum(&events[i]->tid);
-	return PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData),
-										   false, TYPALIGN_SHORT));
-}
-
-/*
- * Warns when a mark statement (the last SPI statement) changed fewer rows
- * than the n it was given: the rows are locked by the pass, so this should
- * not happen, and an unmarked event would be delivered again. delivered:
- * they were to be marked delivered, else as failed attempts.
- */
-void
-OutboxCheckMarked(int n, bool delivered)
-{
-	if (SPI_processed == (uint64) n)
-		return;
-	if (delivered)
-		ereport(WARNING,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("marked %llu of %d events delivered",
-						(unsigned long long) SPI_processed, n),
-				 errdetail("The others stay pending and will be delivered again.")));
-	else
-		ereport(WARNING,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("recorded the failed attempt of %llu of %d events",
-						(unsigned long long) SPI_processed, n),
-				 errdetail("The others stay pending and will be delivered again.")));
-}
-
-/*
- * The three arrays (text[], text[], timestamptz[]) of OUTBOX_DELIVERED_DESTINATION
- * for n delivered events, into values[0..2]: each one's destination name,
- * kind and created_at as claimed. Caller is in SPI with a transaction open.
- */
-void
-OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values)
-{
-	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *kinds = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *created = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-	{
-		dests[i] = CStringGetTextDatum(events[i]->dest.name);
-		kinds[i] = CStringGetTextDatum(events[i]->dest.kind->name);
-		created[i] = TimestampTzGetDatum(events[i]->dest.created_at);
-	}
-	values[0] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(kinds, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-}
-
-/*
  * Marks n claimed events delivered: delivered_at = now() (the pass's start),
  * attempts + 1, last_error cleared, destination recorded; then releases
  * the events held for them (OutboxReleaseHeld), and returns how many. Runs
@@ -1086,7 +938,7 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 	values[0] = OutboxTidArray(events, n);
 	OutboxDeliveryDestinations(events, n, &values[1]);
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&delivered_stmt, ext_nspoid), values, NULL, false, 0);
+	rc = SPI_execute_plan(OutboxStatementPlan(&delivered_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not mark events delivered: %s", SPI_result_code_string(rc));
 	OutboxCheckMarked(n, true);
@@ -1140,7 +992,7 @@ OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine, bool lock_others,
 	values[2] = PointerGetDatum(construct_array(owned, n, BOOLOID, 1, true, TYPALIGN_CHAR));
 	values[3] = BoolGetDatum(lock_others);
 	values[4] = BoolGetDatum(trust_mine);
-	rc = SPI_execute_plan(OutboxStatementPlan(&hold_stmt, ext_nspoid), values, NULL, false, 0);
+	rc = SPI_execute_plan(OutboxStatementPlan(&hold_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not hold events of ordered destinations: %s", SPI_result_code_string(rc));
 	return n - (int) SPI_processed;
@@ -1185,7 +1037,7 @@ OutboxReleaseHeld(OutboxEvent **events, int n)
 bool
 OutboxLockRouting(void)
 {
-	Oid			destinations = get_relname_relid("outbox_destinations", ext_nspoid);
+	Oid			destinations = get_relname_relid("outbox_destinations", OutboxQueueSchema());
 
 	return OidIsValid(destinations) && ConditionalLockRelationOid(destinations, ShareLock);
 }
@@ -1209,7 +1061,7 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 	values[0] = OutboxTidArray(events, n);
 	locked = OutboxLockRouting();
 	rc = SPI_execute_plan(OutboxStatementPlan(locked ? &unroutable_stmt : &unroutable_short_stmt,
-											  ext_nspoid),
+											  OutboxQueueSchema()),
 						  values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not park events without a destination: %s", SPI_result_code_string(rc));
@@ -1234,7 +1086,7 @@ OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int
 		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
 	values[1] = OutboxInt8Array(exclude, nexclude);
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, ext_nspoid), values, NULL, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, OutboxQueueSchema()), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -1258,7 +1110,7 @@ OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
 	int			rc;
 
 	values[0] = OutboxInt8Array(exclude, nexclude);
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_alone_stmt, ext_nspoid), values, NULL, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_alone_stmt, OutboxQueueSchema()), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event to send alone: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -1284,7 +1136,7 @@ OutboxNextDueMs(void)
 	bool		isnull;
 	Datum		d;
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_due_stmt, ext_nspoid), NULL, NULL, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_due_stmt, OutboxQueueSchema()), NULL, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next retry: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)

@@ -46,25 +46,9 @@ typedef struct OutboxClaimLeft
 /* Builds what will be sent for a claimed event; returns the bytes it took. */
 typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
 
-extern bool OutboxQueueOpen(void);
-extern Oid	OutboxQueueSchema(void);
-extern Oid	OutboxQueueExtension(void);
 extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
 extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
-/*
- * Where a delivery is recorded, in an UPDATE of outbox over
- * unnest(..., $dest, $kind, $created) AS u(..., dest, kind, created) whose
- * arrays OutboxDeliveryDestinations fills: the destination's name only if
- * that name still stands for the destination the event was claimed for
- * (same kind, same creation), else NULL. A destination replaced while an
- * event was in flight (a webhook deleted, a NOTIFY channel created under
- * its name) must not have that event read as its own by outbox_catch_up.
- */
-#define OUTBOX_DELIVERED_DESTINATION \
-	"(SELECT d.name FROM %1$s.outbox_destinations d" \
-	"  WHERE d.name = u.dest AND d.kind = u.kind AND d.created_at = u.created)"
-extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values);
 extern int	OutboxMarkDelivered(OutboxEvent **events, int n);
 extern bool OutboxLockRouting(void);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
@@ -74,9 +58,6 @@ extern int	OutboxReleaseHeld(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);
-extern Datum OutboxInt8Array(const int64 *values, int n);
-extern Datum OutboxTidArray(OutboxEvent **events, int n);
-extern void OutboxCheckMarked(int n, bool delivered);
 
 extern Datum _outbox_claim_query(PG_FUNCTION_ARGS);
 extern Datum _outbox_unroutable_error(PG_FUNCTION_ARGS);
