@@ -31,6 +31,7 @@
 #include "destination.h"
 #include "guc.h"
 #include "journal.h"
+#include "ordering.h"
 #include "outcome.h"
 #include "pass.h"
 #include "queue.h"

@@ -36,9 +36,9 @@
 #include "event.h"
 #include "guc.h"
 #include "health.h"
+#include "ordering.h"
 #include "outcome.h"
 #include "pass.h"
-#include "queue.h"
 #include "statements.h"
 
 /*

@@ -50,11 +50,7 @@ extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
 extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
 extern int	OutboxMarkDelivered(OutboxEvent **events, int n);
-extern bool OutboxLockRouting(void);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
-extern int	OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine,
-					   bool lock_others, bool trust_mine);
-extern int	OutboxReleaseHeld(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);
