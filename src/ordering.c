@@ -34,6 +34,7 @@
 
 #include "ordering.h"
 #include "pass.h"
+#include "sorted_ids.h"
 #include "statements.h"
 
 /*
@@ -114,15 +115,6 @@ static OutboxStatement release_stmt = {
 	.path = OUTBOX_PLAN_KEYED
 };
 
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /*
  * Holds the n claimed events in held, which are not the head of their key
  * for an ordered destination (ev->blocked_by, see hold_stmt). mine lists
@@ -146,15 +138,13 @@ OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine, bool lock_others,
 
 	if (n == 0)
 		return 0;
-	qsort(mine, nmine, sizeof(int64), cmp_int64);
+	qsort(mine, nmine, sizeof(int64), OutboxCmpInt64);
 	blockers = palloc(sizeof(Datum) * n);
 	owned = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
 	{
 		blockers[i] = Int64GetDatum(held[i]->blocked_by);
-		owned[i] = BoolGetDatum(nmine > 0 &&
-								bsearch(&held[i]->blocked_by, mine, nmine, sizeof(int64),
-										cmp_int64) != NULL);
+		owned[i] = BoolGetDatum(OutboxSortedHas(mine, nmine, held[i]->blocked_by));
 	}
 	values[0] = OutboxTidArray(held, n);
 	values[1] = PointerGetDatum(construct_array(blockers, n, INT8OID, 8, FLOAT8PASSBYVAL,
