@@ -1,11 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * queue.c
- *	  The claim's SQL: claim due events and decode them, mark those the
- *	  claim delivers or parks, find the next event and when the next retry
- *	  is due. The extension's tables for a pass, and the helpers every
- *	  statement over them shares, are in pass.c; the journal of events in
- *	  flight is in journal.c, the recording of outcomes in outcome.c.
+ *	  The claim's SQL: claim due events, mark those the claim delivers or
+ *	  parks, find the next event and when the next retry is due. A claimed
+ *	  row is decoded in claim_decode.c; the extension's tables for a pass,
+ *	  and the helpers every statement over them shares, are in pass.c; the
+ *	  journal of events in flight is in journal.c, the recording of
+ *	  outcomes in outcome.c.
  *
  * Every function here but the SQL-callable ones runs with a transaction
  * open, SPI connected and OutboxQueueOpen() done, in the relay worker or
@@ -39,7 +40,6 @@
  */
 #include "postgres.h"
 
-#include "access/detoast.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -50,12 +50,11 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
-#include "utils/typcache.h"
 
+#include "claim_decode.h"
 #include "destination.h"
 #include "envelope.h"
 #include "guc.h"
@@ -65,7 +64,6 @@
 #include "queue.h"
 #include "shmem.h"
 #include "statements.h"
-#include "validate.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
 PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
@@ -82,16 +80,15 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
  * memory), which it tests with a hashed subplan, one hash table per claim.
  * It returns each row's ctid: the rows stay locked until the claim's
  * transaction ends, and marking them by TID scan costs about a third less
- * than by primary key lookups. Columns are decoded by the Anum_claim_*
- * numbers below, which must follow the select list. claim_one_stmt takes
- * the one event with id $4 (isolation after an error): a separate
- * statement, as an "id = $4 or any" test would spoil the generic plan of
- * the normal claim (it walks the pending index in order, without sorting).
+ * than by primary key lookups. Its select list, OUTBOX_CLAIM_COLUMNS, is
+ * next to the Anum_claim_* numbers that decode it (claim_decode.h).
+ * claim_one_stmt takes the one event with id $4 (isolation after an
+ * error): a separate statement, as an "id = $4 or any" test would spoil
+ * the generic plan of the normal claim (it walks the pending index in
+ * order, without sorting).
  */
 #define CLAIM_SELECT \
-	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
-	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest, p.cut_off_attempts, p.blocked_by" \
+	"SELECT " OUTBOX_CLAIM_COLUMNS \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
@@ -115,25 +112,6 @@ static OutboxStatement claim_one_stmt = {
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
-};
-
-enum
-{
-	Anum_claim_id = 1,
-	Anum_claim_ctid,
-	Anum_claim_event_id,
-	Anum_claim_attempts,
-	Anum_claim_event_type,
-	Anum_claim_aggregate_type,
-	Anum_claim_aggregate_id,
-	Anum_claim_created_at,
-	Anum_claim_payload,
-	Anum_claim_headers,
-	Anum_claim_dest_name,
-	Anum_claim_dest,
-	Anum_claim_cut_off_attempts,
-	Anum_claim_blocked_by,
-	Natts_claim = Anum_claim_blocked_by
 };
 
 /* see OUTBOX_DELIVERED_DESTINATION */
@@ -294,248 +272,6 @@ _outbox_unroutable_error(PG_FUNCTION_ARGS pg_attribute_unused())
 	PG_RETURN_TEXT_P(cstring_to_text(UNROUTABLE_ERROR));
 }
 
-/* The text in column col, or NULL. */
-static char *
-text_or_null(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
-}
-
-/* A copy of the jsonb in column col, detoasted, or NULL. */
-static Jsonb *
-jsonb_or_null(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? NULL : DatumGetJsonbPCopy(d);
-}
-
-/*
- * The size of the value in column col, detoasted, without its varlena
- * header; 0 for NULL. Reads only the value's header (or TOAST pointer).
- */
-static Size
-value_size(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
-}
-
-/*
- * What the claim keeps while it decodes destinations: the row type's
- * descriptor (pinned; NULL until the first) and its column numbers.
- */
-typedef struct DestDecoding
-{
-	TupleDesc	desc;
-	OutboxColumnCache cache;
-	const struct ClaimSecrets *secrets; /* outbox_destination_secrets */
-} DestDecoding;
-
-/*
- * The secrets of outbox_destination_secrets in use (not retired), read
- * once per claim, before it (load_secrets): by destination, oldest first.
- */
-typedef struct ClaimSecrets
-{
-	int			n;
-	char	  **dest;
-	char	  **secret;
-} ClaimSecrets;
-
-static OutboxStatement secrets_stmt = {
-	.sql =
-		"SELECT destination, secret FROM %1$s.outbox_destination_secrets"
-		" WHERE retire_at IS NULL OR retire_at > now()"
-		" ORDER BY destination, added_at, secret",
-	.nargs = 0,
-	.argtypes = NULL,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
-};
-
-/*
- * Reads the secrets in use into cs, in the current memory context, in the
- * claim's transaction, after the claim and with a snapshot of its own
- * (not read-only): it sees every secret the claim's snapshot saw, so that
- * a rotation that commits meanwhile (a secret moved from the secret column
- * to the table, a destination created with its secrets) never leaves a
- * claimed event without one; a secret it sees twice signs twice.
- */
-static void
-load_secrets(ClaimSecrets *cs)
-{
-	int			rc = SPI_execute_plan(OutboxStatementPlan(&secrets_stmt, OutboxQueueSchema()),
-									  NULL, NULL, false, 0);
-
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read the destinations' secrets: %s", SPI_result_code_string(rc));
-	cs->n = (int) SPI_processed;
-	cs->dest = palloc(sizeof(char *) * Max(cs->n, 1));
-	cs->secret = palloc(sizeof(char *) * Max(cs->n, 1));
-	for (int i = 0; i < cs->n; i++)
-	{
-		cs->dest[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		cs->secret[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-	}
-}
-
-/*
- * The signing secrets of a destination into dest->secrets: its secret
- * column's (may be NULL), then those of outbox_destination_secrets in use,
- * copied into the current memory context. Returns the bytes they take.
- */
-static Size
-attach_secrets(OutboxDestination *dest, char *column, const ClaimSecrets *cs)
-{
-	Size		bytes = 0;
-	int			n = column != NULL ? 1 : 0;
-
-	for (int i = 0; cs != NULL && i < cs->n; i++)
-		if (strcmp(cs->dest[i], dest->name) == 0)
-			n++;
-	dest->nsecrets = 0;
-	dest->secrets = NULL;
-	if (n == 0)
-		return 0;
-	dest->secrets = palloc(sizeof(char *) * n);
-	if (column != NULL)
-	{
-		dest->secrets[dest->nsecrets++] = column;
-		bytes += strlen(column) + 1;
-	}
-	for (int i = 0; cs != NULL && i < cs->n; i++)
-	{
-		if (strcmp(cs->dest[i], dest->name) != 0)
-			continue;
-		dest->secrets[dest->nsecrets++] = pstrdup(cs->secret[i]);
-		bytes += strlen(cs->secret[i]) + 1;
-	}
-	return bytes + sizeof(char *) * n;
-}
-
-/*
- * Decodes the destination of a claimed row (the composite column dest, a
- * row of outbox_destinations) into ev->dest: the columns every kind reads
- * here, the kind's own through its decode. Returns the bytes that takes.
- * A kind or format this library does not have (a newer version's, whose
- * library the server has not loaded) sets ev->error instead: the event is
- * retried, and goes once the library is there.
- */
-static Size
-decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, Anum_claim_dest, &isnull);
-	HeapTupleHeader h;
-	HeapTupleData row_tuple;
-	OutboxDestinationRow row;
-	char	   *kind;
-	Size		bytes;
-
-	Assert(!isnull);
-	h = DatumGetHeapTupleHeader(d);
-	bytes = HeapTupleHeaderGetDatumLength(h);
-	row_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
-	ItemPointerSetInvalid(&row_tuple.t_self);
-	row_tuple.t_tableOid = InvalidOid;
-	row_tuple.t_data = h;
-	if (dd->desc == NULL || dd->desc->tdtypeid != HeapTupleHeaderGetTypeId(h) ||
-		dd->desc->tdtypmod != HeapTupleHeaderGetTypMod(h))
-	{
-		if (dd->desc != NULL)
-			ReleaseTupleDesc(dd->desc);
-		dd->desc = NULL;
-		dd->cache.n = 0;
-		dd->desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
-										  HeapTupleHeaderGetTypMod(h));
-	}
-	row.tuple = &row_tuple;
-	row.desc = dd->desc;
-	row.old_tuple = NULL;
-	row.cache = &dd->cache;
-
-	kind = OutboxDestinationText(&row, "kind");
-	ev->dest.format = OutboxDestinationText(&row, "format");
-	d = OutboxDestinationColumn(&row, "created_at", &isnull);
-	ev->dest.created_at = isnull ? 0 : DatumGetTimestampTz(d);
-	ev->dest.event_headers_filtered =
-		OutboxDestinationEventHeaders(&row, &ev->dest.event_headers,
-									  &ev->dest.nevent_headers, &bytes);
-	bytes += attach_secrets(&ev->dest, OutboxDestinationText(&row, "secret"), dd->secrets);
-	ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
-	if (ev->dest.kind == NULL)
-		ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
-							 ev->dest.name, kind ? kind : "null");
-	else if (ev->dest.format == NULL ||
-			 !OutboxKindHasFormat(ev->dest.kind, ev->dest.format))
-		ev->error = psprintf("destination \"%s\" has a format this library does not have (%s)",
-							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
-	else
-		bytes += ev->dest.kind->decode(&row, &ev->dest);
-	return bytes;
-}
-
-/*
- * Decodes one row of the claim into ev (zeroed by the caller) and returns
- * the bytes its columns take in memory. The sizes of the event's own
- * columns are checked first, as stored (OutboxEventSizesCheck): an event
- * over a limit is not read further, and gets a permanent failure with the
- * reason in ev->error, so nothing large is ever copied or built from it.
- */
-static Size
-decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
-{
-	bool		isnull;
-	OutboxEventSizes sizes;
-	OutboxProblem p;
-	Size		bytes = sizeof(OutboxEvent);
-
-	ev->id = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_id, &isnull));
-	ev->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, desc, Anum_claim_ctid, &isnull));
-	ev->event_id = text_or_null(tuple, desc, Anum_claim_event_id);
-	ev->attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_attempts, &isnull));
-	ev->cut_off_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_cut_off_attempts,
-													   &isnull));
-	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
-	ev->retry_after_ms = -1;
-	ev->blocked_by = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_blocked_by, &isnull));
-	if (isnull)
-		ev->blocked_by = 0;
-
-	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
-	if (ev->dest.name != NULL)
-		bytes += decode_destination(tuple, desc, ev, dd);
-
-	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
-	sizes.aggregate_type = value_size(tuple, desc, Anum_claim_aggregate_type);
-	sizes.aggregate_id = value_size(tuple, desc, Anum_claim_aggregate_id);
-	sizes.payload = value_size(tuple, desc, Anum_claim_payload);
-	sizes.headers = value_size(tuple, desc, Anum_claim_headers);
-	if (!OutboxEventSizesCheck(&sizes, &p))
-	{
-		ev->permanent = true;
-		ev->error = p.detail ? psprintf("%s (%s)", p.message, p.detail) : p.message;
-		return bytes;
-	}
-	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
-	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
-	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
-	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
-	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
-	/* only the headers its destination forwards, whatever the kind */
-	if (ev->headers != NULL && ev->dest.name != NULL && ev->dest.event_headers_filtered)
-		ev->headers = OutboxForwardedEventHeaders(ev->headers, ev->dest.event_headers,
-												  ev->dest.nevent_headers);
-	return bytes + sizes.event_type + sizes.aggregate_type + sizes.aggregate_id +
-		sizes.payload + sizes.headers;
-}
-
 /*
  * How many events of one destination a claim put in flight, and how many
  * its kind had room for when the claim first met it.
@@ -664,7 +400,7 @@ typedef struct Admission
 	bool		dest_limited;
 	bool		kind_limited;
 	bool		alone_left;		/* one such event was left out */
-	const ClaimSecrets *secrets;
+	const OutboxClaimSecrets *secrets;
 } Admission;
 
 /* Frees what a decoded event left out of the claim holds, and zeroes it. */
@@ -688,7 +424,7 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
 			 Admission *adm)
 {
 	TupleDesc	desc = tt->tupdesc;
-	DestDecoding dd = {.desc = NULL, .secrets = adm->secrets};
+	OutboxDecoding dd = {.desc = NULL, .secrets = adm->secrets};
 	int			n = 0;
 
 	for (int i = 0; i < nrows; i++)
@@ -699,7 +435,7 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
 		bool		fits = true;
 
 		CHECK_FOR_INTERRUPTS();
-		cost = decode_event(tt->vals[i], desc, e, &dd);
+		cost = OutboxDecodeEvent(tt->vals[i], desc, e, &dd);
 		if (e->blocked_by != 0)
 		{
 			/* not its key's turn: held, nothing built (OutboxHold) */
@@ -768,8 +504,7 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
 		}
 		n++;
 	}
-	if (dd.desc != NULL)
-		ReleaseTupleDesc(dd.desc);
+	OutboxDecodingEnd(&dd);
 	return n;
 }
 
@@ -782,7 +517,7 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
  * are left for later, and so are the lim->nexclude events in lim->exclude
  * (those in flight); lim->only_id, if not 0, claims that one event. An
  * event without a destination has dest.name NULL; one over a size limit
- * has a permanent error (see decode_event). Returns the number of events
+ * has a permanent error (see OutboxDecodeEvent). Returns the number of events
  * to process, each with its cost (what it takes in the relay's memory:
  * columns, and the body prepare built), and fills *left: the rows locked,
  * and which limit left events out.
@@ -813,7 +548,7 @@ int
 OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn prepare,
 			OutboxEvent **events, OutboxClaimLeft *left)
 {
-	ClaimSecrets secrets;
+	OutboxClaimSecrets secrets;
 	Admission	adm = {.held = lim->held, .per_dest = lim->per_dest,
 		.holding = lim->holding, .leave_alone = lim->leave_alone, .secrets = &secrets};
 	int			n;
@@ -828,7 +563,7 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 
 	left->claimed = (int) SPI_processed;
 	claimed = SPI_tuptable;		/* kept until SPI_finish */
-	load_secrets(&secrets);
+	OutboxLoadSecrets(&secrets);
 	old = MemoryContextSwitchTo(cxt);
 	*events = palloc0(sizeof(OutboxEvent) * Max(left->claimed, 1));
 	n = admit_events(claimed, *events, left->claimed, prepare, &adm);
