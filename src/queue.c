@@ -10,10 +10,10 @@
  *
  * Every function here but the SQL-callable ones runs with a transaction
  * open, SPI connected and OutboxQueueOpen() done, in the relay worker or
- * in a backend calling outbox_relay(). Each statement's access path is pinned (OutboxPlanPath,
- * see pass.c): the claim and the next-due lookup walk outbox_pending_idx
- * in its order, marks and outcomes fetch rows by TID, failures by primary
- * key, whatever ANALYZE last saw in the table.
+ * in a backend calling outbox_relay(). Each statement's access path is
+ * pinned (OutboxPlanPath, see pass.c): the claim and the next-due lookup
+ * walk outbox_pending_idx in its order, marks and outcomes fetch rows by
+ * TID, failures by primary key, whatever ANALYZE last saw in the table.
  *
  * Routing has one home, the SQL function _outbox_route(), which the view
  * _outbox_pending (read by the statements here) and the outbox_status view
@@ -32,7 +32,7 @@
  * The claim also keeps the relay within its memory budget
  * (OUTBOX_RELAY_BYTES), one destination within half the in-flight set's
  * room and within the room its kind has: events left out stay pending,
- * unchanged (OutboxClaim).
+ * unchanged (OutboxClaim; the limits are applied in admission.c).
  *
  * src/queue.c
  *
@@ -40,29 +40,17 @@
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "catalog/indexing.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
-#include "utils/rel.h"
-#include "utils/timestamp.h"
 
 #include "claim_decode.h"
-#include "destination.h"
-#include "envelope.h"
-#include "guc.h"
 #include "health.h"
 #include "ordering.h"
 #include "pass.h"
 #include "queue.h"
-#include "shmem.h"
 #include "statements.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
@@ -273,77 +261,6 @@ _outbox_unroutable_error(PG_FUNCTION_ARGS pg_attribute_unused())
 }
 
 /*
- * How many events of one destination a claim put in flight, and how many
- * its kind had room for when the claim first met it.
- */
-typedef struct DestTaken
-{
-	const char *name;
-	int			n;
-	int			room;			/* -1: no limit */
-} DestTaken;
-
-/*
- * The entry of ev's destination in *taken (a List of DestTaken), made at
- * the first event of it: its room is what its kind can take now (room,
- * see destination.h), less the events of it in holding, whose outcome the
- * caller holds unrecorded: they are still in flight.
- */
-static DestTaken *
-dest_entry(List **taken, const OutboxEvent *ev, List *holding)
-{
-	ListCell   *lc;
-	DestTaken  *t;
-
-	foreach(lc, *taken)
-	{
-		t = lfirst(lc);
-		if (strcmp(t->name, ev->dest.name) == 0)
-			return t;
-	}
-	t = palloc(sizeof(DestTaken));
-	t->name = ev->dest.name;
-	t->n = 0;
-	t->room = ev->dest.kind->room != NULL ? ev->dest.kind->room(ev) : -1;
-	if (t->room >= 0)
-	{
-		foreach(lc, holding)
-		{
-			const OutboxEvent *h = lfirst(lc);
-
-			if (h->dest.name != NULL && strcmp(h->dest.name, t->name) == 0)
-				t->room--;
-		}
-		t->room = Max(t->room, 0);
-	}
-	*taken = lappend(*taken, t);
-	return t;
-}
-
-/*
- * Whether decoded event ev, which would go in flight, may fit the relay's
- * memory budget with used bytes already taken, before its body is built:
- * false only if the largest its envelope can be (OutboxEnvelopeBound),
- * twice, does not fit. An event that will not go in flight (no
- * destination, an error, a kind that sends at COMMIT, an envelope over
- * its limit) always may.
- */
-static bool
-fits_before_prepare(OutboxEvent *ev, Size used)
-{
-	Size		bound;
-
-	if (ev->error != NULL || ev->dest.name == NULL || ev->payload == NULL ||
-		ev->dest.kind->send_point != OUTBOX_SEND_AFTER_COMMIT)
-		return true;
-	/* kept in the event: prepare checks the limit with it, without a second walk */
-	bound = OutboxEventEnvelopeBound(ev);
-	/* over the limit: prepare dead-letters it, without building anything */
-	return bound > OUTBOX_MAX_ENVELOPE_BYTES ||
-		used + 2 * bound <= OUTBOX_RELAY_BYTES;
-}
-
-/*
  * Runs the claim's statement (see OutboxClaim for the arguments), leaving
  * the rows it locked in SPI_tuptable. Returns false, claiming nothing, when
  * skip leaves out every enabled destination (see others_stmt).
@@ -387,127 +304,6 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
 	return true;
 }
 
-/* What the claim admits so far, against the limits of OutboxClaim. */
-typedef struct Admission
-{
-	Size		held;			/* in flight, the events admitted included */
-	int			per_dest;		/* 0: no share per destination */
-	Size		bytes;			/* the claim's own cost so far */
-	List	   *taken;			/* of DestTaken */
-	List	   *holding;		/* see OutboxClaimLimits */
-	bool		leave_alone;	/* leave out events to be sent alone */
-	bool		budget_limited;
-	bool		dest_limited;
-	bool		kind_limited;
-	bool		alone_left;		/* one such event was left out */
-	const OutboxClaimSecrets *secrets;
-} Admission;
-
-/* Frees what a decoded event left out of the claim holds, and zeroes it. */
-static void
-leave_out(OutboxEvent *e)
-{
-	if (e->body != NULL)
-		pfree(e->body);
-	if (e->payload != NULL)
-		pfree(e->payload);
-	memset(e, 0, sizeof(OutboxEvent));
-}
-
-/*
- * Decodes the nrows claimed rows in tt and prepares those the limits
- * admit (see OutboxClaim) into ev[0..], in the current memory context;
- * returns how many.
- */
-static int
-admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prepare,
-			 Admission *adm)
-{
-	TupleDesc	desc = tt->tupdesc;
-	OutboxDecoding dd = {.desc = NULL, .secrets = adm->secrets};
-	int			n = 0;
-
-	for (int i = 0; i < nrows; i++)
-	{
-		OutboxEvent *e = &ev[n];
-		DestTaken  *t;
-		Size		cost;
-		bool		fits = true;
-
-		CHECK_FOR_INTERRUPTS();
-		cost = OutboxDecodeEvent(tt->vals[i], desc, e, &dd);
-		if (e->blocked_by != 0)
-		{
-			/* not its key's turn: held, nothing built (OutboxHold) */
-			if (e->payload != NULL)
-				pfree(e->payload);
-			e->payload = NULL;
-			e->cost = 0;
-			n++;
-			continue;
-		}
-		if (adm->leave_alone && e->cut_off_attempts >= OUTBOX_ALONE_AFTER &&
-			e->error == NULL && e->dest.name != NULL &&
-			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
-		{
-			/* sent in a claim of its own, with nothing else in flight */
-			adm->alone_left = true;
-			leave_out(e);
-			continue;
-		}
-		t = NULL;
-		if (e->error == NULL && e->dest.name != NULL &&
-			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
-			t = dest_entry(&adm->taken, e, adm->holding);
-		if (t != NULL && t->room >= 0 && t->n >= t->room)
-		{
-			/* its kind could not start it: it would wait there, its clock running */
-			adm->kind_limited = true;
-			leave_out(e);
-			continue;
-		}
-		if (t != NULL && adm->per_dest > 0 && t->n >= adm->per_dest)
-		{
-			/* the rest of this destination's backlog waits for the next claim */
-			adm->dest_limited = true;
-			leave_out(e);
-			continue;
-		}
-		if (adm->held > 0 && !fits_before_prepare(e, adm->held + cost))
-		{
-			/* not built only to be thrown away: it is left until room is made */
-			adm->budget_limited = true;
-			leave_out(e);
-			continue;
-		}
-		cost += prepare(e);
-		if (OutboxEventGoesInFlight(e))
-			fits = adm->held + cost <= OUTBOX_RELAY_BYTES || adm->held == 0;
-		if (fits && n > 0 && adm->bytes + cost > OUTBOX_RELAY_BYTES)
-			fits = false;
-		if (!fits)
-		{
-			/* its body alone can be 128 MB: gone now, not with the claim */
-			adm->budget_limited = true;
-			leave_out(e);
-			if (adm->bytes >= OUTBOX_RELAY_BYTES)
-				break;
-			continue;
-		}
-		e->cost = cost;
-		adm->bytes += cost;
-		if (OutboxEventGoesInFlight(e))
-		{
-			adm->held += cost;
-			Assert(t != NULL);
-			t->n++;
-		}
-		n++;
-	}
-	OutboxDecodingEnd(&dd);
-	return n;
-}
-
 /*
  * Claims up to lim->batch_size due events and returns them in *events,
  * decoded into memory context cxt (the rows' values are copied: the
@@ -517,10 +313,10 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
  * are left for later, and so are the lim->nexclude events in lim->exclude
  * (those in flight); lim->only_id, if not 0, claims that one event. An
  * event without a destination has dest.name NULL; one over a size limit
- * has a permanent error (see OutboxDecodeEvent). Returns the number of events
- * to process, each with its cost (what it takes in the relay's memory:
- * columns, and the body prepare built), and fills *left: the rows locked,
- * and which limit left events out.
+ * has a permanent error (see OutboxDecodeEvent). Returns the number of
+ * events to process, each with its cost (what it takes in the relay's
+ * memory: columns, and the body prepare built), and fills *left: the rows
+ * locked, and which limit left events out.
  *
  * The limits. The relay's memory budget (OUTBOX_RELAY_BYTES) leaves events
  * out: those that would go in flight once the events in flight cost more
@@ -541,15 +337,16 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
  * claim that would put it in flight: the relay claims it by itself.
  *
  * Events left out are freed, and their rows unlocked unchanged when the
- * transaction ends. Interruptible between events. Caller has a
- * transaction open, SPI connected and OutboxQueueOpen() done.
+ * transaction ends (admission.c). Interruptible between events. Caller has
+ * a transaction open, SPI connected and OutboxQueueOpen() done; ERROR if
+ * SPI fails, which aborts the claim.
  */
 int
 OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn prepare,
 			OutboxEvent **events, OutboxClaimLeft *left)
 {
 	OutboxClaimSecrets secrets;
-	Admission	adm = {.held = lim->held, .per_dest = lim->per_dest,
+	OutboxAdmission adm = {.held = lim->held, .per_dest = lim->per_dest,
 		.holding = lim->holding, .leave_alone = lim->leave_alone, .secrets = &secrets};
 	int			n;
 	MemoryContext old;
@@ -566,7 +363,7 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 	OutboxLoadSecrets(&secrets);
 	old = MemoryContextSwitchTo(cxt);
 	*events = palloc0(sizeof(OutboxEvent) * Max(left->claimed, 1));
-	n = admit_events(claimed, *events, left->claimed, prepare, &adm);
+	n = OutboxAdmit(claimed, *events, left->claimed, prepare, &adm);
 	MemoryContextSwitchTo(old);
 	left->budget_limited = adm.budget_limited;
 	left->dest_limited = adm.dest_limited;
@@ -629,8 +426,9 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 
 /*
  * Finds the event the claim would take next (skip and exclude as for
- * OutboxClaim), without locking it: its id and attempt count. Returns false if none is
- * due.
+ * OutboxClaim), without locking it: sets *id and *attempts and returns
+ * true, or returns false if none is due. Caller has a transaction open,
+ * SPI connected and OutboxQueueOpen() done; ERROR if SPI fails.
  */
 bool
 OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
@@ -687,7 +485,8 @@ OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
  * its journal that makes them due at once (relay.c). Run with a
  * snapshot of its own (not read-only), so that it sees this transaction's
  * writes and whatever was committed meanwhile: a decision about when to look
- * again must never rest on an older picture.
+ * again must never rest on an older picture. Caller has a transaction
+ * open, SPI connected and OutboxQueueOpen() done; ERROR if SPI fails.
  */
 double
 OutboxNextDueMs(void)

@@ -15,6 +15,7 @@
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 
+#include "admission.h"
 #include "event.h"
 
 /* What a claim may take (OutboxClaim says what each means). */
@@ -42,9 +43,6 @@ typedef struct OutboxClaimLeft
 	bool		kind_limited;	/* the room its kind has for a destination */
 	bool		alone;			/* an event to be sent alone */
 } OutboxClaimLeft;
-
-/* Builds what will be sent for a claimed event; returns the bytes it took. */
-typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
 
 extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
