@@ -3,7 +3,9 @@
  * queue.h
  *	  The relay's statements that read the outbox table: claim due events,
  *	  mark those the claim delivers or parks, find the next due event.
- *	  The journal (journal.h) and the outcomes (outcome.h) have their own.
+ *	  The journal (journal.h), the outcomes (outcome.h) and the holds of
+ *	  ordered destinations (ordering.h) have their own; opening the tables
+ *	  for a pass is in pass.h.
  *
  * src/queue.h
  *
