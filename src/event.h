@@ -118,9 +118,9 @@ typedef struct OutboxDestination
 } OutboxDestination;
 
 /*
- * One claimed event and the outcome of this attempt. queue.c fills the
- * event's columns and its destination, its kind's prepare the body, and
- * its kind the outcome. Its row keeps the claimed attempt count until the outcome,
+ * One claimed event and the outcome of this attempt. claim_decode.c fills
+ * the event's columns and its destination, its kind's prepare the body,
+ * and its kind the outcome. Its row keeps the claimed attempt count until the outcome,
  * which is recorded only against that count and adds this attempt.
  */
 typedef struct OutboxEvent

@@ -35,6 +35,7 @@
 #include "storage/shmem.h"
 
 #include "shmem.h"
+#include "sorted_ids.h"
 
 /* An event in flight, and the run of the relay that holds it. */
 typedef struct InFlightEntry
@@ -122,22 +123,6 @@ run_in(int64 run, const int64 *runs, int n)
 	return false;
 }
 
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Whether id is among the n sorted values. */
-static bool
-sorted_has(const int64 *sorted, int n, int64 id)
-{
-	return n > 0 && bsearch(&id, sorted, n, sizeof(int64), cmp_int64) != NULL;
-}
-
 /*
  * A copy (palloc'd) of the ids of dboid's in-flight set, for a claim to
  * leave out; *n is their number, *room how many more the set can take
@@ -203,7 +188,7 @@ OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n, boo
 	if (set == NULL)
 		return;
 	memcpy(sorted, ids, sizeof(int64) * n);
-	qsort(sorted, n, sizeof(int64), cmp_int64);
+	qsort(sorted, n, sizeof(int64), OutboxCmpInt64);
 
 	LWLockAcquire(lock, publish != NULL ? LW_EXCLUSIVE : LW_SHARED);
 	if (set->dboid != dboid && publish != NULL)
@@ -217,14 +202,14 @@ OutboxInFlightClaim(Oid dboid, const int64 *ids, const bool *publish, int n, boo
 		for (int i = 0; i < set->n; i++)
 		{
 			/* a backend leaves out the events of running relays only */
-			if (sorted_has(sorted, n, set->entries[i].id) &&
+			if (OutboxSortedHas(sorted, n, set->entries[i].id) &&
 				(publish != NULL || run_in(set->entries[i].run, live, nlive)))
 				taken[ntaken++] = set->entries[i].id;
 		}
-		qsort(taken, ntaken, sizeof(int64), cmp_int64);
+		qsort(taken, ntaken, sizeof(int64), OutboxCmpInt64);
 		for (int i = 0; i < n; i++)
 		{
-			if (sorted_has(taken, ntaken, ids[i]))
+			if (OutboxSortedHas(taken, ntaken, ids[i]))
 				keep[i] = false;
 			else if (publish != NULL && publish[i])
 			{
@@ -283,7 +268,7 @@ mine_among(const InFlightEntry *e, const void *arg)
 {
 	const SortedIds *s = arg;
 
-	return e->run == OutboxRelayRun() && sorted_has(s->ids, s->n, e->id);
+	return e->run == OutboxRelayRun() && OutboxSortedHas(s->ids, s->n, e->id);
 }
 
 /*
@@ -301,7 +286,7 @@ OutboxInFlightRemove(Oid dboid, const int64 *ids, int n)
 		return;
 	sorted = palloc(sizeof(int64) * n);
 	memcpy(sorted, ids, sizeof(int64) * n);
-	qsort(sorted, n, sizeof(int64), cmp_int64);
+	qsort(sorted, n, sizeof(int64), OutboxCmpInt64);
 	s.ids = sorted;
 	s.n = n;
 	remove_entries(dboid, mine_among, &s);

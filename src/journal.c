@@ -31,7 +31,7 @@
 #include "event.h"
 #include "guc.h"
 #include "journal.h"
-#include "queue.h"
+#include "pass.h"
 #include "statements.h"
 #include "shmem.h"
 

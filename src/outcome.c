@@ -37,8 +37,9 @@
 #include "guc.h"
 #include "destination.h"
 #include "health.h"
+#include "ordering.h"
 #include "outcome.h"
-#include "queue.h"
+#include "pass.h"
 #include "statements.h"
 
 /*

@@ -46,7 +46,7 @@
 
 #include "guc.h"
 #include "purge.h"
-#include "queue.h"
+#include "pass.h"
 #include "statements.h"
 
 /*

@@ -1,31 +1,24 @@
 /*-------------------------------------------------------------------------
  *
  * queue.c
- *	  The claim's SQL: open the extension's tables for a pass, claim due
- *	  events and decode them, mark those the claim delivers or parks, find
- *	  the next event and when the next retry is due. The journal of events
- *	  in flight is in journal.c, the recording of outcomes in outcome.c.
+ *	  The claim's SQL: claim due events, mark those the claim delivers or
+ *	  parks, find the next event and when the next retry is due. A claimed
+ *	  row is decoded in claim_decode.c; the extension's tables for a pass,
+ *	  and the helpers every statement over them shares, are in pass.c; the
+ *	  journal of events in flight is in journal.c, the recording of
+ *	  outcomes in outcome.c.
  *
- * Every function here runs with a transaction open and SPI connected, in the
- * relay worker or in a backend calling outbox_relay(). Statements name the
- * tables with the extension's schema, looked up from the catalog, and are
- * kept prepared by statements.c, each with its access path pinned
- * (OutboxPlanPath): the claim and the next-due lookup walk
- * outbox_pending_idx in its order, marks and outcomes fetch rows by TID,
- * failures by primary key, whatever ANALYZE last saw in the table.
+ * Every function here but the SQL-callable ones runs with a transaction
+ * open, SPI connected and OutboxQueueOpen() done, in the relay worker or
+ * in a backend calling outbox_relay(). Each statement's access path is
+ * pinned (OutboxPlanPath, see pass.c): the claim and the next-due lookup
+ * walk outbox_pending_idx in its order, marks and outcomes fetch rows by
+ * TID, failures by primary key, whatever ANALYZE last saw in the table.
  *
  * Routing has one home, the SQL function _outbox_route(), which the view
  * _outbox_pending (read by the statements here) and the outbox_status view
  * call. So has the text that marks a parked event: the trigger on
  * outbox_destinations reads it with _outbox_unroutable_error().
- *
- * The statements name tables and views only, never a function or operator
- * outside pg_catalog, and run with search_path = pg_catalog, pg_temp (the
- * worker pins it; outbox_relay() has it as a SET clause): whoever may
- * create objects in the extension's schema (the owner of public, say) can
- * add a function overload that makes a call by name ambiguous, but cannot
- * add a relation under a name that is taken, and pg_catalog comes before
- * anything else for types, functions and operators.
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
  * one table and no event is claimed by two of them at once. The locks are
@@ -39,7 +32,7 @@
  * The claim also keeps the relay within its memory budget
  * (OUTBOX_RELAY_BYTES), one destination within half the in-flight set's
  * room and within the room its kind has: events left out stay pending,
- * unchanged (OutboxClaim).
+ * unchanged (OutboxClaim; the limits are applied in admission.c).
  *
  * src/queue.c
  *
@@ -47,35 +40,18 @@
  */
 #include "postgres.h"
 
-#include "access/detoast.h"
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "catalog/indexing.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "miscadmin.h"
-#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rel.h"
-#include "utils/timestamp.h"
-#include "utils/typcache.h"
 
-#include "destination.h"
-#include "envelope.h"
-#include "guc.h"
+#include "claim_decode.h"
 #include "health.h"
+#include "ordering.h"
+#include "pass.h"
 #include "queue.h"
-#include "shmem.h"
 #include "statements.h"
-#include "validate.h"
-#include "version.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
 PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
@@ -83,10 +59,6 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
 /* last_error of a parked event; the trigger on destinations looks for it */
 #define UNROUTABLE_ERROR "no enabled destination matches the event type"
 #define UNROUTABLE_RECHECK "10 seconds"
-
-/* The extension as the current pass found it (OutboxQueueOpen). */
-static Oid	ext_oid = InvalidOid;
-static Oid	ext_nspoid = InvalidOid;
 
 /*
  * The claim: due, live events in due order, each with the destination that
@@ -96,16 +68,15 @@ static Oid	ext_nspoid = InvalidOid;
  * memory), which it tests with a hashed subplan, one hash table per claim.
  * It returns each row's ctid: the rows stay locked until the claim's
  * transaction ends, and marking them by TID scan costs about a third less
- * than by primary key lookups. Columns are decoded by the Anum_claim_*
- * numbers below, which must follow the select list. claim_one_stmt takes
- * the one event with id $4 (isolation after an error): a separate
- * statement, as an "id = $4 or any" test would spoil the generic plan of
- * the normal claim (it walks the pending index in order, without sorting).
+ * than by primary key lookups. Its select list, OUTBOX_CLAIM_COLUMNS, is
+ * next to the Anum_claim_* numbers that decode it (claim_decode.h).
+ * claim_one_stmt takes the one event with id $4 (isolation after an
+ * error): a separate statement, as an "id = $4 or any" test would spoil
+ * the generic plan of the normal claim (it walks the pending index in
+ * order, without sorting).
  */
 #define CLAIM_SELECT \
-	"SELECT p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
-	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest, p.cut_off_attempts, p.blocked_by" \
+	"SELECT " OUTBOX_CLAIM_COLUMNS \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
 	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
@@ -129,25 +100,6 @@ static OutboxStatement claim_one_stmt = {
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
-};
-
-enum
-{
-	Anum_claim_id = 1,
-	Anum_claim_ctid,
-	Anum_claim_event_id,
-	Anum_claim_attempts,
-	Anum_claim_event_type,
-	Anum_claim_aggregate_type,
-	Anum_claim_aggregate_id,
-	Anum_claim_created_at,
-	Anum_claim_payload,
-	Anum_claim_headers,
-	Anum_claim_dest_name,
-	Anum_claim_dest,
-	Anum_claim_cut_off_attempts,
-	Anum_claim_blocked_by,
-	Natts_claim = Anum_claim_blocked_by
 };
 
 /* see OUTBOX_DELIVERED_DESTINATION */
@@ -209,84 +161,6 @@ static OutboxStatement unroutable_short_stmt = {
 		UNROUTABLE_SET,
 	.nargs = 1,
 	.argtypes = unroutable_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_KEYED
-};
-
-/*
- * Ordered destinations. An event that is not the head of its key (the
- * view's blocked_by: the event before it, see outbox_key_idx) is held by
- * the claim that meets it: held_by names that event, and it is not due
- * again before that one's delivery releases it (release_stmt), or, should
- * a release be missed, after it has waited as long again (HOLD_MIN to
- * HOLD_MAX), so that claims walk heads rather than backlogs. Holding is
- * only a shortcut: the next claim tests an event again. It is held that
- * long ("sure") only while the event it waits for cannot be done
- * meanwhile: that event is one of this claim's ($3: locked by it, and not
- * delivered at its COMMIT; $5 allowing), or, read under a SHARE lock on
- * its row ($4 allowing), it is still undelivered, and not cancelled or
- * skipped. A delivery
- * of it holds a lock that conflicts: either it committed first (then it
- * is done, and the event is not held: the caller claims again) or it
- * comes after this transaction, finds the event held, and releases it.
- * The lock skips rows that others have locked (whose waits could form a
- * cycle with this one); an event whose wait is not sure, but whose
- * blocker this statement's snapshot sees undelivered, is held for
- * HOLD_SHORT only, so that a claim neither loops on it nor loses it.
- * The caller allows sure holds only when routing cannot change before its
- * COMMIT (OutboxDispatch); a session's outbox_relay(), whose locks last
- * while it sends, takes no lock on another's event ($4 false), and trusts
- * its own claim ($5) as its own outcomes release what it holds.
- */
-#define HOLD_MIN "1 minute"
-#define HOLD_MAX "10 minutes"
-#define HOLD_SHORT "1 second"
-#define BLOCKER_PENDING(b, blocker) \
-	"SELECT FROM %1$s.outbox " b \
-	" WHERE " b ".id = " blocker " AND " b ".delivered_at IS NULL" \
-	"   AND " b ".cancelled_at IS NULL AND " b ".skipped_at IS NULL"
-static const Oid hold_argtypes[] = {TIDARRAYOID, INT8ARRAYOID, BOOLARRAYOID, BOOLOID, BOOLOID};
-static OutboxStatement hold_stmt = {
-	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET held_by = v.blocker,"
-		"       next_attempt_at = now() + CASE WHEN v.sure"
-		"           THEN least(interval '" HOLD_MAX "',"
-		"                      greatest(interval '" HOLD_MIN "', now() - o.created_at))"
-		"           ELSE interval '" HOLD_SHORT "' END"
-		"  FROM (SELECT u.tid, u.blocker,"
-		"               (u.mine AND $5) OR"
-		"               ($4 AND EXISTS (" BLOCKER_PENDING("b", "u.blocker") " FOR SHARE OF b SKIP LOCKED)) AS sure"
-		"          FROM unnest($1::tid[], $2::bigint[], $3::bool[]) AS u(tid, blocker, mine)"
-		"        OFFSET 0) v"		/* not pulled up: "sure" locks, once */
-		" WHERE o.ctid = ANY ($1) AND o.ctid = v.tid"
-		"   AND (v.sure OR EXISTS (" BLOCKER_PENDING("s", "v.blocker") "))",
-	.nargs = 5,
-	.argtypes = hold_argtypes,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
-	.path = OUTBOX_PLAN_BY_TID
-};
-
-/*
- * The events held for those in $1, which are delivered: due at once. Only
- * those still waiting (an event whose recheck came due may be claimed, in
- * flight: its row must not change under its outcome), and not those that
- * another claim has locked: it tests them itself, and waiting for it could
- * close a cycle of claims that release each other's events.
- */
-static const Oid release_argtypes[] = {INT8ARRAYOID};
-static OutboxStatement release_stmt = {
-	.sql =
-		"UPDATE %1$s.outbox o"
-		"   SET held_by = NULL, next_attempt_at = now()"
-		" WHERE o.ctid = ANY (ARRAY("
-		"           SELECT h.ctid FROM %1$s.outbox h"
-		"            WHERE h.held_by = ANY ($1) AND h.next_attempt_at > now()"
-		"              AND h.delivered_at IS NULL"
-		"              FOR UPDATE OF h SKIP LOCKED))"
-		"   AND o.held_by = ANY ($1) AND o.next_attempt_at > now()",
-	.nargs = 1,
-	.argtypes = release_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
 };
@@ -387,389 +261,6 @@ _outbox_unroutable_error(PG_FUNCTION_ARGS pg_attribute_unused())
 }
 
 /*
- * Makes the outbox tables ready for a pass: returns false, doing nothing,
- * when the extension is not installed in this database, another session
- * holds it for DROP EXTENSION, or its SQL objects are of another version
- * than this library (logged once per version seen). Otherwise the
- * extension is locked against a concurrent DROP until the end of the
- * transaction, so the pass never meets half-dropped tables.
- */
-bool
-OutboxQueueOpen(void)
-{
-	static char *mismatch_logged = NULL;
-	Oid			extoid;
-	Oid			nspoid;
-	Oid			again;
-	char	   *version;
-
-	if (!OutboxFindExtension(&extoid, &nspoid, &version))
-	{
-		ext_oid = InvalidOid;	/* what was claimed from it is gone with it */
-		return false;
-	}
-	if (!ConditionalLockDatabaseObject(ExtensionRelationId, extoid, 0,
-									   AccessShareLock))
-		return false;
-	/* the lock processed invalidations: make sure it is still the same */
-	if (!OutboxFindExtension(&again, &nspoid, &version) || again != extoid)
-		return false;
-
-	if (strcmp(version, OUTBOX_VERSION) != 0)
-	{
-		if (mismatch_logged == NULL || strcmp(mismatch_logged, version) != 0)
-		{
-			OutboxReportVersionMismatch(WARNING, true, version);
-			if (mismatch_logged != NULL)
-				pfree(mismatch_logged);
-			mismatch_logged = MemoryContextStrdup(TopMemoryContext, version);
-		}
-		return false;
-	}
-	ext_oid = extoid;
-	ext_nspoid = nspoid;
-	return true;
-}
-
-/* The extension's OID, as the last OutboxQueueOpen() found it. */
-Oid
-OutboxQueueExtension(void)
-{
-	return ext_oid;
-}
-
-/* The extension's schema, as the last OutboxQueueOpen() found it. */
-Oid
-OutboxQueueSchema(void)
-{
-	return ext_nspoid;
-}
-
-/* The text in column col, or NULL. */
-static char *
-text_or_null(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
-}
-
-/* A copy of the jsonb in column col, detoasted, or NULL. */
-static Jsonb *
-jsonb_or_null(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? NULL : DatumGetJsonbPCopy(d);
-}
-
-/*
- * The size of the value in column col, detoasted, without its varlena
- * header; 0 for NULL. Reads only the value's header (or TOAST pointer).
- */
-static Size
-value_size(HeapTuple tuple, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, col, &isnull);
-
-	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
-}
-
-/* n int8 values as an int8[] Datum, in the current memory context. */
-Datum
-OutboxInt8Array(const int64 *values, int n)
-{
-	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		d[i] = Int64GetDatum(values[i]);
-	return PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
-/*
- * What the claim keeps while it decodes destinations: the row type's
- * descriptor (pinned; NULL until the first) and its column numbers.
- */
-typedef struct DestDecoding
-{
-	TupleDesc	desc;
-	OutboxColumnCache cache;
-	const struct ClaimSecrets *secrets; /* outbox_destination_secrets */
-} DestDecoding;
-
-/*
- * The secrets of outbox_destination_secrets in use (not retired), read
- * once per claim, before it (load_secrets): by destination, oldest first.
- */
-typedef struct ClaimSecrets
-{
-	int			n;
-	char	  **dest;
-	char	  **secret;
-} ClaimSecrets;
-
-static OutboxStatement secrets_stmt = {
-	.sql =
-		"SELECT destination, secret FROM %1$s.outbox_destination_secrets"
-		" WHERE retire_at IS NULL OR retire_at > now()"
-		" ORDER BY destination, added_at, secret",
-	.nargs = 0,
-	.argtypes = NULL,
-	.cursor_options = CURSOR_OPT_GENERIC_PLAN
-};
-
-/*
- * Reads the secrets in use into cs, in the current memory context, in the
- * claim's transaction, after the claim and with a snapshot of its own
- * (not read-only): it sees every secret the claim's snapshot saw, so that
- * a rotation that commits meanwhile (a secret moved from the secret column
- * to the table, a destination created with its secrets) never leaves a
- * claimed event without one; a secret it sees twice signs twice.
- */
-static void
-load_secrets(ClaimSecrets *cs)
-{
-	int			rc = SPI_execute_plan(OutboxStatementPlan(&secrets_stmt, ext_nspoid),
-									  NULL, NULL, false, 0);
-
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read the destinations' secrets: %s", SPI_result_code_string(rc));
-	cs->n = (int) SPI_processed;
-	cs->dest = palloc(sizeof(char *) * Max(cs->n, 1));
-	cs->secret = palloc(sizeof(char *) * Max(cs->n, 1));
-	for (int i = 0; i < cs->n; i++)
-	{
-		cs->dest[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		cs->secret[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-	}
-}
-
-/*
- * The signing secrets of a destination into dest->secrets: its secret
- * column's (may be NULL), then those of outbox_destination_secrets in use,
- * copied into the current memory context. Returns the bytes they take.
- */
-static Size
-attach_secrets(OutboxDestination *dest, char *column, const ClaimSecrets *cs)
-{
-	Size		bytes = 0;
-	int			n = column != NULL ? 1 : 0;
-
-	for (int i = 0; cs != NULL && i < cs->n; i++)
-		if (strcmp(cs->dest[i], dest->name) == 0)
-			n++;
-	dest->nsecrets = 0;
-	dest->secrets = NULL;
-	if (n == 0)
-		return 0;
-	dest->secrets = palloc(sizeof(char *) * n);
-	if (column != NULL)
-	{
-		dest->secrets[dest->nsecrets++] = column;
-		bytes += strlen(column) + 1;
-	}
-	for (int i = 0; cs != NULL && i < cs->n; i++)
-	{
-		if (strcmp(cs->dest[i], dest->name) != 0)
-			continue;
-		dest->secrets[dest->nsecrets++] = pstrdup(cs->secret[i]);
-		bytes += strlen(cs->secret[i]) + 1;
-	}
-	return bytes + sizeof(char *) * n;
-}
-
-/*
- * Decodes the destination of a claimed row (the composite column dest, a
- * row of outbox_destinations) into ev->dest: the columns every kind reads
- * here, the kind's own through its decode. Returns the bytes that takes.
- * A kind or format this library does not have (a newer version's, whose
- * library the server has not loaded) sets ev->error instead: the event is
- * retried, and goes once the library is there.
- */
-static Size
-decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, Anum_claim_dest, &isnull);
-	HeapTupleHeader h;
-	HeapTupleData row_tuple;
-	OutboxDestinationRow row;
-	char	   *kind;
-	Size		bytes;
-
-	Assert(!isnull);
-	h = DatumGetHeapTupleHeader(d);
-	bytes = HeapTupleHeaderGetDatumLength(h);
-	row_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
-	ItemPointerSetInvalid(&row_tuple.t_self);
-	row_tuple.t_tableOid = InvalidOid;
-	row_tuple.t_data = h;
-	if (dd->desc == NULL || dd->desc->tdtypeid != HeapTupleHeaderGetTypeId(h) ||
-		dd->desc->tdtypmod != HeapTupleHeaderGetTypMod(h))
-	{
-		if (dd->desc != NULL)
-			ReleaseTupleDesc(dd->desc);
-		dd->desc = NULL;
-		dd->cache.n = 0;
-		dd->desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
-										  HeapTupleHeaderGetTypMod(h));
-	}
-	row.tuple = &row_tuple;
-	row.desc = dd->desc;
-	row.old_tuple = NULL;
-	row.cache = &dd->cache;
-
-	kind = OutboxDestinationText(&row, "kind");
-	ev->dest.format = OutboxDestinationText(&row, "format");
-	d = OutboxDestinationColumn(&row, "created_at", &isnull);
-	ev->dest.created_at = isnull ? 0 : DatumGetTimestampTz(d);
-	ev->dest.event_headers_filtered =
-		OutboxDestinationEventHeaders(&row, &ev->dest.event_headers,
-									  &ev->dest.nevent_headers, &bytes);
-	bytes += attach_secrets(&ev->dest, OutboxDestinationText(&row, "secret"), dd->secrets);
-	ev->dest.kind = kind != NULL ? OutboxKindByName(kind) : NULL;
-	if (ev->dest.kind == NULL)
-		ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
-							 ev->dest.name, kind ? kind : "null");
-	else if (ev->dest.format == NULL ||
-			 !OutboxKindHasFormat(ev->dest.kind, ev->dest.format))
-		ev->error = psprintf("destination \"%s\" has a format this library does not have (%s)",
-							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
-	else
-		bytes += ev->dest.kind->decode(&row, &ev->dest);
-	return bytes;
-}
-
-/*
- * Decodes one row of the claim into ev (zeroed by the caller) and returns
- * the bytes its columns take in memory. The sizes of the event's own
- * columns are checked first, as stored (OutboxEventSizesCheck): an event
- * over a limit is not read further, and gets a permanent failure with the
- * reason in ev->error, so nothing large is ever copied or built from it.
- */
-static Size
-decode_event(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, DestDecoding *dd)
-{
-	bool		isnull;
-	OutboxEventSizes sizes;
-	OutboxProblem p;
-	Size		bytes = sizeof(OutboxEvent);
-
-	ev->id = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_id, &isnull));
-	ev->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tuple, desc, Anum_claim_ctid, &isnull));
-	ev->event_id = text_or_null(tuple, desc, Anum_claim_event_id);
-	ev->attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_attempts, &isnull));
-	ev->cut_off_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, Anum_claim_cut_off_attempts,
-													   &isnull));
-	ev->created_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, Anum_claim_created_at, &isnull));
-	ev->retry_after_ms = -1;
-	ev->blocked_by = DatumGetInt64(SPI_getbinval(tuple, desc, Anum_claim_blocked_by, &isnull));
-	if (isnull)
-		ev->blocked_by = 0;
-
-	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
-	if (ev->dest.name != NULL)
-		bytes += decode_destination(tuple, desc, ev, dd);
-
-	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
-	sizes.aggregate_type = value_size(tuple, desc, Anum_claim_aggregate_type);
-	sizes.aggregate_id = value_size(tuple, desc, Anum_claim_aggregate_id);
-	sizes.payload = value_size(tuple, desc, Anum_claim_payload);
-	sizes.headers = value_size(tuple, desc, Anum_claim_headers);
-	if (!OutboxEventSizesCheck(&sizes, &p))
-	{
-		ev->permanent = true;
-		ev->error = p.detail ? psprintf("%s (%s)", p.message, p.detail) : p.message;
-		return bytes;
-	}
-	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
-	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
-	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);
-	ev->payload = jsonb_or_null(tuple, desc, Anum_claim_payload);
-	ev->headers = jsonb_or_null(tuple, desc, Anum_claim_headers);
-	/* only the headers its destination forwards, whatever the kind */
-	if (ev->headers != NULL && ev->dest.name != NULL && ev->dest.event_headers_filtered)
-		ev->headers = OutboxForwardedEventHeaders(ev->headers, ev->dest.event_headers,
-												  ev->dest.nevent_headers);
-	return bytes + sizes.event_type + sizes.aggregate_type + sizes.aggregate_id +
-		sizes.payload + sizes.headers;
-}
-
-/*
- * How many events of one destination a claim put in flight, and how many
- * its kind had room for when the claim first met it.
- */
-typedef struct DestTaken
-{
-	const char *name;
-	int			n;
-	int			room;			/* -1: no limit */
-} DestTaken;
-
-/*
- * The entry of ev's destination in *taken (a List of DestTaken), made at
- * the first event of it: its room is what its kind can take now (room,
- * see destination.h), less the events of it in holding, whose outcome the
- * caller holds unrecorded: they are still in flight.
- */
-static DestTaken *
-dest_entry(List **taken, const OutboxEvent *ev, List *holding)
-{
-	ListCell   *lc;
-	DestTaken  *t;
-
-	foreach(lc, *taken)
-	{
-		t = lfirst(lc);
-		if (strcmp(t->name, ev->dest.name) == 0)
-			return t;
-	}
-	t = palloc(sizeof(DestTaken));
-	t->name = ev->dest.name;
-	t->n = 0;
-	t->room = OutboxKindRoom(ev);
-	if (t->room >= 0)
-	{
-		foreach(lc, holding)
-		{
-			const OutboxEvent *h = lfirst(lc);
-
-			if (h->dest.name != NULL && strcmp(h->dest.name, t->name) == 0)
-				t->room--;
-		}
-		t->room = Max(t->room, 0);
-	}
-	*taken = lappend(*taken, t);
-	return t;
-}
-
-/*
- * Whether decoded event ev, which would go in flight, may fit the relay's
- * memory budget with used bytes already taken, before its body is built:
- * false only if the largest its envelope can be (OutboxEnvelopeBound),
- * twice, does not fit. An event that will not go in flight (no
- * destination, an error, a kind that sends at COMMIT, an envelope over
- * its limit) always may.
- */
-static bool
-fits_before_prepare(OutboxEvent *ev, Size used)
-{
-	Size		bound;
-
-	if (ev->error != NULL || ev->dest.name == NULL || ev->payload == NULL ||
-		ev->dest.kind->send_point != OUTBOX_SEND_AFTER_COMMIT)
-		return true;
-	/* kept in the event: prepare checks the limit with it, without a second walk */
-	bound = OutboxEventEnvelopeBound(ev);
-	/* over the limit: prepare dead-letters it, without building anything */
-	return bound > OUTBOX_MAX_ENVELOPE_BYTES ||
-		used + 2 * bound <= OUTBOX_RELAY_BYTES;
-}
-
-/*
  * Runs the claim's statement (see OutboxClaim for the arguments), leaving
  * the rows it locked in SPI_tuptable. Returns false, claiming nothing, when
  * skip leaves out every enabled destination (see others_stmt).
@@ -794,7 +285,7 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
 	{
 		bool		isnull;
 
-		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, ext_nspoid),
+		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, OutboxQueueSchema()),
 							  &values[1], NULL, false, 1);
 		if (rc != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not look for destinations: %s", SPI_result_code_string(rc));
@@ -803,7 +294,7 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
 	}
 
 	rc = SPI_execute_plan(OutboxStatementPlan(only_id != 0 ? &claim_one_stmt : &claim_stmt,
-											  ext_nspoid),
+											  OutboxQueueSchema()),
 						  values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not claim events: %s", SPI_result_code_string(rc));
@@ -811,128 +302,6 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
 		elog(ERROR, "claim returned %d columns, expected %d",
 			 SPI_tuptable->tupdesc->natts, Natts_claim);
 	return true;
-}
-
-/* What the claim admits so far, against the limits of OutboxClaim. */
-typedef struct Admission
-{
-	Size		held;			/* in flight, the events admitted included */
-	int			per_dest;		/* 0: no share per destination */
-	Size		bytes;			/* the claim's own cost so far */
-	List	   *taken;			/* of DestTaken */
-	List	   *holding;		/* see OutboxClaimLimits */
-	bool		leave_alone;	/* leave out events to be sent alone */
-	bool		budget_limited;
-	bool		dest_limited;
-	bool		kind_limited;
-	bool		alone_left;		/* one such event was left out */
-	const ClaimSecrets *secrets;
-} Admission;
-
-/* Frees what a decoded event left out of the claim holds, and zeroes it. */
-static void
-leave_out(OutboxEvent *e)
-{
-	if (e->body != NULL)
-		pfree(e->body);
-	if (e->payload != NULL)
-		pfree(e->payload);
-	memset(e, 0, sizeof(OutboxEvent));
-}
-
-/*
- * Decodes the nrows claimed rows in tt and prepares those the limits
- * admit (see OutboxClaim) into ev[0..], in the current memory context;
- * returns how many.
- */
-static int
-admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prepare,
-			 Admission *adm)
-{
-	TupleDesc	desc = tt->tupdesc;
-	DestDecoding dd = {.desc = NULL, .secrets = adm->secrets};
-	int			n = 0;
-
-	for (int i = 0; i < nrows; i++)
-	{
-		OutboxEvent *e = &ev[n];
-		DestTaken  *t;
-		Size		cost;
-		bool		fits = true;
-
-		CHECK_FOR_INTERRUPTS();
-		cost = decode_event(tt->vals[i], desc, e, &dd);
-		if (e->blocked_by != 0)
-		{
-			/* not its key's turn: held, nothing built (OutboxHold) */
-			if (e->payload != NULL)
-				pfree(e->payload);
-			e->payload = NULL;
-			e->cost = 0;
-			n++;
-			continue;
-		}
-		if (adm->leave_alone && e->cut_off_attempts >= OUTBOX_ALONE_AFTER &&
-			e->error == NULL && e->dest.name != NULL &&
-			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
-		{
-			/* sent in a claim of its own, with nothing else in flight */
-			adm->alone_left = true;
-			leave_out(e);
-			continue;
-		}
-		t = NULL;
-		if (e->error == NULL && e->dest.name != NULL &&
-			e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
-			t = dest_entry(&adm->taken, e, adm->holding);
-		if (t != NULL && t->room >= 0 && t->n >= t->room)
-		{
-			/* its kind could not start it: it would wait there, its clock running */
-			adm->kind_limited = true;
-			leave_out(e);
-			continue;
-		}
-		if (t != NULL && adm->per_dest > 0 && t->n >= adm->per_dest)
-		{
-			/* the rest of this destination's backlog waits for the next claim */
-			adm->dest_limited = true;
-			leave_out(e);
-			continue;
-		}
-		if (adm->held > 0 && !fits_before_prepare(e, adm->held + cost))
-		{
-			/* not built only to be thrown away: it is left until room is made */
-			adm->budget_limited = true;
-			leave_out(e);
-			continue;
-		}
-		cost += prepare(e);
-		if (OutboxEventGoesInFlight(e))
-			fits = adm->held + cost <= OUTBOX_RELAY_BYTES || adm->held == 0;
-		if (fits && n > 0 && adm->bytes + cost > OUTBOX_RELAY_BYTES)
-			fits = false;
-		if (!fits)
-		{
-			/* its body alone can be 128 MB: gone now, not with the claim */
-			adm->budget_limited = true;
-			leave_out(e);
-			if (adm->bytes >= OUTBOX_RELAY_BYTES)
-				break;
-			continue;
-		}
-		e->cost = cost;
-		adm->bytes += cost;
-		if (OutboxEventGoesInFlight(e))
-		{
-			adm->held += cost;
-			Assert(t != NULL);
-			t->n++;
-		}
-		n++;
-	}
-	if (dd.desc != NULL)
-		ReleaseTupleDesc(dd.desc);
-	return n;
 }
 
 /*
@@ -944,10 +313,10 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
  * are left for later, and so are the lim->nexclude events in lim->exclude
  * (those in flight); lim->only_id, if not 0, claims that one event. An
  * event without a destination has dest.name NULL; one over a size limit
- * has a permanent error (see decode_event). Returns the number of events
- * to process, each with its cost (what it takes in the relay's memory:
- * columns, and the body prepare built), and fills *left: the rows locked,
- * and which limit left events out.
+ * has a permanent error (see OutboxDecodeEvent). Returns the number of
+ * events to process, each with its cost (what it takes in the relay's
+ * memory: columns, and the body prepare built), and fills *left: the rows
+ * locked, and which limit left events out.
  *
  * The limits. The relay's memory budget (OUTBOX_RELAY_BYTES) leaves events
  * out: those that would go in flight once the events in flight cost more
@@ -968,15 +337,16 @@ admit_events(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prep
  * claim that would put it in flight: the relay claims it by itself.
  *
  * Events left out are freed, and their rows unlocked unchanged when the
- * transaction ends. Interruptible between events. Caller has a
- * transaction open, SPI connected and OutboxQueueOpen() done.
+ * transaction ends (admission.c). Interruptible between events. Caller has
+ * a transaction open, SPI connected and OutboxQueueOpen() done; ERROR if
+ * SPI fails, which aborts the claim.
  */
 int
 OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn prepare,
 			OutboxEvent **events, OutboxClaimLeft *left)
 {
-	ClaimSecrets secrets;
-	Admission	adm = {.held = lim->held, .per_dest = lim->per_dest,
+	OutboxClaimSecrets secrets;
+	OutboxAdmission adm = {.held = lim->held, .per_dest = lim->per_dest,
 		.holding = lim->holding, .leave_alone = lim->leave_alone, .secrets = &secrets};
 	int			n;
 	MemoryContext old;
@@ -990,80 +360,16 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 
 	left->claimed = (int) SPI_processed;
 	claimed = SPI_tuptable;		/* kept until SPI_finish */
-	load_secrets(&secrets);
+	OutboxLoadSecrets(&secrets);
 	old = MemoryContextSwitchTo(cxt);
 	*events = palloc0(sizeof(OutboxEvent) * Max(left->claimed, 1));
-	n = admit_events(claimed, *events, left->claimed, prepare, &adm);
+	n = OutboxAdmit(claimed, *events, left->claimed, prepare, &adm);
 	MemoryContextSwitchTo(old);
 	left->budget_limited = adm.budget_limited;
 	left->dest_limited = adm.dest_limited;
 	left->kind_limited = adm.kind_limited;
 	left->alone = adm.alone_left;
 	return n;
-}
-
-/*
- * The claimed row versions of n events, as a tid[] Datum for the mark and
- * outcome statements, in the current memory context.
- */
-Datum
-OutboxTidArray(OutboxEvent **events, int n)
-{
-	Datum	   *tids = palloc(sizeof(Datum) * n);
-
-	for (int i = 0; i < n; i++)
-		tids[i] = PointerGetDatum(&events[i]->tid);
-	return PointerGetDatum(construct_array(tids, n, TIDOID, sizeof(ItemPointerData),
-										   false, TYPALIGN_SHORT));
-}
-
-/*
- * Warns when a mark statement (the last SPI statement) changed fewer rows
- * than the n it was given: the rows are locked by the pass, so this should
- * not happen, and an unmarked event would be delivered again. delivered:
- * they were to be marked delivered, else as failed attempts.
- */
-void
-OutboxCheckMarked(int n, bool delivered)
-{
-	if (SPI_processed == (uint64) n)
-		return;
-	if (delivered)
-		ereport(WARNING,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("marked %llu of %d events delivered",
-						(unsigned long long) SPI_processed, n),
-				 errdetail("The others stay pending and will be delivered again.")));
-	else
-		ereport(WARNING,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("recorded the failed attempt of %llu of %d events",
-						(unsigned long long) SPI_processed, n),
-				 errdetail("The others stay pending and will be delivered again.")));
-}
-
-/*
- * The three arrays (text[], text[], timestamptz[]) of OUTBOX_DELIVERED_DESTINATION
- * for n delivered events, into values[0..2]: each one's destination name,
- * kind and created_at as claimed. Caller is in SPI with a transaction open.
- */
-void
-OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values)
-{
-	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *kinds = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *created = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-	{
-		dests[i] = CStringGetTextDatum(events[i]->dest.name);
-		kinds[i] = CStringGetTextDatum(events[i]->dest.kind->name);
-		created[i] = TimestampTzGetDatum(events[i]->dest.created_at);
-	}
-	values[0] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(kinds, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
 }
 
 /*
@@ -1086,108 +392,11 @@ OutboxMarkDelivered(OutboxEvent **events, int n)
 	values[0] = OutboxTidArray(events, n);
 	OutboxDeliveryDestinations(events, n, &values[1]);
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&delivered_stmt, ext_nspoid), values, NULL, false, 0);
+	rc = SPI_execute_plan(OutboxStatementPlan(&delivered_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not mark events delivered: %s", SPI_result_code_string(rc));
 	OutboxCheckMarked(n, true);
 	return OutboxReleaseHeld(events, n);
-}
-
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
-/*
- * Holds the n claimed events in held, which are not the head of their key
- * for an ordered destination (ev->blocked_by, see hold_stmt). mine lists
- * the nmine ids of the claim's events that stay undelivered after its
- * COMMIT (held, in flight, failed), sorted in place here. lock_others
- * allows long holds for an event outside the claim, read under a lock,
- * trust_mine for one of the claim's (see hold_stmt). Returns how many
- * were not held: they are
- * due, and the caller should claim again at once. Never waits for a
- * lock. Same context and errors as OutboxMarkDelivered.
- */
-int
-OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine, bool lock_others,
-		   bool trust_mine)
-{
-	Datum	   *blockers;
-	Datum	   *owned;
-	Datum		values[5];
-	int			rc;
-
-	if (n == 0)
-		return 0;
-	qsort(mine, nmine, sizeof(int64), cmp_int64);
-	blockers = palloc(sizeof(Datum) * n);
-	owned = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < n; i++)
-	{
-		blockers[i] = Int64GetDatum(held[i]->blocked_by);
-		owned[i] = BoolGetDatum(nmine > 0 &&
-								bsearch(&held[i]->blocked_by, mine, nmine, sizeof(int64),
-										cmp_int64) != NULL);
-	}
-	values[0] = OutboxTidArray(held, n);
-	values[1] = PointerGetDatum(construct_array(blockers, n, INT8OID, 8, FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[2] = PointerGetDatum(construct_array(owned, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-	values[3] = BoolGetDatum(lock_others);
-	values[4] = BoolGetDatum(trust_mine);
-	rc = SPI_execute_plan(OutboxStatementPlan(&hold_stmt, ext_nspoid), values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "could not hold events of ordered destinations: %s", SPI_result_code_string(rc));
-	return n - (int) SPI_processed;
-}
-
-/*
- * Makes due at once the events held for those of the n events (just
- * marked delivered, in this transaction; see release_stmt): the next
- * event of each key. Any event with an aggregate id may have some, its
- * destination ordered now or not (it may have become ordered since its
- * claim); events without one are passed over, and nothing is run if none
- * has. Returns how many events were released. Same context and errors as
- * OutboxMarkDelivered.
- */
-int
-OutboxReleaseHeld(OutboxEvent **events, int n)
-{
-	int64	   *ids = palloc(sizeof(int64) * Max(n, 1));
-	int			nids = 0;
-	Datum		values[1];
-	int			rc;
-
-	for (int i = 0; i < n; i++)
-		if (events[i]->aggregate_id != NULL)
-			ids[nids++] = events[i]->id;
-	if (nids == 0)
-		return 0;
-	values[0] = OutboxInt8Array(ids, nids);
-	rc = SPI_execute_plan(OutboxStatementPlan(&release_stmt, OutboxQueueSchema()),
-						  values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "could not release held events: %s", SPI_result_code_string(rc));
-	return (int) SPI_processed;
-}
-
-/*
- * Takes a SHARE lock on outbox_destinations if it can at once, until the
- * transaction ends: then no change of routing commits before then, and
- * statements started after see every one committed. Returns whether it
- * did. Never waits.
- */
-bool
-OutboxLockRouting(void)
-{
-	Oid			destinations = get_relname_relid("outbox_destinations", ext_nspoid);
-
-	return OidIsValid(destinations) && ConditionalLockRelationOid(destinations, ShareLock);
 }
 
 /*
@@ -1209,7 +418,7 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 	values[0] = OutboxTidArray(events, n);
 	locked = OutboxLockRouting();
 	rc = SPI_execute_plan(OutboxStatementPlan(locked ? &unroutable_stmt : &unroutable_short_stmt,
-											  ext_nspoid),
+											  OutboxQueueSchema()),
 						  values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not park events without a destination: %s", SPI_result_code_string(rc));
@@ -1217,8 +426,9 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
 
 /*
  * Finds the event the claim would take next (skip and exclude as for
- * OutboxClaim), without locking it: its id and attempt count. Returns false if none is
- * due.
+ * OutboxClaim), without locking it: sets *id and *attempts and returns
+ * true, or returns false if none is due. Caller has a transaction open,
+ * SPI connected and OutboxQueueOpen() done; ERROR if SPI fails.
  */
 bool
 OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
@@ -1234,7 +444,7 @@ OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int
 		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
 	values[1] = OutboxInt8Array(exclude, nexclude);
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, ext_nspoid), values, NULL, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, OutboxQueueSchema()), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -1258,7 +468,7 @@ OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
 	int			rc;
 
 	values[0] = OutboxInt8Array(exclude, nexclude);
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_alone_stmt, ext_nspoid), values, NULL, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_alone_stmt, OutboxQueueSchema()), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event to send alone: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -1275,7 +485,8 @@ OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
  * its journal that makes them due at once (relay.c). Run with a
  * snapshot of its own (not read-only), so that it sees this transaction's
  * writes and whatever was committed meanwhile: a decision about when to look
- * again must never rest on an older picture.
+ * again must never rest on an older picture. Caller has a transaction
+ * open, SPI connected and OutboxQueueOpen() done; ERROR if SPI fails.
  */
 double
 OutboxNextDueMs(void)
@@ -1284,7 +495,7 @@ OutboxNextDueMs(void)
 	bool		isnull;
 	Datum		d;
 
-	rc = SPI_execute_plan(OutboxStatementPlan(&next_due_stmt, ext_nspoid), NULL, NULL, false, 1);
+	rc = SPI_execute_plan(OutboxStatementPlan(&next_due_stmt, OutboxQueueSchema()), NULL, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next retry: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)

@@ -3,7 +3,9 @@
  * queue.h
  *	  The relay's statements that read the outbox table: claim due events,
  *	  mark those the claim delivers or parks, find the next due event.
- *	  The journal (journal.h) and the outcomes (outcome.h) have their own.
+ *	  The journal (journal.h), the outcomes (outcome.h) and the holds of
+ *	  ordered destinations (ordering.h) have their own; opening the tables
+ *	  for a pass is in pass.h.
  *
  * src/queue.h
  *
@@ -15,6 +17,7 @@
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 
+#include "admission.h"
 #include "event.h"
 
 /* What a claim may take (OutboxClaim says what each means). */
@@ -43,40 +46,14 @@ typedef struct OutboxClaimLeft
 	bool		alone;			/* an event to be sent alone */
 } OutboxClaimLeft;
 
-/* Builds what will be sent for a claimed event; returns the bytes it took. */
-typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
-
-extern bool OutboxQueueOpen(void);
-extern Oid	OutboxQueueSchema(void);
-extern Oid	OutboxQueueExtension(void);
 extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
 extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
-/*
- * Where a delivery is recorded, in an UPDATE of outbox over
- * unnest(..., $dest, $kind, $created) AS u(..., dest, kind, created) whose
- * arrays OutboxDeliveryDestinations fills: the destination's name only if
- * that name still stands for the destination the event was claimed for
- * (same kind, same creation), else NULL. A destination replaced while an
- * event was in flight (a webhook deleted, a NOTIFY channel created under
- * its name) must not have that event read as its own by outbox_catch_up.
- */
-#define OUTBOX_DELIVERED_DESTINATION \
-	"(SELECT d.name FROM %1$s.outbox_destinations d" \
-	"  WHERE d.name = u.dest AND d.kind = u.kind AND d.created_at = u.created)"
-extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values);
 extern int	OutboxMarkDelivered(OutboxEvent **events, int n);
-extern bool OutboxLockRouting(void);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
-extern int	OutboxHold(OutboxEvent **held, int n, int64 *mine, int nmine,
-					   bool lock_others, bool trust_mine);
-extern int	OutboxReleaseHeld(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);
-extern Datum OutboxInt8Array(const int64 *values, int n);
-extern Datum OutboxTidArray(OutboxEvent **events, int n);
-extern void OutboxCheckMarked(int n, bool delivered);
 
 extern Datum _outbox_claim_query(PG_FUNCTION_ARGS);
 extern Datum _outbox_unroutable_error(PG_FUNCTION_ARGS);

@@ -32,6 +32,7 @@
 #include "journal.h"
 #include "log_limit.h"
 #include "outcome.h"
+#include "pass.h"
 #include "queue.h"
 #include "shmem.h"
 #include "steps.h"

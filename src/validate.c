@@ -15,11 +15,11 @@
  * tests, so it raises its own errors first; they name the field and the
  * rule, never a value. NOT NULL is tested here for the same reason.
  *
- * The relay applies the same checks to what it claims (queue.c, and the
- * kinds' prepare), on the stored sizes first, so that an event that got
- * past the trigger is dead-lettered with the reason before anything large
- * is built from it; a destination's headers and secret are checked again
- * when a request is built from them.
+ * The relay applies the same checks to what it claims (claim_decode.c,
+ * and the kinds' prepare), on the stored sizes first, so that an event
+ * that got past the trigger is dead-lettered with the reason before
+ * anything large is built from it; a destination's headers and secret are
+ * checked again when a request is built from them.
  *
  * A restore is let through (restoring()): a dump holds rows that older
  * versions' rules allowed, and the COPY that loads a table is all or
