@@ -202,7 +202,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecod
 		ev->error = psprintf("destination \"%s\" has a format this library does not have (%s)",
 							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
 	else
-		bytes += ev->dest.kind->decode(&row, &ev->dest);
+		bytes += OutboxKindDecode(&row, &ev->dest);
 	return bytes;
 }
 

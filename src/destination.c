@@ -148,6 +148,19 @@ OutboxKindState(const OutboxDestinationKind *kind)
  * tableam.h's table_* wrappers: the claim and the wait call these, never
  * the pointers. Each runs where its callback says (destination.h).
  */
+bool
+OutboxKindCheckDestination(const OutboxDestinationKind *kind, const OutboxDestinationRow *row,
+						   OutboxProblem *p)
+{
+	return kind->check_destination(row, p);
+}
+
+Size
+OutboxKindDecode(const OutboxDestinationRow *row, OutboxDestination *dest)
+{
+	return dest->kind->decode(row, dest);
+}
+
 Size
 OutboxKindPrepare(OutboxEvent *ev)
 {

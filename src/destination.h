@@ -268,6 +268,9 @@ extern bool OutboxKindsBusy(void);
 extern List *OutboxKindsFull(void);
 extern void OutboxKindsAbandon(void);
 extern void *OutboxKindState(const OutboxDestinationKind *kind);
+extern bool OutboxKindCheckDestination(const OutboxDestinationKind *kind,
+									   const OutboxDestinationRow *row, OutboxProblem *p);
+extern Size OutboxKindDecode(const OutboxDestinationRow *row, OutboxDestination *dest);
 extern Size OutboxKindPrepare(OutboxEvent *ev);
 extern void OutboxKindSend(OutboxEvent *ev);
 extern void OutboxKindEnqueue(OutboxEvent *ev);

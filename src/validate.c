@@ -722,7 +722,7 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	row.tuple = tuple;
 	row.old_tuple = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL;
 	row.cache = NULL;
-	if (!kind->check_destination(&row, &p))
+	if (!OutboxKindCheckDestination(kind, &row, &p))
 		OutboxRaiseProblem(&p);
 	return PointerGetDatum(tuple);
 }
