@@ -79,10 +79,10 @@
 #include "headers.h"
 #include "log_limit.h"
 
+#include "jetstream_int.h"
+
 /* outbox.jetstream_max_pending: its largest value */
 #define JS_MAX_PENDING_LIMIT 4096
-/* servers of one destination, at most */
-#define JS_MAX_SERVERS 16
 /* the longest nats_servers, nats_subject, stream name, file path */
 #define JS_SERVERS_MAX_BYTES 8192
 #define JS_SUBJECT_MAX_BYTES 1024
@@ -90,34 +90,14 @@
 #define JS_BUILT_SUBJECT_MAX_BYTES 3840
 #define JS_STREAM_MAX_BYTES 255
 #define JS_PATH_MAX_BYTES 1024
-/* error text kept from libnats, in the threads' fixed buffers */
-#define JS_TEXT_BYTES 256
 /* a failed connection is tried again after this much, doubling, at most */
 #define JS_RECONNECT_MIN_MS 1000
 #define JS_RECONNECT_MAX_MS 30000
 
 /* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
-extern const OutboxDestinationKind OutboxJetStreamKind;
-
 static int	js_timeout = 5000;
 static int	js_max_pending = 1024;
 
-/* A JetStream destination's own columns (OutboxDestination.options). */
-typedef struct JsDestOptions
-{
-	char	   *servers;		/* nats_servers: comma-separated URLs */
-	char	   *subject;		/* nats_subject: a subject or a template */
-	char	   *stream;			/* nats_stream */
-	char	   *user;			/* nats_user, with nats_password */
-	char	   *password;
-	char	   *token;			/* nats_token */
-	char	   *creds_file;		/* nats_creds_file */
-	char	   *ca_file;		/* nats_ca_file */
-	int			timeout_ms;		/* timeout_ms, or -1: outbox.jetstream_timeout */
-	Jsonb	   *headers;		/* headers (the destination's), or NULL */
-} JsDestOptions;
-
-#define JS_OPTIONS(ev) ((const JsDestOptions *) (ev)->dest.options)
 
 /* The fields of an event a subject template may name. */
 static const char *const template_fields[] = {"event_type", "aggregate_type", "aggregate_id"};
@@ -317,123 +297,6 @@ event_subject(const OutboxEvent *ev, char **error)
  * Connections, shared with the threads
  * ---------------------------------------------------------------------
  */
-
-typedef enum JsState
-{
-	JS_IDLE,					/* no thread */
-	JS_CONNECTING,				/* the connection's thread is connecting */
-	JS_READY,					/* connected, stream checked: publishing */
-	JS_FAILED					/* the connection attempt failed */
-} JsState;
-
-/* An outcome, as the PubAck handler or the publishing thread records it. */
-typedef struct JsAck
-{
-	natsMsg    *msg;			/* the message published */
-	natsStatus	status;			/* NATS_OK: a PubAck */
-	jsErrCode	code;			/* JetStream's error code, or 0 */
-	bool		duplicate;		/* a PubAck: the stream had the message already */
-	bool		not_puback;		/* a JSON answer, but no PubAck of the stream:
-								 * the stream it names (or none) in text */
-	uint64		sequence;		/* and the sequence it has, or 0 */
-	bool		unreadable;		/* an answer that is not JSON: libnats's
-								 * parser's words, which quote it, in text */
-	bool		other_stream;	/* a PubAck of another stream, named in text */
-	char		text[JS_TEXT_BYTES];	/* libnats's or the stream's error */
-} JsAck;
-
-/* A message for the connection's thread to publish; malloc'd. */
-typedef struct JsPublish
-{
-	struct JsPublish *next;
-	natsMsg    *msg;
-	int64		max_wait;		/* ms for its PubAck: what its time limit has left */
-	char		msg_id[40];		/* the event_id: a uuid's text */
-} JsPublish;
-
-/*
- * An event waiting to be published. Its time limit runs from when the
- * kind took it, right after its claim: connecting, waiting for room and
- * the PubAck all come out of it.
- */
-typedef struct JsWaiting
-{
-	dlist_node	node;
-	OutboxEvent *ev;
-	TimestampTz deadline;		/* its time limit ends: fails then */
-} JsWaiting;
-
-/* A published message whose outcome is not collected. */
-typedef struct JsInFlight
-{
-	natsMsg    *msg;			/* the key */
-	OutboxEvent *ev;			/* NULL: abandoned */
-	char	   *subject;
-} JsInFlight;
-
-/*
- * A destination's connection. Its thread (conn_main) connects, then
- * publishes what the relay queues, and at the end closes and frees
- * libnats's objects; so the relay never calls libnats's connection
- * functions, which wait on the connection's lock while libnats reconnects.
- * The relay frees the struct only after joining the thread with nothing
- * published left unanswered: no libnats callback has it as closure then
- * (the PubAck handler is the only one that does).
- */
-typedef struct JsConn
-{
-	/* relay thread only */
-	char	   *name;			/* the destination */
-	char	   *fingerprint;	/* its options as one string: a change reconnects */
-	MemoryContext cxt;
-	bool		retiring;		/* superseded or unused: closes when idle */
-	dlist_head	waiting;
-	int			nwaiting;
-	HTAB	   *in_flight;		/* natsMsg * -> JsInFlight */
-	int			outstanding;	/* queued or published, outcome not collected */
-	int			live;			/* events taken and not returned */
-	int			timeout_ms;
-	int			failures;		/* connection attempts failed in a row */
-	TimestampTz retry_at;		/* no new attempt before */
-	TimestampTz last_used;		/* the last event taken */
-	bool		thread_started;
-	bool		stopping;		/* its thread was asked to stop */
-	bool		ready_seen;		/* this thread's connection was reported */
-	pthread_t	thread;
-	char	   *servers_text;	/* for messages: the URLs, no credentials */
-	char	   *last_failure;	/* text of the last failed connection */
-
-	/* set before a thread starts, read-only while it runs */
-	int			cap;			/* at most this many outstanding */
-	char	   *stream;
-	char	  **server_list;
-	int			nservers;
-	bool		secure;			/* tls:// or a CA file */
-	char	   *user;
-	char	   *password;
-	char	   *token;
-	char	   *creds_file;
-	char	   *ca_file;
-
-	/* shared with the threads, under mu */
-	pthread_mutex_t mu;
-	pthread_cond_t cond;		/* the queue has messages, or stop is set */
-	JsState		state;
-	bool		stop;			/* close the connection and end */
-	bool		finished;		/* the thread ended */
-	bool		closed;			/* libnats closed the connection for good */
-	char		error[JS_TEXT_BYTES];	/* why the attempt failed */
-	char		lib_error[JS_TEXT_BYTES];	/* and libnats's words, if any */
-	int64		duplicates_ns;
-	int64		max_age_ns;
-	bool		window_read;	/* read (again): the relay checks it */
-	jsCtx	   *js;				/* while READY, until the relay asks to stop */
-	JsPublish  *queue;			/* to publish, in order */
-	JsPublish  *queue_tail;
-	JsAck	   *acks;			/* a ring of cap entries */
-	int			ack_head;
-	int			nacks;
-} JsConn;
 
 /* connections unused this long are closed (a destination deleted, renamed) */
 #define JS_IDLE_CLOSE_MS (5 * 60 * 1000)
