@@ -9,6 +9,7 @@
  *
  *	 jetstream.c		the kind's table and settings, the callbacks the relay
  *						calls, the message of an event and its outcome
+ *	 jetstream_rules.c	the rules of a destination row and of a subject
  *
  * src/kinds/jetstream/jetstream_int.h
  *
@@ -168,5 +169,12 @@ typedef struct JsConn
 	int			ack_head;
 	int			nacks;
 } JsConn;
+
+/* jetstream_rules.c */
+extern char *JetStreamEventSubject(const OutboxEvent *ev, char **error);
+extern char **JetStreamSplitServers(const char *servers, int *n, int *total);
+extern bool JetStreamHoldsNatsPrefix(const char *s);
+extern bool JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p);
+extern Size JetStreamDecode(const OutboxDestinationRow *row, OutboxDestination *dest);
 
 #endif							/* OUTBOX_JETSTREAM_INT_H */
