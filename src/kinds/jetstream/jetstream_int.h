@@ -9,6 +9,8 @@
  *
  *	 jetstream.c		the kind's table and settings, the callbacks the relay
  *						calls, the message of an event and its outcome
+ *	 jetstream_thread.c	what runs on a thread other than the process's own:
+ *						the connection's thread and libnats's callbacks
  *	 jetstream_rules.c	the rules of a destination row and of a subject
  *
  * src/kinds/jetstream/jetstream_int.h
@@ -169,6 +171,9 @@ typedef struct JsConn
 	int			ack_head;
 	int			nacks;
 } JsConn;
+
+/* jetstream_thread.c */
+extern bool JetStreamThreadStart(JsConn *c);
 
 /* jetstream_rules.c */
 extern char *JetStreamEventSubject(const OutboxEvent *ev, char **error);
