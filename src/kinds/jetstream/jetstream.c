@@ -95,17 +95,16 @@ static int	js_max_pending = 1024;
 /* connections unused this long are closed (a destination deleted, renamed) */
 #define JS_IDLE_CLOSE_MS (5 * 60 * 1000)
 
-static MemoryContext js_cxt = NULL;
-static List *conns = NIL;		/* of JsConn, in js_cxt */
-static List *checked = NIL;		/* outbox_jetstream_check()'s, in js_cxt, while their
-								 * threads may run */
-
 /* how long a process that exits waits for its connections to close */
 #define JS_EXIT_WAIT_MS 500
 
-/* a connection's thread outlived JS_EXIT_WAIT_MS: exit without atexit handlers */
-static bool js_threads_left = false;
-static int	js_exit_code = 0;
+/*
+ * The state js_atexit reads. An atexit handler gets no argument, so this is
+ * the one place the kind's state is reached other than through its
+ * callbacks' state argument or OutboxKindState: set by JetStreamSetup when
+ * it registers the handler, and never changed after.
+ */
+static JsKindState *exit_state = NULL;
 
 /*
  * Starts c's thread (JetStreamThreadStart), its shared fields reset for a
@@ -237,15 +236,16 @@ fingerprint(const JsDestOptions *o, int timeout_ms)
  * hold on the library, which then skips that cleanup at exit.
  */
 static void
-js_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+js_at_exit(int code, Datum arg)
 {
-	List	   *all = list_copy(conns);
+	JsKindState *ks = (JsKindState *) DatumGetPointer(arg);
+	List	   *all = list_copy(ks->conns);
 	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), JS_EXIT_WAIT_MS);
 	int			running;
 	long		left_ms;
 	ListCell   *lc;
 
-	all = list_concat(all, checked);
+	all = list_concat(all, ks->checked);
 	foreach(lc, all)
 	{
 		JsConn	   *c = lfirst(lc);
@@ -279,10 +279,10 @@ js_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 			break;
 		pg_usleep(5000L);
 	}
-	js_exit_code = code;
+	ks->exit_code = code;
 	if (running > 0)
 	{
-		js_threads_left = true;
+		ks->threads_left = true;
 		ereport(LOG,
 				(errmsg("outbox: %d JetStream connection(s) did not close within %d ms of exit",
 						running, JS_EXIT_WAIT_MS),
@@ -299,35 +299,37 @@ js_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
 static void
 js_atexit(void)
 {
-	if (js_threads_left)
-		_exit(js_exit_code);
+	if (exit_state != NULL && exit_state->threads_left)
+		_exit(exit_state->exit_code);
 }
 
 /*
- * The memory context of JetStream's connections; first, the exit
- * callbacks. OpenSSL and libnats register their atexit handlers when they
- * are first initialized: that is done here, so that js_atexit, registered
- * after them, runs before them.
+ * The memory context of JetStream's connections (ks->cxt), made when the
+ * process first connects; first, the exit callbacks. OpenSSL and libnats
+ * register their atexit handlers when they are first initialized: that is
+ * done here, so that js_atexit, registered after them, runs before them.
  */
 static void
-js_setup(void)
+js_setup(JsKindState *ks)
 {
-	if (js_cxt != NULL)
+	if (ks->cxt != NULL)
 		return;
-	js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
-								   ALLOCSET_DEFAULT_SIZES);
+	ks->cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
+									ALLOCSET_DEFAULT_SIZES);
 	(void) OPENSSL_init_crypto(0, NULL);
 	(void) nats_Open(-1);
+	exit_state = ks;
 	if (atexit(js_atexit) != 0)
 		elog(ERROR, "could not register an exit handler for JetStream connections");
-	before_shmem_exit(js_at_exit, (Datum) 0);
+	before_shmem_exit(js_at_exit, PointerGetDatum(ks));
 }
 
 /* Creates the connection of a destination, not yet connecting. */
 static JsConn *
-new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_ms)
+new_conn(JsKindState *ks, const char *name, const JsDestOptions *o, const char *fp,
+		 int timeout_ms)
 {
-	MemoryContext cxt = AllocSetContextCreate(js_cxt, "outbox jetstream connection",
+	MemoryContext cxt = AllocSetContextCreate(ks->cxt, "outbox jetstream connection",
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	JsConn	   *c = palloc0(sizeof(JsConn));
@@ -368,7 +370,7 @@ new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_m
 
 /* The live connection of ev's destination; a new one if its options changed. */
 static JsConn *
-conn_for(OutboxEvent *ev)
+conn_for(JsKindState *ks, OutboxEvent *ev)
 {
 	const JsDestOptions *o = JS_OPTIONS(ev);
 	int			timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
@@ -377,9 +379,9 @@ conn_for(OutboxEvent *ev)
 	JsConn	   *c;
 	MemoryContext old;
 
-	js_setup();
+	js_setup(ks);
 	fp = fingerprint(o, timeout_ms);
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		c = lfirst(lc);
 		if (c->retiring || strcmp(c->name, ev->dest.name) != 0)
@@ -391,10 +393,10 @@ conn_for(OutboxEvent *ev)
 		}
 		c->retiring = true;
 	}
-	c = new_conn(ev->dest.name, o, fp, timeout_ms);
+	c = new_conn(ks, ev->dest.name, o, fp, timeout_ms);
 	pfree(fp);
-	old = MemoryContextSwitchTo(js_cxt);
-	conns = lappend(conns, c);
+	old = MemoryContextSwitchTo(ks->cxt);
+	ks->conns = lappend(ks->conns, c);
 	MemoryContextSwitchTo(old);
 	return c;
 }
@@ -419,9 +421,9 @@ fail(OutboxEvent *ev, char *error, bool permanent)
  * now; collect publishes it.
  */
 static void
-js_enqueue(void *state pg_attribute_unused(), OutboxEvent *ev)
+js_enqueue(void *state, OutboxEvent *ev)
 {
-	JsConn	   *c = conn_for(ev);
+	JsConn	   *c = conn_for(state, ev);
 	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
 
 	c->last_used = GetCurrentTimestamp();
@@ -603,19 +605,17 @@ publish_waiting(JsConn *c, List **done)
 /* Duplicate PubAcks are logged at most this often. */
 #define JS_DUPLICATE_LOG_MS 10000
 
-static OutboxLogLimit duplicate_log;
-
 /*
  * Logs that c's stream already had ev's message (a duplicate PubAck), at
  * most once per JS_DUPLICATE_LOG_MS, counting those left out; the
  * destination's statistics count every one (deduplicated).
  */
 static void
-log_duplicate(const OutboxEvent *ev, const JsConn *c)
+log_duplicate(JsKindState *ks, const OutboxEvent *ev, const JsConn *c)
 {
 	int			left_out;
 
-	if (!OutboxLogLimitAllows(&duplicate_log, JS_DUPLICATE_LOG_MS, &left_out))
+	if (!OutboxLogLimitAllows(&ks->duplicate_log, JS_DUPLICATE_LOG_MS, &left_out))
 		return;
 	ereport(LOG,
 			(errmsg("outbox destination \"%s\": stream \"%s\" already had event %s, which counts as delivered without a second copy",
@@ -652,14 +652,15 @@ lib_words(const char *text)
 
 /* The outcome of a PubAck (or its absence) for ev, published to subject. */
 static void
-ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, const JsConn *c)
+ack_outcome(JsKindState *ks, OutboxEvent *ev, const JsAck *a, const char *subject,
+			const JsConn *c)
 {
 	if (a->status == NATS_OK)
 	{
 		ev->ok = true;
 		ev->duplicate = a->duplicate;
 		if (a->duplicate)
-			log_duplicate(ev, c);
+			log_duplicate(ks, ev, c);
 		return;
 	}
 	if (a->other_stream)
@@ -704,7 +705,7 @@ forget_in_flight(JsConn *c, JsInFlight *f)
 
 /* Collects the outcomes c's threads recorded; events with one go to *done. */
 static void
-collect_acks(JsConn *c, List **done)
+collect_acks(JsKindState *ks, JsConn *c, List **done)
 {
 	JsAck	   *copy;
 	int			n;
@@ -731,7 +732,7 @@ collect_acks(JsConn *c, List **done)
 		{
 			if (f->ev != NULL)
 			{
-				ack_outcome(f->ev, &copy[i], f->subject, c);
+				ack_outcome(ks, f->ev, &copy[i], f->subject, c);
 				c->live--;
 				*done = lappend(*done, f->ev);
 			}
@@ -976,17 +977,18 @@ service_conn(JsConn *c, List **done)
  * retired ones once their thread has ended. Interruptible.
  */
 static List *
-js_collect(void *state pg_attribute_unused())
+js_collect(void *state)
 {
+	JsKindState *ks = state;
 	List	   *done = NIL;
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
-		collect_acks(c, &done);
+		collect_acks(ks, c, &done);
 		if (!c->retiring && c->live == 0 && c->outstanding == 0 &&
 			TimestampDifferenceExceeds(c->last_used, now, JS_IDLE_CLOSE_MS))
 			c->retiring = true;
@@ -994,7 +996,7 @@ js_collect(void *state pg_attribute_unused())
 		if (c->retiring && !c->thread_started && c->outstanding == 0 && c->nwaiting == 0)
 		{
 			free_conn(c);
-			conns = foreach_delete_current(conns, lc);
+			ks->conns = foreach_delete_current(ks->conns, lc);
 		}
 	}
 	CHECK_FOR_INTERRUPTS();
@@ -1003,23 +1005,25 @@ js_collect(void *state pg_attribute_unused())
 
 /* pending: events taken whose outcome is not returned yet. */
 static int
-js_pending(void *state pg_attribute_unused())
+js_pending(void *state)
 {
+	JsKindState *ks = state;
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 		n += ((JsConn *) lfirst(lc))->live;
 	return n;
 }
 
 /* busy: events taken, or messages (abandoned ones too) not answered yet. */
 static bool
-js_busy(void *state pg_attribute_unused())
+js_busy(void *state)
 {
+	JsKindState *ks = state;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
@@ -1037,13 +1041,13 @@ js_busy(void *state pg_attribute_unused())
  * which still take a place in libnats). At most 0.
  */
 static int
-dest_room(const char *name)
+dest_room(JsKindState *ks, const char *name)
 {
 	int			cap = js_max_pending;
 	int			held = 0;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
@@ -1058,23 +1062,24 @@ dest_room(const char *name)
 
 /* room: what dest_room says of ev's destination. */
 static int
-js_room(void *state pg_attribute_unused(), const OutboxEvent *ev)
+js_room(void *state, const OutboxEvent *ev)
 {
-	return dest_room(ev->dest.name);
+	return dest_room(state, ev->dest.name);
 }
 
 /* full: destinations without room (dest_room). */
 static List *
-js_full(void *state pg_attribute_unused())
+js_full(void *state)
 {
+	JsKindState *ks = state;
 	List	   *full = NIL;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
-		if (!c->retiring && dest_room(c->name) == 0)
+		if (!c->retiring && dest_room(ks, c->name) == 0)
 			full = lappend(full, c->name);
 	}
 	return full;
@@ -1086,13 +1091,14 @@ js_full(void *state pg_attribute_unused())
  * threads set the latch).
  */
 static long
-js_timeout_ms(void *state pg_attribute_unused())
+js_timeout_ms(void *state)
 {
+	JsKindState *ks = state;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz due = 0;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 		JsState		state;
@@ -1125,11 +1131,12 @@ js_timeout_ms(void *state pg_attribute_unused())
  * the count of messages waiting for one stays right. Must not throw.
  */
 static void
-js_abandon(void *state pg_attribute_unused())
+js_abandon(void *state)
 {
+	JsKindState *ks = state;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 		dlist_mutable_iter iter;
@@ -1269,6 +1276,7 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	bool		nulls[6] = {false, false, false, false, false, false};
 	char	   *name;
 	char	   *kind;
+	JsKindState *ks = OutboxKindState(&OutboxJetStreamKind);
 	JsConn	   *c;
 	JsState		state;
 	int			timeout_ms;
@@ -1299,12 +1307,12 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	(void) JetStreamDecode(&row, &dest);
 	o = dest.options;
 	timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
-	js_setup();
-	c = new_conn(name, o, "", timeout_ms);
+	js_setup(ks);
+	c = new_conn(ks, name, o, "", timeout_ms);
 	{
-		MemoryContext old = MemoryContextSwitchTo(js_cxt);
+		MemoryContext old = MemoryContextSwitchTo(ks->cxt);
 
-		checked = lappend(checked, c);
+		ks->checked = lappend(ks->checked, c);
 		MemoryContextSwitchTo(old);
 	}
 	start_connect(c);
@@ -1365,7 +1373,7 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 		values[5] = problem ? CStringGetTextDatum(problem) : (Datum) 0;
 		nulls[5] = problem == NULL;
 	}
-	checked = list_delete_ptr(checked, c);
+	ks->checked = list_delete_ptr(ks->checked, c);
 	free_conn(c);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls)));
 }
@@ -1393,6 +1401,18 @@ js_define_settings(void)
 							NULL, NULL, NULL);
 }
 
+/*
+ * startup: the kind's state in this process, empty: no connection, and no
+ * memory context or exit handler until the process first connects
+ * (js_setup), so that a relay that has no JetStream destination starts
+ * nothing of libnats's.
+ */
+static void *
+js_startup(void)
+{
+	return palloc0(sizeof(JsKindState));
+}
+
 /* The JetStream kind: sent after COMMIT, libnats's threads report PubAcks. */
 const OutboxDestinationKind OutboxJetStreamKind = {
 	.name = "jetstream",
@@ -1413,6 +1433,7 @@ const OutboxDestinationKind OutboxJetStreamKind = {
 	.check_destination = JetStreamCheckDestination,
 	.decode = JetStreamDecode,
 	.init = js_define_settings,
+	.startup = js_startup,
 	.prepare = js_prepare,
 	.enqueue = js_enqueue,
 	.collect = js_collect,

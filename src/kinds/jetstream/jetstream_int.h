@@ -30,6 +30,7 @@
 #include "utils/timestamp.h"
 
 #include "destination.h"
+#include "log_limit.h"
 
 /* servers of one destination, at most */
 #define JS_MAX_SERVERS 16
@@ -171,6 +172,23 @@ typedef struct JsConn
 	int			ack_head;
 	int			nacks;
 } JsConn;
+
+/*
+ * The kind's state in a process (OutboxDestinationKind.startup), in
+ * TopMemoryContext: what the relay's callbacks and outbox_jetstream_check()
+ * keep between calls. Relay thread only.
+ */
+typedef struct JsKindState
+{
+	MemoryContext cxt;			/* of the connections; NULL until the first */
+	List	   *conns;			/* the relay's JsConn, in cxt */
+	List	   *checked;		/* outbox_jetstream_check()'s JsConn, in cxt,
+								 * while their threads may run */
+	OutboxLogLimit duplicate_log;	/* duplicate PubAcks logged */
+	bool		threads_left;	/* a thread outlived the exit's wait: exit
+								 * without the libraries' atexit handlers */
+	int			exit_code;		/* the process's, for that exit */
+} JsKindState;
 
 /* jetstream_thread.c */
 extern bool JetStreamThreadStart(JsConn *c);
