@@ -9,6 +9,8 @@
  *
  *	 jetstream.c		the kind's table and settings, the callbacks the relay
  *						calls, the message of an event and its outcome
+ *	 jetstream_conn.c	a connection as the relay drives it: made, serviced,
+ *						stopped, and closed when the process exits
  *	 jetstream_thread.c	what runs on a thread other than the process's own:
  *						the connection's thread and libnats's callbacks
  *	 jetstream_rules.c	the rules of a destination row and of a subject
@@ -38,6 +40,10 @@
 #define JS_TEXT_BYTES 256
 
 extern const OutboxDestinationKind OutboxJetStreamKind;
+
+/* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
+extern int	outbox_jetstream_timeout;
+extern int	outbox_jetstream_max_pending;
 
 /* A JetStream destination's own columns (OutboxDestination.options). */
 typedef struct JsDestOptions
@@ -189,6 +195,25 @@ typedef struct JsKindState
 								 * without the libraries' atexit handlers */
 	int			exit_code;		/* the process's, for that exit */
 } JsKindState;
+
+/* jetstream.c */
+extern void JetStreamFail(OutboxEvent *ev, char *error, bool permanent);
+extern natsMsg *JetStreamBuildMessage(OutboxEvent *ev, const char *subject);
+extern void JetStreamAckOutcome(JsKindState *ks, OutboxEvent *ev, const JsAck *a,
+								const char *subject, const JsConn *c);
+
+/* jetstream_conn.c */
+extern void JetStreamSetup(JsKindState *ks);
+extern JsConn *JetStreamNewConn(JsKindState *ks, const char *name, const JsDestOptions *o,
+								const char *fp, int timeout_ms);
+extern JsConn *JetStreamConnFor(JsKindState *ks, OutboxEvent *ev);
+extern void JetStreamStartConnect(JsConn *c);
+extern void JetStreamRequestStop(JsConn *c);
+extern void JetStreamFreeConn(JsConn *c);
+extern void JetStreamCollectAcks(JsKindState *ks, JsConn *c, List **done);
+extern void JetStreamServiceConn(JsConn *c, List **done);
+extern char *JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
+									double *window_ms, double *span_ms);
 
 /* jetstream_thread.c */
 extern bool JetStreamThreadStart(JsConn *c);

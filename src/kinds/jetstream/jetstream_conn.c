@@ -1,0 +1,714 @@
+/*-------------------------------------------------------------------------
+ *
+ * jetstream_conn.c
+ *	  A JetStream destination's connection as the relay drives it: made
+ *	  for a destination's options, its thread started and stopped, its
+ *	  waiting events queued for the thread, the outcomes the threads
+ *	  recorded collected, and every connection closed when the process
+ *	  exits.
+ *
+ * Connections are kept across claims; libnats reconnects after a broker
+ * restart (messages published meanwhile wait in its reconnect buffer and
+ * time out like any other). A destination whose row changes gets a new
+ * connection; the old one, and one unused for five minutes, is closed
+ * when nothing it published waits for an answer.
+ *
+ * Everything here runs on the relay's own thread (the relay worker, or a
+ * backend running outbox_relay() or outbox_jetstream_check()); what runs
+ * on the connection's thread is in jetstream_thread.c.
+ *
+ * src/kinds/jetstream/jetstream_conn.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <openssl/crypto.h>
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+
+#include "destination.h"
+
+#include "jetstream_int.h"
+
+/* a failed connection is tried again after this much, doubling, at most */
+#define JS_RECONNECT_MIN_MS 1000
+#define JS_RECONNECT_MAX_MS 30000
+
+/* how long a process that exits waits for its connections to close */
+#define JS_EXIT_WAIT_MS 500
+
+/*
+ * The state js_atexit reads. An atexit handler gets no argument, so this is
+ * the one place the kind's state is reached other than through its
+ * callbacks' state argument or OutboxKindState: set by JetStreamSetup when
+ * it registers the handler, and never changed after.
+ */
+static JsKindState *exit_state = NULL;
+
+static char *
+nullable(const char *s)
+{
+	return s != NULL ? pstrdup(s) : NULL;
+}
+
+/*
+ * The URLs of a nats_servers value, for messages: without anything a URL
+ * can carry before an @ (the rules refuse it; this is a second guard).
+ */
+static char *
+servers_for_messages(char **list, int n)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < n; i++)
+	{
+		const char *u = list[i];
+		const char *at = strrchr(u, '@');
+		const char *scheme = strstr(u, "://");
+
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		if (scheme != NULL)
+			appendBinaryStringInfo(&buf, u, scheme + 3 - u);
+		appendStringInfoString(&buf, at != NULL ? at + 1 : (scheme != NULL ? scheme + 3 : u));
+	}
+	return buf.data;
+}
+
+/*
+ * The options of a destination as one string, to see a change: each
+ * optional value with a mark of whether it is set, so that NULL and ''
+ * differ.
+ */
+static char *
+fingerprint(const JsDestOptions *o, int timeout_ms)
+{
+	const char *opt[] = {o->user, o->password, o->token, o->creds_file, o->ca_file};
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "%s\n%s\n%s\n%d", o->servers, o->subject, o->stream, timeout_ms);
+	for (int i = 0; i < (int) lengthof(opt); i++)
+		appendStringInfo(&buf, "\n%c%s", opt[i] ? '+' : '-', opt[i] ? opt[i] : "");
+	return buf.data;
+}
+
+/* Creates the connection of a destination, not yet connecting. */
+JsConn *
+JetStreamNewConn(JsKindState *ks, const char *name, const JsDestOptions *o, const char *fp,
+		 int timeout_ms)
+{
+	MemoryContext cxt = AllocSetContextCreate(ks->cxt, "outbox jetstream connection",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	JsConn	   *c = palloc0(sizeof(JsConn));
+	HASHCTL		info;
+	int			total;
+
+	c->cxt = cxt;
+	c->name = pstrdup(name);
+	c->fingerprint = pstrdup(fp);
+	dlist_init(&c->waiting);
+	c->cap = outbox_jetstream_max_pending;
+	c->timeout_ms = timeout_ms;
+	c->acks = palloc0(sizeof(JsAck) * c->cap);
+	c->stream = pstrdup(o->stream);
+	c->server_list = JetStreamSplitServers(o->servers, &c->nservers, &total);
+	c->servers_text = servers_for_messages(c->server_list, c->nservers);
+	c->secure = o->ca_file != NULL;
+	for (int i = 0; i < c->nservers; i++)
+		c->secure |= pg_strncasecmp(c->server_list[i], "tls://", 6) == 0;
+	c->user = nullable(o->user);
+	c->password = nullable(o->password);
+	c->token = nullable(o->token);
+	c->creds_file = nullable(o->creds_file);
+	c->ca_file = nullable(o->ca_file);
+	c->last_used = GetCurrentTimestamp();
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(natsMsg *);
+	info.entrysize = sizeof(JsInFlight);
+	info.hcxt = cxt;
+	c->in_flight = hash_create("outbox jetstream in flight", 64, &info,
+							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	c->state = JS_IDLE;
+	MemoryContextSwitchTo(old);
+	return c;
+}
+
+/* The live connection of ev's destination; a new one if its options changed. */
+JsConn *
+JetStreamConnFor(JsKindState *ks, OutboxEvent *ev)
+{
+	const JsDestOptions *o = JS_OPTIONS(ev);
+	int			timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : outbox_jetstream_timeout;
+	char	   *fp;
+	ListCell   *lc;
+	JsConn	   *c;
+	MemoryContext old;
+
+	JetStreamSetup(ks);
+	fp = fingerprint(o, timeout_ms);
+	foreach(lc, ks->conns)
+	{
+		c = lfirst(lc);
+		if (c->retiring || strcmp(c->name, ev->dest.name) != 0)
+			continue;
+		if (strcmp(c->fingerprint, fp) == 0)
+		{
+			pfree(fp);
+			return c;
+		}
+		c->retiring = true;
+	}
+	c = JetStreamNewConn(ks, ev->dest.name, o, fp, timeout_ms);
+	pfree(fp);
+	old = MemoryContextSwitchTo(ks->cxt);
+	ks->conns = lappend(ks->conns, c);
+	MemoryContextSwitchTo(old);
+	return c;
+}
+
+/*
+ * Starts c's thread (JetStreamThreadStart), its shared fields reset for a
+ * new attempt. A thread that cannot start counts as a failed attempt,
+ * which may be tried again at once.
+ */
+void
+JetStreamStartConnect(JsConn *c)
+{
+	Assert(!c->thread_started && c->outstanding == 0);
+	if (c->cap != outbox_jetstream_max_pending)
+	{
+		/* outbox.jetstream_max_pending changed: applies to the new connection */
+		c->cap = outbox_jetstream_max_pending;
+		pfree(c->acks);
+		c->acks = MemoryContextAllocZero(c->cxt, sizeof(JsAck) * c->cap);
+	}
+	pthread_mutex_lock(&c->mu);
+	c->state = JS_CONNECTING;
+	c->stop = false;
+	c->finished = false;
+	c->closed = false;
+	c->error[0] = '\0';
+	c->lib_error[0] = '\0';
+	c->ack_head = 0;
+	c->nacks = 0;
+	pthread_mutex_unlock(&c->mu);
+	c->ready_seen = false;
+	if (!JetStreamThreadStart(c))
+	{
+		c->retry_at = 0;
+		return;
+	}
+	c->thread_started = true;
+}
+
+/* Asks c's thread to close the connection and end. */
+void
+JetStreamRequestStop(JsConn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * Frees connection c, whose thread has ended and been joined, and which
+ * has nothing outstanding; zeroes its password and token first.
+ */
+void
+JetStreamFreeConn(JsConn *c)
+{
+	/* the secrets are not left in freed memory */
+	if (c->password != NULL)
+		explicit_bzero(c->password, strlen(c->password));
+	if (c->token != NULL)
+		explicit_bzero(c->token, strlen(c->token));
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cond);
+	MemoryContextDelete(c->cxt);
+}
+
+/*
+ * Queues c's waiting events for its thread while there is room: each
+ * message is built here, noted in the start log, and entered in the
+ * in-flight hash before the thread can publish it (its PubAck can come at
+ * once). Events whose message cannot be built go to *done.
+ */
+static void
+publish_waiting(JsConn *c, List **done)
+{
+	List	   *batch = NIL;
+	ListCell   *lc;
+	JsPublish  *head = NULL;
+	JsPublish  *tail = NULL;
+	TimestampTz now = GetCurrentTimestamp();
+
+	/* those whose time limit is over are failed by the caller, unpublished */
+	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap &&
+		   dlist_head_element(JsWaiting, node, &c->waiting)->deadline > now)
+	{
+		JsWaiting  *w = dlist_container(JsWaiting, node, dlist_pop_head_node(&c->waiting));
+
+		c->nwaiting--;
+		batch = lappend(batch, w);
+	}
+	if (batch == NIL)
+		return;
+	foreach(lc, batch)
+		OutboxStartLogNote(((JsWaiting *) lfirst(lc))->ev);
+	OutboxStartLogFlush();
+
+	foreach(lc, batch)
+	{
+		JsWaiting  *w = lfirst(lc);
+		OutboxEvent *ev = w->ev;
+		char	   *error = NULL;
+		char	   *subject = JetStreamEventSubject(ev, &error);
+		natsMsg    *m;
+		JsPublish  *p;
+		JsInFlight *f;
+		bool		found;
+
+		if (subject == NULL)
+		{
+			JetStreamFail(ev, error, true);
+			c->live--;
+			*done = lappend(*done, ev);
+			continue;
+		}
+		m = JetStreamBuildMessage(ev, subject);
+		p = m != NULL ? malloc(sizeof(JsPublish)) : NULL;
+		if (p == NULL)
+		{
+			if (m != NULL)
+			{
+				natsMsg_Destroy(m);
+				JetStreamFail(ev, pstrdup("out of memory"), false);
+			}
+			pfree(subject);
+			c->live--;
+			*done = lappend(*done, ev);
+			continue;
+		}
+		p->next = NULL;
+		p->msg = m;
+		/* at least 1 ms: libnats sets no limit at all for 0 */
+		p->max_wait = Max((w->deadline - now + 999) / 1000, 1);
+		strlcpy(p->msg_id, ev->event_id, sizeof(p->msg_id));
+		f = hash_search(c->in_flight, &m, HASH_ENTER, &found);
+		f->ev = ev;
+		f->subject = MemoryContextStrdup(c->cxt, subject);
+		c->outstanding++;
+		pfree(subject);
+		if (tail != NULL)
+			tail->next = p;
+		else
+			head = p;
+		tail = p;
+	}
+	list_free_deep(batch);
+	if (head == NULL)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (c->queue_tail != NULL)
+		c->queue_tail->next = head;
+	else
+		c->queue = head;
+	c->queue_tail = tail;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Forgets in-flight entry f of c (found by key), its outcome collected. */
+static void
+forget_in_flight(JsConn *c, JsInFlight *f)
+{
+	natsMsg    *key = f->msg;
+
+	c->outstanding--;
+	pfree(f->subject);
+	hash_search(c->in_flight, &key, HASH_REMOVE, NULL);
+}
+
+/* Collects the outcomes c's threads recorded; events with one go to *done. */
+void
+JetStreamCollectAcks(JsKindState *ks, JsConn *c, List **done)
+{
+	JsAck	   *copy;
+	int			n;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->nacks;
+	if (n == 0)
+	{
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	copy = palloc(sizeof(JsAck) * n);
+	for (int i = 0; i < n; i++)
+		copy[i] = c->acks[(c->ack_head + i) % c->cap];
+	c->ack_head = (c->ack_head + n) % c->cap;
+	c->nacks = 0;
+	pthread_mutex_unlock(&c->mu);
+
+	for (int i = 0; i < n; i++)
+	{
+		JsInFlight *f = hash_search(c->in_flight, &copy[i].msg, HASH_FIND, NULL);
+
+		if (f != NULL)
+		{
+			if (f->ev != NULL)
+			{
+				JetStreamAckOutcome(ks, f->ev, &copy[i], f->subject, c);
+				c->live--;
+				*done = lappend(*done, f->ev);
+			}
+			forget_in_flight(c, f);
+		}
+		natsMsg_Destroy(copy[i].msg);
+	}
+	pfree(copy);
+}
+
+/*
+ * Takes back from libnats the messages of c's closed connection that wait
+ * for a PubAck, which will not come, and fails their events. (The ones
+ * still queued for the thread fail when it publishes them.)
+ */
+static void
+take_back_pending(JsConn *c, List **done)
+{
+	natsMsgList pending;
+	jsCtx	   *js;
+
+	/* the thread keeps the context until the relay asks it to stop */
+	pthread_mutex_lock(&c->mu);
+	js = c->js;
+	pthread_mutex_unlock(&c->mu);
+	if (js == NULL || js_PublishAsyncGetPendingList(&pending, js) != NATS_OK)
+		return;
+	for (int i = 0; i < pending.Count; i++)
+	{
+		natsMsg    *key = pending.Msgs[i];
+		JsInFlight *f = hash_search(c->in_flight, &key, HASH_FIND, NULL);
+
+		if (f == NULL)
+			continue;
+		if (f->ev != NULL)
+		{
+			JetStreamFail(f->ev, psprintf("the connection to NATS at %s was closed before the PubAck came (the message may be stored: the retry carries the same Nats-Msg-Id)",
+								 c->servers_text), false);
+			c->live--;
+			*done = lappend(*done, f->ev);
+		}
+		forget_in_flight(c, f);
+	}
+	natsMsgList_Destroy(&pending);
+}
+
+/* Fails the waiting events of c: those past their deadline, or all. */
+static void
+fail_waiting(JsConn *c, bool all, const char *why, List **done)
+{
+	dlist_mutable_iter iter;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach_modify(iter, &c->waiting)
+	{
+		JsWaiting  *w = dlist_container(JsWaiting, node, iter.cur);
+
+		if (!all && w->deadline > now)
+			continue;
+		dlist_delete(&w->node);
+		c->nwaiting--;
+		c->live--;
+		JetStreamFail(w->ev, pstrdup(why), false);
+		*done = lappend(*done, w->ev);
+		pfree(w);
+	}
+}
+
+/* Human units for a duration in ms: "2 min", "90 s", "1.5 h". */
+static char *
+duration_text(double ms)
+{
+	if (ms >= 2 * 3600 * 1000.0)
+		return psprintf("%.1f h", ms / 3600000.0);
+	if (ms >= 120 * 1000.0)
+		return psprintf("%.0f min", ms / 60000.0);
+	return psprintf("%.0f s", ms / 1000.0);
+}
+
+/*
+ * What is wrong with c's stream's deduplication, palloc'd, or NULL: the
+ * window (duplicates_ns, or max_age_ns when shorter: a message gone is an
+ * id forgotten) is shorter than the retry span. Sets *window_ms and
+ * *span_ms.
+ */
+char *
+JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
+			   double *window_ms, double *span_ms)
+{
+	*window_ms = duplicates_ns / 1000000.0;
+	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
+		*window_ms = max_age_ns / 1000000.0;
+	*span_ms = OutboxRetrySpanMs(c->timeout_ms);
+	if (*span_ms <= *window_ms)
+		return NULL;
+	return psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
+					c->stream, duration_text(*window_ms), duration_text(*span_ms));
+}
+
+/*
+ * After a connection, and after a reconnection: compares the stream's duplicate window (and its
+ * max_age, past which a stored message and its id are gone) with the
+ * retry span, and warns in the log and in the destination's last_error
+ * when a resend can come later than the window.
+ */
+static void
+check_window(JsConn *c)
+{
+	double		window_ms;
+	double		span;
+	char	   *text;
+	int64		duplicates_ns;
+	int64		max_age_ns;
+
+	pthread_mutex_lock(&c->mu);
+	if (!c->window_read)
+	{
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	c->window_read = false;
+	duplicates_ns = c->duplicates_ns;
+	max_age_ns = c->max_age_ns;
+	pthread_mutex_unlock(&c->mu);
+	text = JetStreamWindowProblem(c, duplicates_ns, max_age_ns, &window_ms, &span);
+	if (text == NULL)
+		return;
+	ereport(WARNING,
+			(errmsg("outbox destination \"%s\": %s", c->name, text),
+			 errhint("Raise the stream's duplicate_window to %s or more, or lower outbox.max_attempts or outbox.backoff_max.",
+					 duration_text(span))));
+	OutboxHealthDestinationWarning(c->name, text);
+}
+
+/*
+ * Moves connection c along: joins its thread when it ended (after a
+ * failed attempt, whose reason fails the waiting events, or when asked to
+ * stop); reports a new connection and checks its stream's window; after
+ * libnats closed the connection for good, takes back what waits for a
+ * PubAck; stops the thread when c is retired or closed and nothing is
+ * outstanding; starts an attempt when events wait and no thread runs;
+ * queues the waiting events while connected; fails those that waited
+ * their time limit for a connection.
+ */
+void
+JetStreamServiceConn(JsConn *c, List **done)
+{
+	JsState		state;
+	bool		finished;
+	bool		closed;
+	TimestampTz now = GetCurrentTimestamp();
+
+	pthread_mutex_lock(&c->mu);
+	state = c->state;
+	finished = c->finished;
+	closed = c->closed;
+	pthread_mutex_unlock(&c->mu);
+
+	if (c->thread_started && finished)
+	{
+		pthread_join(c->thread, NULL);
+		c->thread_started = false;
+		c->stopping = false;
+		if (state == JS_FAILED)
+		{
+			char		error[JS_TEXT_BYTES];
+			char		lib_error[JS_TEXT_BYTES];
+
+			pthread_mutex_lock(&c->mu);
+			memcpy(error, c->error, sizeof(error));
+			memcpy(lib_error, c->lib_error, sizeof(lib_error));
+			pthread_mutex_unlock(&c->mu);
+			if (c->last_failure != NULL)
+				pfree(c->last_failure);
+			/* libnats's words may quote a URL with its credentials */
+			c->last_failure = MemoryContextStrdup(c->cxt,
+												  psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text, c->stream,
+														   error, OutboxRedact(lib_error, strlen(lib_error))));
+			c->failures++;
+			c->retry_at = TimestampTzPlusMilliseconds(now,
+													  Min(JS_RECONNECT_MIN_MS << Min(c->failures - 1, 8),
+														  JS_RECONNECT_MAX_MS));
+			fail_waiting(c, true, c->last_failure, done);
+		}
+		else
+		{
+			pthread_mutex_lock(&c->mu);
+			c->state = state = JS_IDLE;
+			pthread_mutex_unlock(&c->mu);
+		}
+	}
+
+	if (state == JS_READY && !c->ready_seen)
+	{
+		c->ready_seen = true;
+		c->failures = 0;
+		ereport(LOG,
+				(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
+						c->servers_text, c->name)));
+	}
+	if (state == JS_READY)
+		check_window(c);
+	if (state == JS_READY && closed && !c->stopping)
+		take_back_pending(c, done);
+	if (c->thread_started && !c->stopping && state == JS_READY && c->outstanding == 0 &&
+		(closed || (c->retiring && c->nwaiting == 0)))
+	{
+		JetStreamRequestStop(c);
+		c->stopping = true;
+	}
+
+	if (c->retiring && c->nwaiting == 0)
+		return;
+	if (!c->thread_started && c->nwaiting > 0)
+	{
+		if (state == JS_FAILED && now < c->retry_at)
+			fail_waiting(c, true, c->last_failure, done);
+		else
+			JetStreamStartConnect(c);
+	}
+	else if (state == JS_READY && !closed && !c->stopping)
+		publish_waiting(c, done);
+
+	/* a time limit runs from when the event was taken, whatever it waits for */
+	if (c->nwaiting > 0)
+	{
+		char	   *why = state != JS_READY
+			? psprintf("not connected to NATS at %s within %d ms",
+					   c->servers_text, c->timeout_ms)
+			: psprintf("not published to NATS at %s within %d ms: %d messages of the destination were waiting for their PubAck (outbox.jetstream_max_pending)",
+					   c->servers_text, c->timeout_ms, c->outstanding);
+
+		fail_waiting(c, false, why, done);
+		pfree(why);
+	}
+}
+
+/*
+ * At the exit of a process that used JetStream (a relay, or a session that
+ * ran outbox_relay() or outbox_jetstream_check()), a before_shmem_exit
+ * callback: asks every connection's thread to close and end, and waits up
+ * to JS_EXIT_WAIT_MS for them (natsConnection_Close joins the
+ * connection's own reading and flushing threads). Without it the process
+ * runs its exit handlers (OpenSSL's frees its state) while those threads
+ * still use it. A thread that does not end in time (a connection attempt
+ * waits on an unresponsive or slow server) is left, with a LOG line, so
+ * that a relay stops within a second whatever the broker does; then the
+ * process skips those handlers (js_atexit), as PostgreSQL's own quick exit
+ * does, once its own exit callbacks have run.
+ *
+ * Not nats_Close: libnats's final cleanup frees OpenSSL's list of
+ * compression methods (libnats 3.4, nats.c), which OpenSSL's own exit
+ * handler then frees again. Without it libnats's idle threads keep their
+ * hold on the library, which then skips that cleanup at exit.
+ */
+static void
+js_at_exit(int code, Datum arg)
+{
+	JsKindState *ks = (JsKindState *) DatumGetPointer(arg);
+	List	   *all = list_copy(ks->conns);
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), JS_EXIT_WAIT_MS);
+	int			running;
+	long		left_ms;
+	ListCell   *lc;
+
+	all = list_concat(all, ks->checked);
+	foreach(lc, all)
+	{
+		JsConn	   *c = lfirst(lc);
+
+		if (c->thread_started)
+			JetStreamRequestStop(c);
+	}
+	for (;;)
+	{
+		running = 0;
+		foreach(lc, all)
+		{
+			JsConn	   *c = lfirst(lc);
+			bool		finished;
+
+			if (!c->thread_started)
+				continue;
+			pthread_mutex_lock(&c->mu);
+			finished = c->finished;
+			pthread_mutex_unlock(&c->mu);
+			if (finished)
+			{
+				pthread_join(c->thread, NULL);
+				c->thread_started = false;
+			}
+			else
+				running++;
+		}
+		left_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
+		if (running == 0 || left_ms <= 0)
+			break;
+		pg_usleep(5000L);
+	}
+	ks->exit_code = code;
+	if (running > 0)
+	{
+		ks->threads_left = true;
+		ereport(LOG,
+				(errmsg("outbox: %d JetStream connection(s) did not close within %d ms of exit",
+						running, JS_EXIT_WAIT_MS),
+				 errdetail("The process exits without the libraries' exit handlers, which would free what those connections use.")));
+	}
+}
+
+/*
+ * An atexit handler, registered after OpenSSL's and libnats's (JetStreamSetup),
+ * so run before them: when a connection's thread is still running, ends
+ * the process at once with its exit code (_exit), every PostgreSQL exit
+ * callback done, and the libraries' handlers not run.
+ */
+static void
+js_atexit(void)
+{
+	if (exit_state != NULL && exit_state->threads_left)
+		_exit(exit_state->exit_code);
+}
+
+/*
+ * The memory context of JetStream's connections (ks->cxt), made when the
+ * process first connects; first, the exit callbacks. OpenSSL and libnats
+ * register their atexit handlers when they are first initialized: that is
+ * done here, so that js_atexit, registered after them, runs before them.
+ */
+void
+JetStreamSetup(JsKindState *ks)
+{
+	if (ks->cxt != NULL)
+		return;
+	ks->cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
+									ALLOCSET_DEFAULT_SIZES);
+	(void) OPENSSL_init_crypto(0, NULL);
+	(void) nats_Open(-1);
+	exit_state = ks;
+	if (atexit(js_atexit) != 0)
+		elog(ERROR, "could not register an exit handler for JetStream connections");
+	before_shmem_exit(js_at_exit, PointerGetDatum(ks));
+}
