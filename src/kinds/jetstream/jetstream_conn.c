@@ -23,10 +23,11 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include <openssl/crypto.h>
 
 #include "lib/stringinfo.h"
-#include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 

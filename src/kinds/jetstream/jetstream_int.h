@@ -14,6 +14,7 @@
  *	 jetstream_thread.c	what runs on a thread other than the process's own:
  *						the connection's thread and libnats's callbacks
  *	 jetstream_rules.c	the rules of a destination row and of a subject
+ *	 jetstream_check.c	outbox_jetstream_check()
  *
  * src/kinds/jetstream/jetstream_int.h
  *
