@@ -67,37 +67,9 @@ int			outbox_jetstream_timeout = 5000;
 int			outbox_jetstream_max_pending = 1024;
 
 /* ---------------------------------------------------------------------
- * The kind's callbacks
+ * The message of an event
  * ---------------------------------------------------------------------
  */
-
-/* Sets ev's outcome to a failure with error (palloc'd). */
-void
-JetStreamFail(OutboxEvent *ev, char *error, bool permanent)
-{
-	ev->ok = false;
-	ev->permanent = permanent;
-	ev->error = error;
-}
-
-/*
- * enqueue: the event waits for its connection (the claim left no event
- * waiting for room: see js_room), at most its time limit, which starts
- * now; collect publishes it.
- */
-static void
-js_enqueue(void *state, OutboxEvent *ev)
-{
-	JsConn	   *c = JetStreamConnFor(state, ev);
-	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
-
-	c->last_used = GetCurrentTimestamp();
-	w->ev = ev;
-	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
-	dlist_push_tail(&c->waiting, &w->node);
-	c->nwaiting++;
-	c->live++;
-}
 
 /*
  * Adds header name: value to m if the value is a valid header value that
@@ -165,6 +137,19 @@ JetStreamBuildMessage(OutboxEvent *ev, const char *subject)
 		return NULL;
 	}
 	return m;
+}
+/* ---------------------------------------------------------------------
+ * Outcomes
+ * ---------------------------------------------------------------------
+ */
+
+/* Sets ev's outcome to a failure with error (palloc'd). */
+void
+JetStreamFail(OutboxEvent *ev, char *error, bool permanent)
+{
+	ev->ok = false;
+	ev->permanent = permanent;
+	ev->error = error;
 }
 
 /* The text of a failed publish's status, for last_error. */
@@ -264,6 +249,67 @@ JetStreamAckOutcome(JsKindState *ks, OutboxEvent *ev, const JsAck *a, const char
 						  OutboxRedact(a->text, strlen(a->text))), false);
 	else
 		JetStreamFail(ev, publish_error(a->status, a->text), false);
+}
+/* ---------------------------------------------------------------------
+ * The kind's callbacks
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * startup: the kind's state in this process, empty: no connection, and no
+ * memory context or exit handler until the process first connects
+ * (JetStreamSetup), so that a relay that has no JetStream destination starts
+ * nothing of libnats's.
+ */
+static void *
+js_startup(void)
+{
+	return palloc0(sizeof(JsKindState));
+}
+
+/*
+ * prepare: the event's own headers follow the rules for headers, and its
+ * subject can be built; the body is the envelope, in UTF-8 (OutboxBodyToUtf8).
+ */
+static Size
+js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
+{
+	OutboxProblem p;
+	char	   *error = NULL;
+	char	   *subject;
+
+	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
+	{
+		JetStreamFail(ev, p.message, true);
+		return 0;
+	}
+	subject = JetStreamEventSubject(ev, &error);
+	if (subject == NULL)
+	{
+		JetStreamFail(ev, error, true);
+		return 0;
+	}
+	pfree(subject);
+	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, true));
+}
+
+/*
+ * enqueue: the event waits for its connection (the claim left no event
+ * waiting for room: see js_room), at most its time limit, which starts
+ * now; collect publishes it.
+ */
+static void
+js_enqueue(void *state, OutboxEvent *ev)
+{
+	JsConn	   *c = JetStreamConnFor(state, ev);
+	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
+
+	c->last_used = GetCurrentTimestamp();
+	w->ev = ev;
+	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
+	dlist_push_tail(&c->waiting, &w->node);
+	c->nwaiting++;
+	c->live++;
 }
 
 /*
@@ -451,33 +497,6 @@ js_abandon(void *state)
 		c->live = 0;
 	}
 }
-
-/*
- * prepare: the event's own headers follow the rules for headers, and its
- * subject can be built; the body is the envelope, in UTF-8 (OutboxBodyToUtf8).
- */
-static Size
-js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
-{
-	OutboxProblem p;
-	char	   *error = NULL;
-	char	   *subject;
-
-	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
-	{
-		JetStreamFail(ev, p.message, true);
-		return 0;
-	}
-	subject = JetStreamEventSubject(ev, &error);
-	if (subject == NULL)
-	{
-		JetStreamFail(ev, error, true);
-		return 0;
-	}
-	pfree(subject);
-	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, true));
-}
-
 /* ---------------------------------------------------------------------
  * The kind
  * ---------------------------------------------------------------------
@@ -504,18 +523,6 @@ js_define_settings(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
-}
-
-/*
- * startup: the kind's state in this process, empty: no connection, and no
- * memory context or exit handler until the process first connects
- * (JetStreamSetup), so that a relay that has no JetStream destination starts
- * nothing of libnats's.
- */
-static void *
-js_startup(void)
-{
-	return palloc0(sizeof(JsKindState));
 }
 
 /* The JetStream kind: sent after COMMIT, libnats's threads report PubAcks. */
