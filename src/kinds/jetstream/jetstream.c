@@ -335,7 +335,7 @@ js_collect(void *state)
 			TimestampDifferenceExceeds(c->last_used, now, JS_IDLE_CLOSE_MS))
 			c->retiring = true;
 		JetStreamServiceConn(c, &done);
-		if (c->retiring && !c->thread_started && c->outstanding == 0 && c->nwaiting == 0)
+		if (c->retiring && !JsConnThreadRuns(c) && c->outstanding == 0 && c->nwaiting == 0)
 		{
 			JetStreamFreeConn(c);
 			ks->conns = foreach_delete_current(ks->conns, lc);
@@ -443,21 +443,15 @@ js_timeout_ms(void *state)
 	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
-		JsState		state;
+		JsWaiting  *w;
 
 		if (c->nwaiting == 0)
 			continue;
-		pthread_mutex_lock(&c->mu);
-		state = c->state;
-		pthread_mutex_unlock(&c->mu);
-		{
-			/* the first taken: every one of the connection has its time limit */
-			JsWaiting  *w = dlist_head_element(JsWaiting, node, &c->waiting);
-
-			if (due == 0 || w->deadline < due)
-				due = w->deadline;
-		}
-		if (state == JS_FAILED && !c->thread_started && (due == 0 || c->retry_at < due))
+		/* the first taken: every one of the connection has its time limit */
+		w = dlist_head_element(JsWaiting, node, &c->waiting);
+		if (due == 0 || w->deadline < due)
+			due = w->deadline;
+		if (c->phase == JS_PHASE_BACKING_OFF && (due == 0 || c->retry_at < due))
 			due = c->retry_at;
 	}
 	if (due == 0)

@@ -120,7 +120,7 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	char	   *kind;
 	JsKindState *ks = OutboxKindState(&OutboxJetStreamKind);
 	JsConn	   *c;
-	JsState		state;
+	bool		stopped;
 	int			timeout_ms;
 
 	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
@@ -160,21 +160,8 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	JetStreamStartConnect(c);
 	PG_TRY();
 	{
-		for (;;)
+		while (!JetStreamStopOnceReady(c))
 		{
-			bool		finished;
-
-			pthread_mutex_lock(&c->mu);
-			state = c->state;
-			finished = c->finished;
-			pthread_mutex_unlock(&c->mu);
-			if (state == JS_READY && !c->stopping)
-			{
-				JetStreamRequestStop(c);
-				c->stopping = true;
-			}
-			if (finished)
-				break;
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 100, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
@@ -188,11 +175,12 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	if (c->thread_started)
-		pthread_join(c->thread, NULL);
-	c->thread_started = false;
+	stopped = c->phase == JS_PHASE_STOPPING;
+	if (JsConnThreadRuns(c))
+		JetStreamJoin(c);
 	values[0] = CStringGetTextDatum(c->stream);
-	if (state == JS_FAILED || !c->stopping)
+	/* the thread has ended: what it left is read without the lock */
+	if (c->report == JS_REPORT_FAILED || !stopped)
 	{
 		char	   *lib = c->lib_error;
 

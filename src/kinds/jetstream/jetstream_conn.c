@@ -50,6 +50,70 @@
  */
 static JsKindState *exit_state = NULL;
 
+#ifdef USE_ASSERT_CHECKING
+/* Whether a connection may go from phase from to phase to (set_phase). */
+static bool
+phase_change_allowed(JsPhase from, JsPhase to)
+{
+	switch (to)
+	{
+		case JS_PHASE_CONNECTING:
+			return from == JS_PHASE_IDLE || from == JS_PHASE_BACKING_OFF;
+		case JS_PHASE_READY:
+			return from == JS_PHASE_CONNECTING;
+		case JS_PHASE_STOPPING:
+			return from == JS_PHASE_READY;
+		case JS_PHASE_IDLE:
+			return from == JS_PHASE_CONNECTING || from == JS_PHASE_READY ||
+				from == JS_PHASE_STOPPING;
+		case JS_PHASE_BACKING_OFF:
+			return from == JS_PHASE_IDLE || from == JS_PHASE_BACKING_OFF ||
+				from == JS_PHASE_CONNECTING;
+	}
+	return false;
+}
+#endif
+
+/*
+ * Sets c's phase (JsPhase): the only way to change a connection's phase.
+ * Its transitions, and where each is made:
+ *
+ *	 IDLE, BACKING_OFF -> CONNECTING
+ *		its thread started (JetStreamStartConnect), when events wait and,
+ *		after a failure, retry_at has passed;
+ *	 IDLE, BACKING_OFF -> BACKING_OFF
+ *		the same, but the thread could not start: retry_at is 0, so the
+ *		next attempt comes at once;
+ *	 CONNECTING -> READY
+ *		its thread reported the connection made and the stream read
+ *		(follow_thread, JetStreamStopOnceReady);
+ *	 READY -> STOPPING
+ *		its thread asked to close and end (stop_thread): nothing is
+ *		outstanding and libnats closed the connection for good, or c is
+ *		retiring and nothing waits; or outbox_jetstream_check() has read
+ *		the stream;
+ *	 CONNECTING -> BACKING_OFF
+ *		its thread ended after a failed attempt, and was joined
+ *		(JetStreamJoin);
+ *	 CONNECTING, READY, STOPPING -> IDLE
+ *		its thread ended otherwise (asked to stop, or at the process's
+ *		exit), and was joined (JetStreamJoin).
+ *
+ * What is not a phase: retiring, which says that c takes no new event,
+ * whatever its phase (a retiring connection still connects and publishes
+ * the events it holds, and is freed once it has no thread and holds
+ * nothing); and what the thread sets under mu (report, closed,
+ * finished): the thread cannot change the relay's phase, whose work
+ * (publishing, failing events) the relay does without the lock, so the
+ * relay reads those flags and makes the transition they call for.
+ */
+static void
+set_phase(JsConn *c, JsPhase phase)
+{
+	Assert(phase_change_allowed(c->phase, phase));
+	c->phase = phase;
+}
+
 static char *
 nullable(const char *s)
 {
@@ -138,7 +202,7 @@ JetStreamNewConn(JsKindState *ks, const char *name, const JsDestOptions *o, cons
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	c->state = JS_IDLE;
+	/* phase and report zeroed: JS_PHASE_IDLE, JS_REPORT_NONE */
 	MemoryContextSwitchTo(old);
 	return c;
 }
@@ -184,7 +248,7 @@ JetStreamConnFor(JsKindState *ks, OutboxEvent *ev)
 void
 JetStreamStartConnect(JsConn *c)
 {
-	Assert(!c->thread_started && c->outstanding == 0);
+	Assert(!JsConnThreadRuns(c) && c->outstanding == 0);
 	if (c->cap != outbox_jetstream_max_pending)
 	{
 		/* outbox.jetstream_max_pending changed: applies to the new connection */
@@ -193,7 +257,7 @@ JetStreamStartConnect(JsConn *c)
 		c->acks = MemoryContextAllocZero(c->cxt, sizeof(JsAck) * c->cap);
 	}
 	pthread_mutex_lock(&c->mu);
-	c->state = JS_CONNECTING;
+	c->report = JS_REPORT_NONE;
 	c->stop = false;
 	c->finished = false;
 	c->closed = false;
@@ -202,13 +266,13 @@ JetStreamStartConnect(JsConn *c)
 	c->ack_head = 0;
 	c->nacks = 0;
 	pthread_mutex_unlock(&c->mu);
-	c->ready_seen = false;
 	if (!JetStreamThreadStart(c))
 	{
 		c->retry_at = 0;
+		set_phase(c, JS_PHASE_BACKING_OFF);
 		return;
 	}
-	c->thread_started = true;
+	set_phase(c, JS_PHASE_CONNECTING);
 }
 
 /* Asks c's thread to close the connection and end. */
@@ -219,6 +283,54 @@ JetStreamRequestStop(JsConn *c)
 	c->stop = true;
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->mu);
+}
+
+/* Asks c's thread, connected, to close the connection and end. */
+static void
+stop_thread(JsConn *c)
+{
+	JetStreamRequestStop(c);
+	set_phase(c, JS_PHASE_STOPPING);
+}
+
+/*
+ * Joins c's thread, which has ended (finished): c is BACKING_OFF after a
+ * failed attempt, IDLE otherwise.
+ */
+void
+JetStreamJoin(JsConn *c)
+{
+	JsReport	report;
+
+	Assert(JsConnThreadRuns(c));
+	pthread_join(c->thread, NULL);
+	pthread_mutex_lock(&c->mu);
+	report = c->report;
+	pthread_mutex_unlock(&c->mu);
+	set_phase(c, report == JS_REPORT_FAILED ? JS_PHASE_BACKING_OFF : JS_PHASE_IDLE);
+}
+
+/*
+ * For outbox_jetstream_check(), whose connection only reads the stream:
+ * once c's thread reports it connected (the stream read), asks it to stop.
+ * Returns whether the thread has ended.
+ */
+bool
+JetStreamStopOnceReady(JsConn *c)
+{
+	JsReport	report;
+	bool		finished;
+
+	pthread_mutex_lock(&c->mu);
+	report = c->report;
+	finished = c->finished;
+	pthread_mutex_unlock(&c->mu);
+	if (report == JS_REPORT_READY && c->phase == JS_PHASE_CONNECTING)
+	{
+		set_phase(c, JS_PHASE_READY);
+		stop_thread(c);
+	}
+	return finished;
 }
 
 /*
@@ -505,106 +617,139 @@ check_window(JsConn *c)
 }
 
 /*
- * Moves connection c along: joins its thread when it ended (after a
- * failed attempt, whose reason fails the waiting events, or when asked to
- * stop); reports a new connection and checks its stream's window; after
- * libnats closed the connection for good, takes back what waits for a
- * PubAck; stops the thread when c is retired or closed and nothing is
- * outstanding; starts an attempt when events wait and no thread runs;
- * queues the waiting events while connected; fails those that waited
- * their time limit for a connection.
+ * Joined after a failed attempt (c BACKING_OFF): records why, for the
+ * events that come before the next attempt, and when that may be; fails
+ * the waiting events with the reason.
  */
-void
-JetStreamServiceConn(JsConn *c, List **done)
+static void
+record_failure(JsConn *c, TimestampTz now, List **done)
 {
-	JsState		state;
-	bool		finished;
-	bool		closed;
-	TimestampTz now = GetCurrentTimestamp();
+	char		error[JS_TEXT_BYTES];
+	char		lib_error[JS_TEXT_BYTES];
 
 	pthread_mutex_lock(&c->mu);
-	state = c->state;
-	finished = c->finished;
-	closed = c->closed;
+	memcpy(error, c->error, sizeof(error));
+	memcpy(lib_error, c->lib_error, sizeof(lib_error));
 	pthread_mutex_unlock(&c->mu);
+	if (c->last_failure != NULL)
+		pfree(c->last_failure);
+	/* libnats's words may quote a URL with its credentials */
+	c->last_failure = MemoryContextStrdup(c->cxt,
+										  psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text, c->stream,
+												   error, OutboxRedact(lib_error, strlen(lib_error))));
+	c->failures++;
+	c->retry_at = TimestampTzPlusMilliseconds(now,
+											  Min(JS_RECONNECT_MIN_MS << Min(c->failures - 1, 8),
+												  JS_RECONNECT_MAX_MS));
+	fail_waiting(c, true, c->last_failure, done);
+}
 
-	if (c->thread_started && finished)
+/*
+ * Makes the transition c's thread calls for: joins it when it ended (after
+ * a failed attempt, whose reason fails the waiting events, or when asked
+ * to stop); takes a new connection as READY, and logs it.
+ */
+static void
+follow_thread(JsConn *c, JsReport report, bool finished, TimestampTz now, List **done)
+{
+	if (JsConnThreadRuns(c) && finished)
 	{
-		pthread_join(c->thread, NULL);
-		c->thread_started = false;
-		c->stopping = false;
-		if (state == JS_FAILED)
-		{
-			char		error[JS_TEXT_BYTES];
-			char		lib_error[JS_TEXT_BYTES];
-
-			pthread_mutex_lock(&c->mu);
-			memcpy(error, c->error, sizeof(error));
-			memcpy(lib_error, c->lib_error, sizeof(lib_error));
-			pthread_mutex_unlock(&c->mu);
-			if (c->last_failure != NULL)
-				pfree(c->last_failure);
-			/* libnats's words may quote a URL with its credentials */
-			c->last_failure = MemoryContextStrdup(c->cxt,
-												  psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text, c->stream,
-														   error, OutboxRedact(lib_error, strlen(lib_error))));
-			c->failures++;
-			c->retry_at = TimestampTzPlusMilliseconds(now,
-													  Min(JS_RECONNECT_MIN_MS << Min(c->failures - 1, 8),
-														  JS_RECONNECT_MAX_MS));
-			fail_waiting(c, true, c->last_failure, done);
-		}
-		else
-		{
-			pthread_mutex_lock(&c->mu);
-			c->state = state = JS_IDLE;
-			pthread_mutex_unlock(&c->mu);
-		}
+		JetStreamJoin(c);
+		if (c->phase == JS_PHASE_BACKING_OFF)
+			record_failure(c, now, done);
 	}
-
-	if (state == JS_READY && !c->ready_seen)
+	else if (c->phase == JS_PHASE_CONNECTING && report == JS_REPORT_READY)
 	{
-		c->ready_seen = true;
+		set_phase(c, JS_PHASE_READY);
 		c->failures = 0;
 		ereport(LOG,
 				(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
 						c->servers_text, c->name)));
 	}
-	if (state == JS_READY)
-		check_window(c);
-	if (state == JS_READY && closed && !c->stopping)
+}
+
+/*
+ * c READY: checks its stream's window; after libnats closed the
+ * connection for good, takes back what waits for a PubAck; stops the
+ * thread when c is closed or retiring and nothing is outstanding (nor
+ * waiting, when retiring); otherwise queues the waiting events.
+ */
+static void
+serve_ready(JsConn *c, bool closed, List **done)
+{
+	check_window(c);
+	if (closed)
 		take_back_pending(c, done);
-	if (c->thread_started && !c->stopping && state == JS_READY && c->outstanding == 0 &&
-		(closed || (c->retiring && c->nwaiting == 0)))
-	{
-		JetStreamRequestStop(c);
-		c->stopping = true;
-	}
-
-	if (c->retiring && c->nwaiting == 0)
-		return;
-	if (!c->thread_started && c->nwaiting > 0)
-	{
-		if (state == JS_FAILED && now < c->retry_at)
-			fail_waiting(c, true, c->last_failure, done);
-		else
-			JetStreamStartConnect(c);
-	}
-	else if (state == JS_READY && !closed && !c->stopping)
+	if (c->outstanding == 0 && (closed || (c->retiring && c->nwaiting == 0)))
+		stop_thread(c);
+	else if (!closed)
 		publish_waiting(c, done);
+}
 
-	/* a time limit runs from when the event was taken, whatever it waits for */
-	if (c->nwaiting > 0)
+/*
+ * Fails c's waiting events whose time limit is over: it runs from when
+ * the event was taken, whatever it waits for (a connection, or room).
+ */
+static void
+fail_late(JsConn *c, List **done)
+{
+	bool		connected = c->phase == JS_PHASE_READY || c->phase == JS_PHASE_STOPPING;
+	char	   *why = !connected
+		? psprintf("not connected to NATS at %s within %d ms",
+				   c->servers_text, c->timeout_ms)
+		: psprintf("not published to NATS at %s within %d ms: %d messages of the destination were waiting for their PubAck (outbox.jetstream_max_pending)",
+				   c->servers_text, c->timeout_ms, c->outstanding);
+
+	fail_waiting(c, false, why, done);
+	pfree(why);
+}
+
+/*
+ * Moves connection c along: first the transition its thread calls for
+ * (follow_thread), then the work of its phase: with no thread, starts an
+ * attempt when events wait (or, before retry_at, fails them with the
+ * last failure's reason); READY, serve_ready; STOPPING, only the check of
+ * the stream's window (a reconnection may have read it again); and in
+ * every phase, fails the waiting events whose time limit is over.
+ */
+void
+JetStreamServiceConn(JsConn *c, List **done)
+{
+	JsReport	report;
+	bool		finished;
+	bool		closed;
+	TimestampTz now = GetCurrentTimestamp();
+
+	pthread_mutex_lock(&c->mu);
+	report = c->report;
+	finished = c->finished;
+	closed = c->closed;
+	pthread_mutex_unlock(&c->mu);
+
+	follow_thread(c, report, finished, now, done);
+	switch (c->phase)
 	{
-		char	   *why = state != JS_READY
-			? psprintf("not connected to NATS at %s within %d ms",
-					   c->servers_text, c->timeout_ms)
-			: psprintf("not published to NATS at %s within %d ms: %d messages of the destination were waiting for their PubAck (outbox.jetstream_max_pending)",
-					   c->servers_text, c->timeout_ms, c->outstanding);
-
-		fail_waiting(c, false, why, done);
-		pfree(why);
+		case JS_PHASE_IDLE:
+		case JS_PHASE_BACKING_OFF:
+			if (c->nwaiting == 0)
+				break;
+			if (c->phase == JS_PHASE_BACKING_OFF && now < c->retry_at)
+				fail_waiting(c, true, c->last_failure, done);
+			else
+				JetStreamStartConnect(c);
+			break;
+		case JS_PHASE_CONNECTING:
+			/* the thread reports, then sets the latch */
+			break;
+		case JS_PHASE_READY:
+			serve_ready(c, closed, done);
+			break;
+		case JS_PHASE_STOPPING:
+			check_window(c);
+			break;
 	}
+	if (c->nwaiting > 0)
+		fail_late(c, done);
 }
 
 /*
@@ -640,7 +785,7 @@ js_at_exit(int code, Datum arg)
 	{
 		JsConn	   *c = lfirst(lc);
 
-		if (c->thread_started)
+		if (JsConnThreadRuns(c))
 			JetStreamRequestStop(c);
 	}
 	for (;;)
@@ -651,16 +796,13 @@ js_at_exit(int code, Datum arg)
 			JsConn	   *c = lfirst(lc);
 			bool		finished;
 
-			if (!c->thread_started)
+			if (!JsConnThreadRuns(c))
 				continue;
 			pthread_mutex_lock(&c->mu);
 			finished = c->finished;
 			pthread_mutex_unlock(&c->mu);
 			if (finished)
-			{
-				pthread_join(c->thread, NULL);
-				c->thread_started = false;
-			}
+				JetStreamJoin(c);
 			else
 				running++;
 		}

@@ -63,13 +63,32 @@ typedef struct JsDestOptions
 
 #define JS_OPTIONS(ev) ((const JsDestOptions *) (ev)->dest.options)
 
-typedef enum JsState
+/*
+ * A connection's phase, as the relay drives it (JsConn.phase, relay thread
+ * only): set_phase, in jetstream_conn.c, is the only way to change it and
+ * lists the transitions.
+ */
+typedef enum JsPhase
 {
-	JS_IDLE,					/* no thread */
-	JS_CONNECTING,				/* the connection's thread is connecting */
-	JS_READY,					/* connected, stream checked: publishing */
-	JS_FAILED					/* the connection attempt failed */
-} JsState;
+	JS_PHASE_IDLE,				/* no thread: new, or its last thread stopped */
+	JS_PHASE_CONNECTING,		/* its thread runs, and has not reported READY */
+	JS_PHASE_READY,				/* connected, stream checked: its thread publishes */
+	JS_PHASE_STOPPING,			/* its thread was asked to close and end */
+	JS_PHASE_BACKING_OFF		/* no thread: the last attempt failed, the
+								 * next waits for retry_at */
+} JsPhase;
+
+/*
+ * What a connection's thread reports of its attempt (JsConn.report,
+ * shared, under mu): READY or FAILED once it knows; NONE from the start of
+ * an attempt until then. The relay turns it into a phase.
+ */
+typedef enum JsReport
+{
+	JS_REPORT_NONE,
+	JS_REPORT_READY,			/* connected, stream checked: publishing */
+	JS_REPORT_FAILED			/* the attempt failed: error, lib_error say why */
+} JsReport;
 
 /* An outcome, as the PubAck handler or the publishing thread records it. */
 typedef struct JsAck
@@ -131,6 +150,7 @@ typedef struct JsConn
 	char	   *name;			/* the destination */
 	char	   *fingerprint;	/* its options as one string: a change reconnects */
 	MemoryContext cxt;
+	JsPhase		phase;			/* changed by set_phase only */
 	bool		retiring;		/* superseded or unused: closes when idle */
 	dlist_head	waiting;
 	int			nwaiting;
@@ -141,10 +161,7 @@ typedef struct JsConn
 	int			failures;		/* connection attempts failed in a row */
 	TimestampTz retry_at;		/* no new attempt before */
 	TimestampTz last_used;		/* the last event taken */
-	bool		thread_started;
-	bool		stopping;		/* its thread was asked to stop */
-	bool		ready_seen;		/* this thread's connection was reported */
-	pthread_t	thread;
+	pthread_t	thread;			/* while JsConnThreadRuns */
 	char	   *servers_text;	/* for messages: the URLs, no credentials */
 	char	   *last_failure;	/* text of the last failed connection */
 
@@ -163,9 +180,9 @@ typedef struct JsConn
 	/* shared with the threads, under mu */
 	pthread_mutex_t mu;
 	pthread_cond_t cond;		/* the queue has messages, or stop is set */
-	JsState		state;
+	JsReport	report;			/* of the thread's attempt */
 	bool		stop;			/* close the connection and end */
-	bool		finished;		/* the thread ended */
+	bool		finished;		/* the thread ended: the relay joins it */
 	bool		closed;			/* libnats closed the connection for good */
 	char		error[JS_TEXT_BYTES];	/* why the attempt failed */
 	char		lib_error[JS_TEXT_BYTES];	/* and libnats's words, if any */
@@ -197,6 +214,14 @@ typedef struct JsKindState
 	int			exit_code;		/* the process's, for that exit */
 } JsKindState;
 
+/* Whether c has a thread, started and not joined yet. */
+static inline bool
+JsConnThreadRuns(const JsConn *c)
+{
+	return c->phase == JS_PHASE_CONNECTING || c->phase == JS_PHASE_READY ||
+		c->phase == JS_PHASE_STOPPING;
+}
+
 /* jetstream.c */
 extern void JetStreamFail(OutboxEvent *ev, char *error, bool permanent);
 extern natsMsg *JetStreamBuildMessage(OutboxEvent *ev, const char *subject);
@@ -210,6 +235,8 @@ extern JsConn *JetStreamNewConn(JsKindState *ks, const char *name, const JsDestO
 extern JsConn *JetStreamConnFor(JsKindState *ks, OutboxEvent *ev);
 extern void JetStreamStartConnect(JsConn *c);
 extern void JetStreamRequestStop(JsConn *c);
+extern bool JetStreamStopOnceReady(JsConn *c);
+extern void JetStreamJoin(JsConn *c);
 extern void JetStreamFreeConn(JsConn *c);
 extern void JetStreamCollectAcks(JsKindState *ks, JsConn *c, List **done);
 extern void JetStreamServiceConn(JsConn *c, List **done);

@@ -534,12 +534,12 @@ conn_main(void *arg)
 	pthread_mutex_lock(&c->mu);
 	if (s == NATS_OK)
 	{
-		c->state = JS_READY;
+		c->report = JS_REPORT_READY;
 		c->js = js;
 	}
 	else
 	{
-		c->state = JS_FAILED;
+		c->report = JS_REPORT_FAILED;
 		copy_text(c->error, error, sizeof(c->error));
 		copy_text(c->lib_error, lib_error, sizeof(c->lib_error));
 	}
@@ -659,7 +659,7 @@ JetStreamThreadStart(JsConn *c)
 	if (rc == 0)
 		return true;
 	pthread_mutex_lock(&c->mu);
-	c->state = JS_FAILED;
+	c->report = JS_REPORT_FAILED;
 	c->finished = true;
 	copy_text(c->error, "cannot start a thread to connect", sizeof(c->error));
 	pthread_mutex_unlock(&c->mu);
