@@ -403,18 +403,15 @@ read_stream(JsConn *c, jsCtx *js, char *error)
 }
 
 /*
- * Connects c (on its thread): the servers it names, never those a server
- * lists in its INFO (connect_urls), a JetStream context, and the stream's
- * configuration. Returns the status; on failure error and
- * lib_error say why, and nothing is left open.
+ * The options of c's connection, in *op (NULL if none could be made;
+ * the caller destroys them): the servers it names, never those a server
+ * lists in its INFO (connect_urls), its time limit, its credentials and
+ * its files. Returns the status; on failure error says why.
  */
 static natsStatus
-conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *lib_error)
+conn_options(JsConn *c, natsOptions **op, char *error)
 {
 	natsOptions *o = NULL;
-	natsConnection *nc = NULL;
-	jsCtx	   *js = NULL;
-	jsOptions	jo;
 	natsStatus	s;
 	char		file_error[JS_TEXT_BYTES];
 
@@ -455,42 +452,82 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 		s = NATS_ERR;
 		snprintf(error, JS_TEXT_BYTES, "the connection options are not valid: %s", file_error);
 	}
+	*op = o;
+	return s;
+}
+
+/*
+ * The JetStream context of c's connection nc, in *jsp, whose PubAck
+ * handler records outcomes in c's ring. Returns the status; on failure
+ * error says why.
+ */
+static natsStatus
+open_jetstream(JsConn *c, natsConnection *nc, jsCtx **jsp, char *error)
+{
+	jsOptions	jo;
+	natsStatus	s = jsOptions_Init(&jo);
+
+	jo.Wait = c->timeout_ms;
+	jo.PublishAsync.AckHandler = ack_handler;
+	jo.PublishAsync.AckHandlerClosure = c;
+	jo.PublishAsync.MaxPending = c->cap;
+	if (s == NATS_OK)
+		s = natsConnection_JetStream(jsp, nc, &jo);
+	if (s != NATS_OK)
+		copy_text(error, "cannot use JetStream: ", JS_TEXT_BYTES);
+	return s;
+}
+
+/*
+ * Completes error, which ends with a space, with libnats's words on this
+ * thread's last error for status s: in lib_error, which the relay masks
+ * for credentials; or, for a refusal of the credentials, the server's
+ * words in error itself, which the masking would cut.
+ */
+static void
+add_lib_words(natsStatus s, char *error, char *lib_error)
+{
+	const char *text = nats_GetLastError(NULL);
+
+	if (text == NULL || text[0] == '\0')
+		text = natsStatus_GetText(s);
+	/* libnats puts where it failed first: "(conn.c:1905): " */
+	if (text[0] == '(' && strstr(text, "): ") != NULL)
+		text = strstr(text, "): ") + 3;
+	/* the server's words, which the masking of credentials would cut */
+	if (s == NATS_CONNECTION_AUTH_FAILED || strstr(text, "Authorization Violation") != NULL)
+		append_text(error, "the server refused the credentials (Authorization Violation)",
+					JS_TEXT_BYTES);
 	else
+		copy_text(lib_error, text, JS_TEXT_BYTES);
+}
+
+/*
+ * Connects c (on its thread): its options (conn_options), a JetStream
+ * context, and the stream's configuration. Returns the status; on failure
+ * error and lib_error say why, and nothing is left open.
+ */
+static natsStatus
+conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *lib_error)
+{
+	natsOptions *o = NULL;
+	natsConnection *nc = NULL;
+	jsCtx	   *js = NULL;
+	natsStatus	s;
+
+	s = conn_options(c, &o, error);
+	if (s == NATS_OK)
 	{
 		s = natsConnection_Connect(&nc, o);
 		if (s != NATS_OK)
 			copy_text(error, "cannot connect: ", JS_TEXT_BYTES);
 	}
 	if (s == NATS_OK)
-	{
-		s = jsOptions_Init(&jo);
-		jo.Wait = c->timeout_ms;
-		jo.PublishAsync.AckHandler = ack_handler;
-		jo.PublishAsync.AckHandlerClosure = c;
-		jo.PublishAsync.MaxPending = c->cap;
-		if (s == NATS_OK)
-			s = natsConnection_JetStream(&js, nc, &jo);
-		if (s != NATS_OK)
-			copy_text(error, "cannot use JetStream: ", JS_TEXT_BYTES);
-	}
+		s = open_jetstream(c, nc, &js, error);
 	if (s == NATS_OK)
 		s = read_stream(c, js, error);
 	if (s != NATS_OK && error[strlen(error) - 1] == ' ')
-	{
-		const char *text = nats_GetLastError(NULL);
-
-		if (text == NULL || text[0] == '\0')
-			text = natsStatus_GetText(s);
-		/* libnats puts where it failed first: "(conn.c:1905): " */
-		if (text[0] == '(' && strstr(text, "): ") != NULL)
-			text = strstr(text, "): ") + 3;
-		/* the server's words, which the masking of credentials would cut */
-		if (s == NATS_CONNECTION_AUTH_FAILED || strstr(text, "Authorization Violation") != NULL)
-			append_text(error, "the server refused the credentials (Authorization Violation)",
-						JS_TEXT_BYTES);
-		else
-			copy_text(lib_error, text, JS_TEXT_BYTES);
-	}
+		add_lib_words(s, error, lib_error);
 	if (s != NATS_OK)
 	{
 		jsCtx_Destroy(js);
@@ -509,28 +546,12 @@ conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *li
 }
 
 /*
- * The connection's thread: connects, then publishes what the relay queues
- * (each with its own time limit, the event_id as Nats-Msg-Id and the
- * stream as Nats-Expected-Stream) until the relay sets stop; then closes
- * the connection. Calls libnats only, and SetLatch; started with every
- * signal blocked, which libnats's threads, started from here, inherit.
+ * Reports the outcome s of c's connection attempt to the relay: READY,
+ * with the JetStream context js, or FAILED, with why.
  */
-static void *
-conn_main(void *arg)
+static void
+report_attempt(JsConn *c, natsStatus s, jsCtx *js, const char *error, const char *lib_error)
 {
-	JsConn	   *c = arg;
-	natsConnection *nc;
-	jsCtx	   *js;
-	char		error[JS_TEXT_BYTES] = "";
-	char		lib_error[JS_TEXT_BYTES] = "";
-	natsStatus	s = conn_connect(c, &nc, &js, error, lib_error);
-	natsStatistics *stats = NULL;
-	uint64_t	reconnects = 0;
-	uint64_t	seen_reconnects = 0;
-
-	if (s == NATS_OK && natsStatistics_Create(&stats) != NATS_OK)
-		stats = NULL;
-
 	pthread_mutex_lock(&c->mu);
 	if (s == NATS_OK)
 	{
@@ -545,84 +566,117 @@ conn_main(void *arg)
 	}
 	pthread_mutex_unlock(&c->mu);
 	SetLatch(MyLatch);
+}
 
-	while (s == NATS_OK)
+/*
+ * Takes what the relay queued for c's thread, in order, waiting up to a
+ * second for it; sets *stop when the relay asked the thread to end.
+ */
+static JsPublish *
+take_queue(JsConn *c, bool *stop)
+{
+	JsPublish  *batch;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->queue == NULL && !c->stop)
 	{
-		JsPublish  *batch;
-		bool		stop;
+		struct timespec until;
 
-		pthread_mutex_lock(&c->mu);
-		if (c->queue == NULL && !c->stop)
+		/* wake at least every second to see whether libnats gave up */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		pthread_cond_timedwait(&c->cond, &c->mu, &until);
+	}
+	batch = c->queue;
+	c->queue = c->queue_tail = NULL;
+	*stop = c->stop;
+	pthread_mutex_unlock(&c->mu);
+	return batch;
+}
+
+/*
+ * Publishes the messages of batch, and frees it: each with its own time
+ * limit, the event_id as Nats-Msg-Id and the stream as
+ * Nats-Expected-Stream. A message libnats refuses gets its outcome here,
+ * in c's ring; the relay destroys it with the outcome.
+ */
+static void
+publish_batch(JsConn *c, jsCtx *js, JsPublish *batch)
+{
+	while (batch != NULL)
+	{
+		JsPublish  *p = batch;
+		natsMsg    *key = p->msg;
+		jsPubOptions po;
+		natsStatus	s;
+
+		batch = p->next;
+		jsPubOptions_Init(&po);
+		po.MsgId = p->msg_id;
+		po.ExpectStream = c->stream;
+		po.MaxWait = p->max_wait;
+		s = js_PublishMsgAsync(js, &p->msg, &po);
+		if (s != NATS_OK)
 		{
-			struct timespec until;
+			const char *text = nats_GetLastError(NULL);
+			JsAck	   *a;
 
-			/* wake at least every second to see whether libnats gave up */
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += 1;
-			pthread_cond_timedwait(&c->cond, &c->mu, &until);
-		}
-		batch = c->queue;
-		c->queue = c->queue_tail = NULL;
-		stop = c->stop;
-		pthread_mutex_unlock(&c->mu);
-
-		while (batch != NULL)
-		{
-			JsPublish  *p = batch;
-			natsMsg    *key = p->msg;
-			jsPubOptions po;
-
-			batch = p->next;
-			jsPubOptions_Init(&po);
-			po.MsgId = p->msg_id;
-			po.ExpectStream = c->stream;
-			po.MaxWait = p->max_wait;
-			s = js_PublishMsgAsync(js, &p->msg, &po);
-			if (s != NATS_OK)
-			{
-				const char *text = nats_GetLastError(NULL);
-
-				pthread_mutex_lock(&c->mu);
-				{
-					JsAck	   *a = ring_push(c);
-
-					if (a != NULL)
-					{
-						a->msg = key;
-						a->status = s;
-						copy_text(a->text, text, sizeof(a->text));
-					}
-				}
-				pthread_mutex_unlock(&c->mu);
-				/* the relay destroys it with the outcome */
-				p->msg = NULL;
-				SetLatch(MyLatch);
-			}
-			free(p);
-		}
-		s = NATS_OK;
-		/* reconnected (the stream may have changed meanwhile): read it again */
-		if (stats != NULL && natsConnection_GetStats(nc, stats) == NATS_OK &&
-			natsStatistics_GetCounts(stats, NULL, NULL, NULL, NULL, &reconnects) == NATS_OK &&
-			reconnects != seen_reconnects &&
-			natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
-		{
-			char		ignored[JS_TEXT_BYTES] = "";
-
-			seen_reconnects = reconnects;
-			(void) read_stream(c, js, ignored);
-		}
-		if (natsConnection_Status(nc) == NATS_CONN_STATUS_CLOSED)
-		{
 			pthread_mutex_lock(&c->mu);
-			c->closed = true;
+			a = ring_push(c);
+			if (a != NULL)
+			{
+				a->msg = key;
+				a->status = s;
+				copy_text(a->text, text, sizeof(a->text));
+			}
 			pthread_mutex_unlock(&c->mu);
+			/* the relay destroys it with the outcome */
+			p->msg = NULL;
 			SetLatch(MyLatch);
 		}
-		if (stop)
-			break;
+		free(p);
 	}
+}
 
+/*
+ * Between batches: after a reconnection (the stream may have changed
+ * meanwhile), reads the stream's configuration again, for the relay to
+ * check; once libnats closed the connection for good, tells the relay.
+ */
+static void
+watch_connection(JsConn *c, natsConnection *nc, jsCtx *js, natsStatistics *stats,
+				 uint64_t *seen_reconnects)
+{
+	uint64_t	reconnects = 0;
+
+	/* reconnected (the stream may have changed meanwhile): read it again */
+	if (stats != NULL && natsConnection_GetStats(nc, stats) == NATS_OK &&
+		natsStatistics_GetCounts(stats, NULL, NULL, NULL, NULL, &reconnects) == NATS_OK &&
+		reconnects != *seen_reconnects &&
+		natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
+	{
+		char		ignored[JS_TEXT_BYTES] = "";
+
+		*seen_reconnects = reconnects;
+		(void) read_stream(c, js, ignored);
+	}
+	if (natsConnection_Status(nc) == NATS_CONN_STATUS_CLOSED)
+	{
+		pthread_mutex_lock(&c->mu);
+		c->closed = true;
+		pthread_mutex_unlock(&c->mu);
+		SetLatch(MyLatch);
+	}
+}
+
+/*
+ * The end of c's thread: takes the JetStream context back from the relay,
+ * closes the connection and frees libnats's objects, then tells the relay
+ * it can join the thread.
+ */
+static void
+conn_end(JsConn *c, natsConnection *nc, jsCtx *js, natsStatistics *stats)
+{
 	pthread_mutex_lock(&c->mu);
 	c->js = NULL;
 	pthread_mutex_unlock(&c->mu);
@@ -635,6 +689,39 @@ conn_main(void *arg)
 	c->finished = true;
 	pthread_mutex_unlock(&c->mu);
 	SetLatch(MyLatch);
+}
+
+/*
+ * The connection's thread: connects, then publishes what the relay queues
+ * until the relay sets stop; then closes the connection. Calls libnats
+ * only, and SetLatch; started with every signal blocked, which libnats's
+ * threads, started from here, inherit.
+ */
+static void *
+conn_main(void *arg)
+{
+	JsConn	   *c = arg;
+	natsConnection *nc;
+	jsCtx	   *js;
+	char		error[JS_TEXT_BYTES] = "";
+	char		lib_error[JS_TEXT_BYTES] = "";
+	natsStatus	s = conn_connect(c, &nc, &js, error, lib_error);
+	natsStatistics *stats = NULL;
+	uint64_t	seen_reconnects = 0;
+
+	if (s == NATS_OK && natsStatistics_Create(&stats) != NATS_OK)
+		stats = NULL;
+	report_attempt(c, s, js, error, lib_error);
+	while (s == NATS_OK)
+	{
+		bool		stop;
+
+		publish_batch(c, js, take_queue(c, &stop));
+		watch_connection(c, nc, js, stats, &seen_reconnects);
+		if (stop)
+			break;
+	}
+	conn_end(c, nc, js, stats);
 	return NULL;
 }
 
