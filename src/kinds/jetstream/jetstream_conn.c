@@ -351,21 +351,15 @@ JetStreamFreeConn(JsConn *c)
 }
 
 /*
- * Queues c's waiting events for its thread while there is room: each
- * message is built here, noted in the start log, and entered in the
- * in-flight hash before the thread can publish it (its PubAck can come at
- * once). Events whose message cannot be built go to *done.
+ * Takes from c's waiting events, in order, those its room allows (c->cap
+ * outstanding at most) whose time limit is not over (the caller fails
+ * those, unpublished); returns them, or NIL.
  */
-static void
-publish_waiting(JsConn *c, List **done)
+static List *
+take_waiting(JsConn *c, TimestampTz now)
 {
 	List	   *batch = NIL;
-	ListCell   *lc;
-	JsPublish  *head = NULL;
-	JsPublish  *tail = NULL;
-	TimestampTz now = GetCurrentTimestamp();
 
-	/* those whose time limit is over are failed by the caller, unpublished */
 	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap &&
 		   dlist_head_element(JsWaiting, node, &c->waiting)->deadline > now)
 	{
@@ -374,63 +368,63 @@ publish_waiting(JsConn *c, List **done)
 		c->nwaiting--;
 		batch = lappend(batch, w);
 	}
-	if (batch == NIL)
-		return;
-	foreach(lc, batch)
-		OutboxStartLogNote(((JsWaiting *) lfirst(lc))->ev);
-	OutboxStartLogFlush();
+	return batch;
+}
 
-	foreach(lc, batch)
+/*
+ * The message for w's event, for c's thread to publish, entered in c's
+ * in-flight hash; or NULL, the event's outcome set and the event in
+ * *done, when its subject or its message cannot be built.
+ */
+static JsPublish *
+message_for(JsConn *c, JsWaiting *w, TimestampTz now, List **done)
+{
+	OutboxEvent *ev = w->ev;
+	char	   *error = NULL;
+	char	   *subject = JetStreamEventSubject(ev, &error);
+	natsMsg    *m;
+	JsPublish  *p;
+	JsInFlight *f;
+	bool		found;
+
+	if (subject == NULL)
 	{
-		JsWaiting  *w = lfirst(lc);
-		OutboxEvent *ev = w->ev;
-		char	   *error = NULL;
-		char	   *subject = JetStreamEventSubject(ev, &error);
-		natsMsg    *m;
-		JsPublish  *p;
-		JsInFlight *f;
-		bool		found;
-
-		if (subject == NULL)
-		{
-			JetStreamFail(ev, error, true);
-			c->live--;
-			*done = lappend(*done, ev);
-			continue;
-		}
-		m = JetStreamBuildMessage(ev, subject);
-		p = m != NULL ? malloc(sizeof(JsPublish)) : NULL;
-		if (p == NULL)
-		{
-			if (m != NULL)
-			{
-				natsMsg_Destroy(m);
-				JetStreamFail(ev, pstrdup("out of memory"), false);
-			}
-			pfree(subject);
-			c->live--;
-			*done = lappend(*done, ev);
-			continue;
-		}
-		p->next = NULL;
-		p->msg = m;
-		/* at least 1 ms: libnats sets no limit at all for 0 */
-		p->max_wait = Max((w->deadline - now + 999) / 1000, 1);
-		strlcpy(p->msg_id, ev->event_id, sizeof(p->msg_id));
-		f = hash_search(c->in_flight, &m, HASH_ENTER, &found);
-		f->ev = ev;
-		f->subject = MemoryContextStrdup(c->cxt, subject);
-		c->outstanding++;
-		pfree(subject);
-		if (tail != NULL)
-			tail->next = p;
-		else
-			head = p;
-		tail = p;
+		JetStreamFail(ev, error, true);
+		c->live--;
+		*done = lappend(*done, ev);
+		return NULL;
 	}
-	list_free_deep(batch);
-	if (head == NULL)
-		return;
+	m = JetStreamBuildMessage(ev, subject);
+	p = m != NULL ? malloc(sizeof(JsPublish)) : NULL;
+	if (p == NULL)
+	{
+		if (m != NULL)
+		{
+			natsMsg_Destroy(m);
+			JetStreamFail(ev, pstrdup("out of memory"), false);
+		}
+		pfree(subject);
+		c->live--;
+		*done = lappend(*done, ev);
+		return NULL;
+	}
+	p->next = NULL;
+	p->msg = m;
+	/* at least 1 ms: libnats sets no limit at all for 0 */
+	p->max_wait = Max((w->deadline - now + 999) / 1000, 1);
+	strlcpy(p->msg_id, ev->event_id, sizeof(p->msg_id));
+	f = hash_search(c->in_flight, &m, HASH_ENTER, &found);
+	f->ev = ev;
+	f->subject = MemoryContextStrdup(c->cxt, subject);
+	c->outstanding++;
+	pfree(subject);
+	return p;
+}
+
+/* Appends the messages head..tail to c's queue, and wakes its thread. */
+static void
+queue_for_thread(JsConn *c, JsPublish *head, JsPublish *tail)
+{
 	pthread_mutex_lock(&c->mu);
 	if (c->queue_tail != NULL)
 		c->queue_tail->next = head;
@@ -439,6 +433,44 @@ publish_waiting(JsConn *c, List **done)
 	c->queue_tail = tail;
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * Queues c's waiting events for its thread while there is room: each
+ * message is built here, noted in the start log, and entered in the
+ * in-flight hash before the thread can publish it (its PubAck can come at
+ * once). Events whose message cannot be built go to *done.
+ */
+static void
+publish_waiting(JsConn *c, List **done)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	List	   *batch = take_waiting(c, now);
+	ListCell   *lc;
+	JsPublish  *head = NULL;
+	JsPublish  *tail = NULL;
+
+	if (batch == NIL)
+		return;
+	foreach(lc, batch)
+		OutboxStartLogNote(((JsWaiting *) lfirst(lc))->ev);
+	OutboxStartLogFlush();
+
+	foreach(lc, batch)
+	{
+		JsPublish  *p = message_for(c, lfirst(lc), now, done);
+
+		if (p == NULL)
+			continue;
+		if (tail != NULL)
+			tail->next = p;
+		else
+			head = p;
+		tail = p;
+	}
+	list_free_deep(batch);
+	if (head != NULL)
+		queue_for_thread(c, head, tail);
 }
 
 /* Forgets in-flight entry f of c (found by key), its outcome collected. */
