@@ -386,41 +386,17 @@ headers_check(const OutboxDestinationRow *row, OutboxProblem *p)
 }
 
 /*
- * check_destination: nats_servers, nats_subject (a subject or a template
- * of one), nats_stream, and the credentials: user and password together,
- * or a token, or a creds file, one way only; files named by absolute path,
- * which only a role with the privileges of pg_read_server_files may write
- * (the relay reads them as the server's OS user). No secret: messages are
- * not signed, the broker authenticates the relay. Headers that nats-server
- * could read as its own (headers_check).
+ * nats_servers: 1 to JS_MAX_SERVERS valid server URLs (server_url_valid),
+ * all nats:// or all tls://, no control character.
  */
-bool
-JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
+static bool
+servers_check(const char *servers, OutboxProblem *p)
 {
-	char	   *servers,
-			   *subject,
-			   *stream,
-			   *user,
-			   *password,
-			   *token,
-			   *creds,
-			   *ca;
 	char	  **list;
 	int			n;
 	int			total;
 	int			tls = 0;
 	const char *why = NULL;
-	StringInfoData sample;
-
-	if (!column_text(row, "nats_servers", JS_SERVERS_MAX_BYTES, &servers, p) ||
-		!column_text(row, "nats_subject", JS_SUBJECT_MAX_BYTES, &subject, p) ||
-		!column_text(row, "nats_stream", JS_STREAM_MAX_BYTES, &stream, p) ||
-		!column_text(row, "nats_user", 1024, &user, p) ||
-		!column_text(row, "nats_password", 1024, &password, p) ||
-		!column_text(row, "nats_token", 1024, &token, p) ||
-		!column_text(row, "nats_creds_file", JS_PATH_MAX_BYTES, &creds, p) ||
-		!column_text(row, "nats_ca_file", JS_PATH_MAX_BYTES, &ca, p))
-		return false;
 
 	for (const char *c = servers; *c; c++)
 		if ((unsigned char) *c < 0x20 || *c == 0x7f)
@@ -450,6 +426,19 @@ JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination nats_servers is not valid"),
 								pstrdup("Its servers are all nats:// or all tls://."));
+	return true;
+}
+
+/*
+ * nats_subject and nats_stream: present, the subject (or the template,
+ * each field standing for a token) a valid subject, the stream a valid
+ * name.
+ */
+static bool
+subject_stream_check(const char *subject, const char *stream, OutboxProblem *p)
+{
+	const char *why = NULL;
+	StringInfoData sample;
 
 	if (subject == NULL)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
@@ -470,7 +459,18 @@ JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination nats_stream is not valid"),
 								pstrdup("A stream name has no spaces, control characters, or any of . * > / \\."));
+	return true;
+}
 
+/*
+ * The credentials: printable ASCII; user and password together, or a
+ * token, or a creds file, one way only; the files (creds and CA) under
+ * the rules every kind's files follow (OutboxDestinationFileCheck).
+ */
+static bool
+credentials_check(const OutboxDestinationRow *row, const char *user, const char *password,
+				  const char *token, const char *creds, OutboxProblem *p)
+{
 	for (int i = 0; i < 3; i++)
 	{
 		const char *v = i == 0 ? user : i == 1 ? password : token;
@@ -489,10 +489,44 @@ JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination has more than one kind of NATS credentials"),
 								pstrdup("It has nats_user and nats_password, or nats_token, or nats_creds_file."));
-	if (!OutboxDestinationFileCheck(row, "nats_creds_file", p) ||
-		!OutboxDestinationFileCheck(row, "nats_ca_file", p))
+	return OutboxDestinationFileCheck(row, "nats_creds_file", p) &&
+		OutboxDestinationFileCheck(row, "nats_ca_file", p);
+}
+
+/*
+ * check_destination: nats_servers, nats_subject (a subject or a template
+ * of one), nats_stream, and the credentials: user and password together,
+ * or a token, or a creds file, one way only; files named by absolute path,
+ * which only a role with the privileges of pg_read_server_files may write
+ * (the relay reads them as the server's OS user). No secret: messages are
+ * not signed, the broker authenticates the relay. Headers that nats-server
+ * could read as its own (headers_check).
+ */
+bool
+JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
+{
+	char	   *servers,
+			   *subject,
+			   *stream,
+			   *user,
+			   *password,
+			   *token,
+			   *creds,
+			   *ca;
+
+	if (!column_text(row, "nats_servers", JS_SERVERS_MAX_BYTES, &servers, p) ||
+		!column_text(row, "nats_subject", JS_SUBJECT_MAX_BYTES, &subject, p) ||
+		!column_text(row, "nats_stream", JS_STREAM_MAX_BYTES, &stream, p) ||
+		!column_text(row, "nats_user", 1024, &user, p) ||
+		!column_text(row, "nats_password", 1024, &password, p) ||
+		!column_text(row, "nats_token", 1024, &token, p) ||
+		!column_text(row, "nats_creds_file", JS_PATH_MAX_BYTES, &creds, p) ||
+		!column_text(row, "nats_ca_file", JS_PATH_MAX_BYTES, &ca, p))
 		return false;
-	return headers_check(row, p);
+	return servers_check(servers, p) &&
+		subject_stream_check(subject, stream, p) &&
+		credentials_check(row, user, password, token, creds, p) &&
+		headers_check(row, p);
 }
 
 /* decode: the nats_* columns, timeout_ms and headers into a JsDestOptions. */
