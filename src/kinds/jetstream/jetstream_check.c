@@ -86,6 +86,115 @@ stored_destination(Oid rowtype, const char *name, OutboxDestinationRow *row)
 PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
 
 /*
+ * The name of destination row h, as the caller passed it; 22004 if it is
+ * NULL.
+ */
+static char *
+destination_name(HeapTupleHeader h)
+{
+	TupleDesc	arg_desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
+												  HeapTupleHeaderGetTypMod(h));
+	HeapTupleData arg_tuple;
+	OutboxDestinationRow row;
+	char	   *name;
+
+	arg_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
+	ItemPointerSetInvalid(&arg_tuple.t_self);
+	arg_tuple.t_tableOid = InvalidOid;
+	arg_tuple.t_data = h;
+	row.desc = arg_desc;
+	row.tuple = &arg_tuple;
+	row.old_tuple = NULL;
+	row.cache = NULL;
+	name = OutboxDestinationText(&row, "name");
+	ReleaseTupleDesc(arg_desc);
+	if (name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("destination must not be null")));
+	return name;
+}
+
+/*
+ * Connects to destination name with options o as a relay would, on a
+ * thread of its own, this backend waiting on its latch (interruptible),
+ * and stops once the stream is read: returns the connection, its thread
+ * ended, and sets *stopped when it was stopped so (it read the stream).
+ * The connection is on ks->checked meanwhile, for the process's exit.
+ */
+static JsConn *
+connect_and_read(JsKindState *ks, const char *name, const JsDestOptions *o, bool *stopped)
+{
+	int			timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : outbox_jetstream_timeout;
+	JsConn	   *c;
+	MemoryContext old;
+
+	JetStreamSetup(ks);
+	c = JetStreamNewConn(ks, name, o, "", timeout_ms);
+	old = MemoryContextSwitchTo(ks->cxt);
+	ks->checked = lappend(ks->checked, c);
+	MemoryContextSwitchTo(old);
+	JetStreamStartConnect(c);
+	PG_TRY();
+	{
+		while (!JetStreamStopOnceReady(c))
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 100, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		/* its thread may still run: leave it to end, the memory to the process */
+		JetStreamRequestStop(c);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	*stopped = c->phase == JS_PHASE_STOPPING;
+	if (JsConnThreadRuns(c))
+		JetStreamJoin(c);
+	return c;
+}
+
+/*
+ * The result row's values for connection c, its thread ended: the
+ * stream's figures and the problem with its window, if any; or, if it
+ * did not read the stream (not stopped after reading it), NULL figures
+ * and why.
+ */
+static void
+check_result(const JsConn *c, bool stopped, Datum *values, bool *nulls)
+{
+	values[0] = CStringGetTextDatum(c->stream);
+	/* the thread has ended: what it left is read without the lock */
+	if (c->report == JS_REPORT_FAILED || !stopped)
+	{
+		const char *lib = c->lib_error;
+
+		for (int i = 1; i < 5; i++)
+			nulls[i] = true;
+		values[5] = CStringGetTextDatum(psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text,
+												 c->stream, c->error, OutboxRedact(lib, strlen(lib))));
+	}
+	else
+	{
+		double		window_ms;
+		double		span_ms;
+		char	   *problem = JetStreamWindowProblem(c, c->duplicates_ns, c->max_age_ns, &window_ms, &span_ms);
+
+		values[1] = ms_interval(c->duplicates_ns / 1000000.0);
+		values[2] = ms_interval(c->max_age_ns / 1000000.0);
+		nulls[2] = c->max_age_ns <= 0;
+		values[3] = ms_interval(span_ms);
+		values[4] = BoolGetDatum(problem == NULL);
+		values[5] = problem ? CStringGetTextDatum(problem) : (Datum) 0;
+		nulls[5] = problem == NULL;
+	}
+}
+
+/*
  * _outbox_jetstream_check(d outbox_destinations, OUT stream text,
  *     OUT duplicate_window interval, OUT max_age interval,
  *     OUT retry_span interval, OUT exactly_once boolean, OUT problem text)
@@ -107,12 +216,8 @@ Datum
 _outbox_jetstream_check(PG_FUNCTION_ARGS)
 {
 	HeapTupleHeader h = PG_GETARG_HEAPTUPLEHEADER(0);
-	TupleDesc	arg_desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
-												  HeapTupleHeaderGetTypMod(h));
-	HeapTupleData arg_tuple;
 	OutboxDestinationRow row;
 	OutboxDestination dest;
-	const JsDestOptions *o;
 	TupleDesc	result_desc;
 	Datum		values[6];
 	bool		nulls[6] = {false, false, false, false, false, false};
@@ -121,24 +226,10 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 	JsKindState *ks = OutboxKindState(&OutboxJetStreamKind);
 	JsConn	   *c;
 	bool		stopped;
-	int			timeout_ms;
 
 	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	arg_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
-	ItemPointerSetInvalid(&arg_tuple.t_self);
-	arg_tuple.t_tableOid = InvalidOid;
-	arg_tuple.t_data = h;
-	row.desc = arg_desc;
-	row.tuple = &arg_tuple;
-	row.old_tuple = NULL;
-	row.cache = NULL;
-	name = OutboxDestinationText(&row, "name");
-	ReleaseTupleDesc(arg_desc);
-	if (name == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("destination must not be null")));
+	name = destination_name(h);
 	stored_destination(HeapTupleHeaderGetTypeId(h), name, &row);
 	kind = OutboxDestinationText(&row, "kind");
 	if (kind == NULL || strcmp(kind, OutboxJetStreamKind.name) != 0)
@@ -147,62 +238,8 @@ _outbox_jetstream_check(PG_FUNCTION_ARGS)
 				 errmsg("destination \"%s\" is not a JetStream destination", name)));
 	memset(&dest, 0, sizeof(dest));
 	(void) JetStreamDecode(&row, &dest);
-	o = dest.options;
-	timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : outbox_jetstream_timeout;
-	JetStreamSetup(ks);
-	c = JetStreamNewConn(ks, name, o, "", timeout_ms);
-	{
-		MemoryContext old = MemoryContextSwitchTo(ks->cxt);
-
-		ks->checked = lappend(ks->checked, c);
-		MemoryContextSwitchTo(old);
-	}
-	JetStreamStartConnect(c);
-	PG_TRY();
-	{
-		while (!JetStreamStopOnceReady(c))
-		{
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 100, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
-	}
-	PG_CATCH();
-	{
-		/* its thread may still run: leave it to end, the memory to the process */
-		JetStreamRequestStop(c);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	stopped = c->phase == JS_PHASE_STOPPING;
-	if (JsConnThreadRuns(c))
-		JetStreamJoin(c);
-	values[0] = CStringGetTextDatum(c->stream);
-	/* the thread has ended: what it left is read without the lock */
-	if (c->report == JS_REPORT_FAILED || !stopped)
-	{
-		char	   *lib = c->lib_error;
-
-		for (int i = 1; i < 5; i++)
-			nulls[i] = true;
-		values[5] = CStringGetTextDatum(psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text,
-												 c->stream, c->error, OutboxRedact(lib, strlen(lib))));
-	}
-	else
-	{
-		double		window_ms;
-		double		span_ms;
-		char	   *problem = JetStreamWindowProblem(c, c->duplicates_ns, c->max_age_ns, &window_ms, &span_ms);
-
-		values[1] = ms_interval(c->duplicates_ns / 1000000.0);
-		values[2] = ms_interval(c->max_age_ns / 1000000.0);
-		nulls[2] = c->max_age_ns <= 0;
-		values[3] = ms_interval(span_ms);
-		values[4] = BoolGetDatum(problem == NULL);
-		values[5] = problem ? CStringGetTextDatum(problem) : (Datum) 0;
-		nulls[5] = problem == NULL;
-	}
+	c = connect_and_read(ks, name, dest.options, &stopped);
+	check_result(c, stopped, values, nulls);
 	ks->checked = list_delete_ptr(ks->checked, c);
 	JetStreamFreeConn(c);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls)));
