@@ -11,6 +11,8 @@
  *						calls, the message of an event and its outcome
  *	 jetstream_conn.c	a connection as the relay drives it: made, serviced,
  *						stopped, and closed when the process exits
+ *	 jetstream_publish.c	the relay's side of publishing: waiting events
+ *						queued for the thread, outcomes collected
  *	 jetstream_thread.c	what runs on a thread other than the process's own:
  *						the connection's thread and libnats's callbacks
  *	 jetstream_rules.c	the rules of a destination row and of a subject
@@ -238,10 +240,14 @@ extern void JetStreamRequestStop(JsConn *c);
 extern bool JetStreamStopOnceReady(JsConn *c);
 extern void JetStreamJoin(JsConn *c);
 extern void JetStreamFreeConn(JsConn *c);
-extern void JetStreamCollectAcks(JsKindState *ks, JsConn *c, List **done);
 extern void JetStreamServiceConn(JsConn *c, List **done);
 extern char *JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
 									double *window_ms, double *span_ms);
+
+/* jetstream_publish.c */
+extern void JetStreamPublishWaiting(JsConn *c, List **done);
+extern void JetStreamCollectAcks(JsKindState *ks, JsConn *c, List **done);
+extern void JetStreamTakeBack(JsConn *c, List **done);
 
 /* jetstream_thread.c */
 extern bool JetStreamThreadStart(JsConn *c);
