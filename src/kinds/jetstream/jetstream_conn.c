@@ -371,37 +371,6 @@ fail_waiting(JsConn *c, bool all, const char *why, List **done)
 	}
 }
 
-/* Human units for a duration in ms: "2 min", "90 s", "1.5 h". */
-static char *
-duration_text(double ms)
-{
-	if (ms >= 2 * 3600 * 1000.0)
-		return psprintf("%.1f h", ms / 3600000.0);
-	if (ms >= 120 * 1000.0)
-		return psprintf("%.0f min", ms / 60000.0);
-	return psprintf("%.0f s", ms / 1000.0);
-}
-
-/*
- * What is wrong with c's stream's deduplication, palloc'd, or NULL: the
- * window (duplicates_ns, or max_age_ns when shorter: a message gone is an
- * id forgotten) is shorter than the retry span. Sets *window_ms and
- * *span_ms.
- */
-char *
-JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
-			   double *window_ms, double *span_ms)
-{
-	*window_ms = duplicates_ns / 1000000.0;
-	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
-		*window_ms = max_age_ns / 1000000.0;
-	*span_ms = OutboxRetrySpanMs(c->timeout_ms);
-	if (*span_ms <= *window_ms)
-		return NULL;
-	return psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
-					c->stream, duration_text(*window_ms), duration_text(*span_ms));
-}
-
 /*
  * After a connection, and after a reconnection: compares the stream's duplicate window (and its
  * max_age, past which a stored message and its id are gone) with the
@@ -433,7 +402,7 @@ check_window(JsConn *c)
 	ereport(WARNING,
 			(errmsg("outbox destination \"%s\": %s", c->name, text),
 			 errhint("Raise the stream's duplicate_window to %s or more, or lower outbox.max_attempts or outbox.backoff_max.",
-					 duration_text(span))));
+					 JetStreamDurationText(span))));
 	OutboxHealthDestinationWarning(c->name, text);
 }
 

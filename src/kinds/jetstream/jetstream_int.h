@@ -241,8 +241,6 @@ extern bool JetStreamStopOnceReady(JsConn *c);
 extern void JetStreamJoin(JsConn *c);
 extern void JetStreamFreeConn(JsConn *c);
 extern void JetStreamServiceConn(JsConn *c, List **done);
-extern char *JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
-									double *window_ms, double *span_ms);
 
 /* jetstream_publish.c */
 extern void JetStreamPublishWaiting(JsConn *c, List **done);
@@ -258,5 +256,8 @@ extern char **JetStreamSplitServers(const char *servers, int *n, int *total);
 extern bool JetStreamHoldsNatsPrefix(const char *s);
 extern bool JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p);
 extern Size JetStreamDecode(const OutboxDestinationRow *row, OutboxDestination *dest);
+extern char *JetStreamDurationText(double ms);
+extern char *JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
+									double *window_ms, double *span_ms);
 
 #endif							/* OUTBOX_JETSTREAM_INT_H */

@@ -3,11 +3,13 @@
  * jetstream_rules.c
  *	  The rules of the JetStream kind: what a destination row may hold
  *	  (its servers, subject or subject template, stream and credentials),
- *	  what a subject may be, and the subject built for an event.
+ *	  what a subject may be, the subject built for an event, and whether
+ *	  a stream's duplicate window covers the retry schedule.
  *
  * Nothing here calls libnats or starts a thread: the validation trigger
  * on outbox_destinations runs these rules in any backend (check_destination),
- * and the claim decodes a row with them (decode).
+ * the claim decodes a row with them (decode), and the relay and
+ * outbox_jetstream_check() judge a stream's window with them.
  *
  * src/kinds/jetstream/jetstream_rules.c
  *
@@ -548,4 +550,40 @@ JetStreamDecode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	dest->options = o;
 	return bytes;
+}
+
+/* ---------------------------------------------------------------------
+ * The stream's deduplication window
+ * ---------------------------------------------------------------------
+ */
+
+/* Human units for a duration in ms: "2 min", "90 s", "1.5 h". */
+char *
+JetStreamDurationText(double ms)
+{
+	if (ms >= 2 * 3600 * 1000.0)
+		return psprintf("%.1f h", ms / 3600000.0);
+	if (ms >= 120 * 1000.0)
+		return psprintf("%.0f min", ms / 60000.0);
+	return psprintf("%.0f s", ms / 1000.0);
+}
+
+/*
+ * What is wrong with c's stream's deduplication, palloc'd, or NULL: the
+ * window (duplicates_ns, or max_age_ns when shorter: a message gone is an
+ * id forgotten) is shorter than the retry span. Sets *window_ms and
+ * *span_ms.
+ */
+char *
+JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
+			   double *window_ms, double *span_ms)
+{
+	*window_ms = duplicates_ns / 1000000.0;
+	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
+		*window_ms = max_age_ns / 1000000.0;
+	*span_ms = OutboxRetrySpanMs(c->timeout_ms);
+	if (*span_ms <= *window_ms)
+		return NULL;
+	return psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
+					c->stream, JetStreamDurationText(*window_ms), JetStreamDurationText(*span_ms));
 }
