@@ -256,6 +256,8 @@ extern char **JetStreamSplitServers(const char *servers, int *n, int *total);
 extern bool JetStreamHoldsNatsPrefix(const char *s);
 extern bool JetStreamCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p);
 extern Size JetStreamDecode(const OutboxDestinationRow *row, OutboxDestination *dest);
+extern bool JetStreamCredsBlock(const char *text, size_t len, int which, const char **value,
+								size_t *vlen);
 extern char *JetStreamDurationText(double ms);
 extern char *JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
 									double *window_ms, double *span_ms);

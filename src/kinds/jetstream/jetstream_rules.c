@@ -3,8 +3,9 @@
  * jetstream_rules.c
  *	  The rules of the JetStream kind: what a destination row may hold
  *	  (its servers, subject or subject template, stream and credentials),
- *	  what a subject may be, the subject built for an event, and whether
- *	  a stream's duplicate window covers the retry schedule.
+ *	  what a subject may be, the subject built for an event, the blocks of
+ *	  a creds file, and whether a stream's duplicate window covers the
+ *	  retry schedule.
  *
  * Nothing here calls libnats or starts a thread: the validation trigger
  * on outbox_destinations runs these rules in any backend (check_destination),
@@ -550,6 +551,82 @@ JetStreamDecode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	dest->options = o;
 	return bytes;
+}
+
+/* ---------------------------------------------------------------------
+ * Credentials files
+ * ---------------------------------------------------------------------
+ */
+
+/* Whether the line text[0..len) is a creds file's fence: -----BEGIN ...----- */
+static bool
+creds_fence(const char *line, size_t len)
+{
+	return len >= 6 && strncmp(line, "---", 3) == 0 && strncmp(line + len - 3, "---", 3) == 0;
+}
+
+/*
+ * Finds block `which` (0: the user JWT, 1: the nkey seed) of a creds file
+ * as nsc writes it: a fence line, the value on one line, a fence line.
+ * Sets *value and *vlen (within text); false if there is no such block or
+ * its value holds a character neither base64url nor base32 has. Safe on
+ * any thread (it allocates nothing and raises nothing): the connection's
+ * thread and libnats's callbacks read the file (creds_read, in
+ * jetstream_thread.c).
+ */
+bool
+JetStreamCredsBlock(const char *text, size_t len, int which, const char **value, size_t *vlen)
+{
+	const char *p = text;
+	const char *end = text + len;
+	int			found = 0;
+	int			state = 0;		/* 0: outside, 1: after a fence, 2: after the value */
+	const char *v = NULL;
+	size_t		vl = 0;
+
+	while (p < end)
+	{
+		const char *nl = memchr(p, '\n', end - p);
+		const char *e = nl != NULL ? nl : end;
+		const char *next = nl != NULL ? nl + 1 : end;
+
+		/* trim the line */
+		while (p < e && (*p == ' ' || *p == '\t'))
+			p++;
+		while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+			e--;
+		if (e > p)
+		{
+			bool		fence = creds_fence(p, e - p);
+
+			if (state == 0 && fence)
+				state = 1;
+			else if (state == 1 && !fence)
+			{
+				v = p;
+				vl = e - p;
+				state = 2;
+			}
+			else if (state == 2 && fence)
+			{
+				if (found++ == which)
+				{
+					for (size_t i = 0; i < vl; i++)
+						if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= 'A' && v[i] <= 'Z') ||
+							  (v[i] >= '0' && v[i] <= '9') || (v[i] != '\0' && strchr("-_.=", v[i]) != NULL)))
+							return false;
+					*value = v;
+					*vlen = vl;
+					return true;
+				}
+				state = 0;
+			}
+			else
+				state = fence ? 1 : 0;
+		}
+		p = next;
+	}
+	return false;
 }
 
 /* ---------------------------------------------------------------------

@@ -18,7 +18,8 @@
  *	 - it calls libnats, the C library, and of PostgreSQL only SetLatch
  *	   (safe from any thread of the process: it sets a flag and wakes the
  *	   process) and what destination.h says is safe on any thread
- *	   (OutboxReadFile, OutboxDeadlineIn);
+ *	   (OutboxReadFile, OutboxDeadlineIn); of the kind's other files, only
+ *	   JetStreamCredsBlock, a rule that allocates nothing;
  *	 - it never pallocs, never raises or logs (no ereport, no elog), and
  *	   never checks for interrupts: it has no memory context and no error
  *	   handling of PostgreSQL's; it reports in fixed buffers
@@ -178,74 +179,6 @@ error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg
 {
 }
 
-/* Whether the line text[0..len) is a creds file's fence: -----BEGIN ...----- */
-static bool
-creds_fence(const char *line, size_t len)
-{
-	return len >= 6 && strncmp(line, "---", 3) == 0 && strncmp(line + len - 3, "---", 3) == 0;
-}
-
-/*
- * Finds block `which` (0: the user JWT, 1: the nkey seed) of a creds file
- * as nsc writes it: a fence line, the value on one line, a fence line.
- * Sets *value and *vlen (within text); false if there is no such block or
- * its value holds a character neither base64url nor base32 has.
- */
-static bool
-creds_block(const char *text, size_t len, int which, const char **value, size_t *vlen)
-{
-	const char *p = text;
-	const char *end = text + len;
-	int			found = 0;
-	int			state = 0;		/* 0: outside, 1: after a fence, 2: after the value */
-	const char *v = NULL;
-	size_t		vl = 0;
-
-	while (p < end)
-	{
-		const char *nl = memchr(p, '\n', end - p);
-		const char *e = nl != NULL ? nl : end;
-		const char *next = nl != NULL ? nl + 1 : end;
-
-		/* trim the line */
-		while (p < e && (*p == ' ' || *p == '\t'))
-			p++;
-		while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-			e--;
-		if (e > p)
-		{
-			bool		fence = creds_fence(p, e - p);
-
-			if (state == 0 && fence)
-				state = 1;
-			else if (state == 1 && !fence)
-			{
-				v = p;
-				vl = e - p;
-				state = 2;
-			}
-			else if (state == 2 && fence)
-			{
-				if (found++ == which)
-				{
-					for (size_t i = 0; i < vl; i++)
-						if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= 'A' && v[i] <= 'Z') ||
-							  (v[i] >= '0' && v[i] <= '9') || (v[i] != '\0' && strchr("-_.=", v[i]) != NULL)))
-							return false;
-					*value = v;
-					*vlen = vl;
-					return true;
-				}
-				state = 0;
-			}
-			else
-				state = fence ? 1 : 0;
-		}
-		p = next;
-	}
-	return false;
-}
-
 /*
  * Reads c's creds file and finds both its blocks (the user JWT and the
  * nkey seed); copies block `which` into a malloc'd string (*out) unless
@@ -271,7 +204,7 @@ creds_read(const JsConn *c, int which, char **out, char *error)
 		return false;
 	for (int b = 0; b < 2 && ok; b++)
 	{
-		ok = creds_block(text, len, b, &v[b], &vl[b]);
+		ok = JetStreamCredsBlock(text, len, b, &v[b], &vl[b]);
 		if (!ok)
 			snprintf(error, JS_TEXT_BYTES, "nats_creds_file has no %s",
 					 b == 0 ? "user JWT" : "nkey seed");
