@@ -606,8 +606,9 @@ js_at_exit(int code, Datum arg)
 	{
 		ks->threads_left = true;
 		ereport(LOG,
-				(errmsg("outbox: %d JetStream connection(s) did not close within %d ms of exit",
-						running, JS_EXIT_WAIT_MS),
+				(errmsg_plural("%d JetStream connection did not close within %d ms of exit",
+							   "%d JetStream connections did not close within %d ms of exit",
+							   running, running, JS_EXIT_WAIT_MS),
 				 errdetail("The process exits without the libraries' exit handlers, which would free what those connections use.")));
 	}
 }
