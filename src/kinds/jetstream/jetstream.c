@@ -212,7 +212,7 @@ lib_words(const char *text)
 /* The outcome of a PubAck (or its absence) for ev, published to subject. */
 void
 JetStreamAckOutcome(JsKindState *ks, OutboxEvent *ev, const JsAck *a, const char *subject,
-			const JsConn *c)
+					const JsConn *c)
 {
 	if (a->status == NATS_OK)
 	{
@@ -224,29 +224,29 @@ JetStreamAckOutcome(JsKindState *ks, OutboxEvent *ev, const JsAck *a, const char
 	}
 	if (a->other_stream)
 		JetStreamFail(ev, psprintf("the PubAck came from stream \"%s\", not from the destination's stream \"%s\": not retried, as each retry could store another copy there",
-						  OutboxPrintable(a->text, strlen(a->text)), c->stream), true);
+								   OutboxPrintable(a->text, strlen(a->text)), c->stream), true);
 	else if (a->not_puback)
 		JetStreamFail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\" (%s): something else answers it",
-						  c->stream, OutboxPrintable(subject, strlen(subject)), not_puback_text(a)), false);
+								   c->stream, OutboxPrintable(subject, strlen(subject)), not_puback_text(a)), false);
 	else if (a->unreadable)
 	{
 		const char *words = lib_words(a->text);
 
 		JetStreamFail(ev, psprintf("an answer that is not JSON came for subject \"%s\" (%s): something else answers it",
-						  OutboxPrintable(subject, strlen(subject)), OutboxRedact(words, strlen(words))), false);
+								   OutboxPrintable(subject, strlen(subject)), OutboxRedact(words, strlen(words))), false);
 	}
 	else if (a->status == NATS_TIMEOUT)
 		JetStreamFail(ev, psprintf("no PubAck from JetStream within %d ms (the message may be stored: the retry carries the same Nats-Msg-Id)",
-						  c->timeout_ms), false);
+								   c->timeout_ms), false);
 	else if (a->status == NATS_NO_RESPONDERS)
 		JetStreamFail(ev, psprintf("no JetStream stream takes subject \"%s\" (no responders)",
-						  OutboxPrintable(subject, strlen(subject))), false);
+								   OutboxPrintable(subject, strlen(subject))), false);
 	else if (a->status == NATS_MAX_PAYLOAD)
 		JetStreamFail(ev, psprintf("the envelope of %zu bytes is larger than the server's max_payload",
-						  strlen(ev->body)), true);
+								   strlen(ev->body)), true);
 	else if (a->code != 0)
 		JetStreamFail(ev, psprintf("JetStream refused the message (error %d): %s", (int) a->code,
-						  OutboxRedact(a->text, strlen(a->text))), false);
+								   OutboxRedact(a->text, strlen(a->text))), false);
 	else
 		JetStreamFail(ev, publish_error(a->status, a->text), false);
 }

@@ -165,7 +165,7 @@ fingerprint(const JsDestOptions *o, int timeout_ms)
 /* Creates the connection of a destination, not yet connecting. */
 JsConn *
 JetStreamNewConn(JsKindState *ks, const char *name, const JsDestOptions *o, const char *fp,
-		 int timeout_ms)
+				 int timeout_ms)
 {
 	MemoryContext cxt = AllocSetContextCreate(ks->cxt, "outbox jetstream connection",
 											  ALLOCSET_SMALL_SIZES);

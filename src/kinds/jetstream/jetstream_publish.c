@@ -227,7 +227,7 @@ JetStreamTakeBack(JsConn *c, List **done)
 		if (f->ev != NULL)
 		{
 			JetStreamFail(f->ev, psprintf("the connection to NATS at %s was closed before the PubAck came (the message may be stored: the retry carries the same Nats-Msg-Id)",
-								 c->servers_text), false);
+										  c->servers_text), false);
 			c->live--;
 			*done = lappend(*done, f->ev);
 		}

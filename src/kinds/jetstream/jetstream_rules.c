@@ -653,7 +653,7 @@ JetStreamDurationText(double ms)
  */
 char *
 JetStreamWindowProblem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
-			   double *window_ms, double *span_ms)
+					   double *window_ms, double *span_ms)
 {
 	*window_ms = duplicates_ns / 1000000.0;
 	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
