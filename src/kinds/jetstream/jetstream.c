@@ -29,7 +29,10 @@
  * text in collect. What runs on them, and the contract it keeps, is in
  * jetstream_thread.c.
  *
- * A destination's connection is kept across claims (jetstream_conn.c).
+ * This file holds the kind's table and settings, its callbacks, the
+ * message built for an event and the outcome made of what a thread
+ * recorded; the rest of the family is listed in jetstream_int.h. A
+ * destination's connection is kept across claims (jetstream_conn.c).
  *
  * Runs in the relay worker, or in a backend running outbox_relay().
  *
@@ -38,8 +41,6 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-
-#include <pthread.h>
 
 #include <nats/nats.h>
 

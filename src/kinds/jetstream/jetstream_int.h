@@ -7,16 +7,21 @@
  *
  * The kind is one family of files, as pgvector's hnsw*.c:
  *
- *	 jetstream.c		the kind's table and settings, the callbacks the relay
- *						calls, the message of an event and its outcome
- *	 jetstream_conn.c	a connection as the relay drives it: made, serviced,
- *						stopped, and closed when the process exits
- *	 jetstream_publish.c	the relay's side of publishing: waiting events
- *						queued for the thread, outcomes collected
- *	 jetstream_thread.c	what runs on a thread other than the process's own:
- *						the connection's thread and libnats's callbacks
- *	 jetstream_rules.c	the rules of a destination row and of a subject
- *	 jetstream_check.c	outbox_jetstream_check()
+ *   jetstream.c          the kind's table and settings, the callbacks the
+ *                        relay calls, an event's message and its outcome
+ *   jetstream_conn.c     a connection as the relay drives it: made, its
+ *                        phase, its thread started, stopped and joined,
+ *                        serviced, closed when the process exits
+ *   jetstream_publish.c  the relay's side of publishing: waiting events
+ *                        queued for the thread, outcomes collected
+ *   jetstream_thread.c   what runs on a thread other than the process's
+ *                        own, and the contract it keeps
+ *   jetstream_rules.c    the rules: a destination row, a subject, a creds
+ *                        file, a stream's duplicate window
+ *   jetstream_check.c    outbox_jetstream_check()
+ *
+ * As every kind's files, they include of the worker's headers only
+ * destination.h and those it allows (its banner says which).
  *
  * src/kinds/jetstream/jetstream_int.h
  *
