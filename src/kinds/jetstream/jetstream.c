@@ -20,24 +20,19 @@
  * of it when its message is published bounds the PubAck, which libnats
  * enforces by answering the message itself with a timeout.
  *
- * Each destination's connection has a thread of this file's own, which
- * connects, then publishes the messages the relay queues, then closes the
- * connection: the relay never calls libnats's connection functions, which
- * wait on the connection's lock while libnats reconnects (the lock is held
- * across a connection attempt), so a broker that does not answer never
- * holds the relay up, and SIGTERM ends it at once. libnats runs threads of
- * its own (reading, flushing, timers, reconnecting, and the thread that
- * calls the PubAck handler). None of these threads calls into PostgreSQL:
- * they record outcomes in a fixed ring under a mutex and set the relay's
- * latch; the relay turns them into text in collect. Every thread starts
- * with all signals blocked, so PostgreSQL's handlers run on the relay's
- * own thread only.
+ * Each destination's connection has a thread of its own, which connects,
+ * then publishes the messages the relay queues, then closes the
+ * connection; libnats runs threads of its own (reading, flushing, timers,
+ * reconnecting, and the thread that calls the PubAck handler). None of
+ * these threads calls into PostgreSQL: they record outcomes in a fixed
+ * ring under a mutex and set the relay's latch; the relay turns them into
+ * text in collect. What runs on them, and the contract it keeps, is in
+ * jetstream_thread.c.
  *
- * Connections are kept across claims; libnats reconnects after a broker
- * restart (messages published meanwhile wait in its reconnect buffer and
- * time out like any other). A destination whose row changes gets a new
- * connection; the old one, and one unused for five minutes, is closed
- * when nothing it published waits for an answer.
+ * This file holds the kind's table and settings, its callbacks, the
+ * message built for an event and the outcome made of what a thread
+ * recorded; the rest of the family is listed in jetstream_int.h. A
+ * destination's connection is kept across claims (jetstream_conn.c).
  *
  * Runs in the relay worker, or in a backend running outbox_relay().
  *
@@ -47,1408 +42,62 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <time.h>
-
 #include <nats/nats.h>
-#include <openssl/crypto.h>
 
-#include "catalog/pg_authid.h"
-#include "executor/spi.h"
-#include "funcapi.h"
 #include "lib/ilist.h"
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "storage/ipc.h"
-#include "storage/latch.h"
-#include "utils/acl.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
-#include "utils/jsonb.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/typcache.h"
-#include "utils/wait_event.h"
 
 #include "destination.h"
 #include "envelope.h"
 #include "headers.h"
 #include "log_limit.h"
 
+#include "jetstream_int.h"
+
 /* outbox.jetstream_max_pending: its largest value */
 #define JS_MAX_PENDING_LIMIT 4096
-/* servers of one destination, at most */
-#define JS_MAX_SERVERS 16
-/* the longest nats_servers, nats_subject, stream name, file path */
-#define JS_SERVERS_MAX_BYTES 8192
-#define JS_SUBJECT_MAX_BYTES 1024
-/* nats-server's max_control_line is 4096: room for HPUB's reply and sizes */
-#define JS_BUILT_SUBJECT_MAX_BYTES 3840
-#define JS_STREAM_MAX_BYTES 255
-#define JS_PATH_MAX_BYTES 1024
-/* error text kept from libnats, in the threads' fixed buffers */
-#define JS_TEXT_BYTES 256
-/* a failed connection is tried again after this much, doubling, at most */
-#define JS_RECONNECT_MIN_MS 1000
-#define JS_RECONNECT_MAX_MS 30000
-
-/* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
-extern const OutboxDestinationKind OutboxJetStreamKind;
-
-static int	js_timeout = 5000;
-static int	js_max_pending = 1024;
-
-/* A JetStream destination's own columns (OutboxDestination.options). */
-typedef struct JsDestOptions
-{
-	char	   *servers;		/* nats_servers: comma-separated URLs */
-	char	   *subject;		/* nats_subject: a subject or a template */
-	char	   *stream;			/* nats_stream */
-	char	   *user;			/* nats_user, with nats_password */
-	char	   *password;
-	char	   *token;			/* nats_token */
-	char	   *creds_file;		/* nats_creds_file */
-	char	   *ca_file;		/* nats_ca_file */
-	int			timeout_ms;		/* timeout_ms, or -1: outbox.jetstream_timeout */
-	Jsonb	   *headers;		/* headers (the destination's), or NULL */
-} JsDestOptions;
-
-#define JS_OPTIONS(ev) ((const JsDestOptions *) (ev)->dest.options)
-
-/* The fields of an event a subject template may name. */
-static const char *const template_fields[] = {"event_type", "aggregate_type", "aggregate_id"};
-
-/* ---------------------------------------------------------------------
- * Subjects
- * ---------------------------------------------------------------------
- */
-
-/*
- * Whether s[0..len) is a subject the relay may publish to: tokens
- * separated by dots, none empty, no whitespace or control character, no
- * wildcard (* or >), and a first token that is not a broker's own: $
- * (JetStream's API, $JS.API.STREAM.DELETE..., and the system account's)
- * or _INBOX (other clients' replies). Sets *why when it is not. NATS
- * subjects are case-sensitive UTF-8; bytes over 0x7f are allowed (NATS
- * subject naming rules, docs.nats.io "Subject-Based Messaging").
- */
-static bool
-subject_valid(const char *s, size_t len, const char **why)
-{
-	size_t		token_start = 0;
-
-	if (len == 0)
-	{
-		*why = "it is empty";
-		return false;
-	}
-	if (s[0] == '$' || (len >= 6 && strncmp(s, "_INBOX", 6) == 0 && (len == 6 || s[6] == '.')))
-	{
-		*why = "it begins with $ or _INBOX, which are the broker's own";
-		return false;
-	}
-	for (size_t i = 0; i <= len; i++)
-	{
-		unsigned char c = i < len ? (unsigned char) s[i] : '.';
-
-		if (c == '.')
-		{
-			if (i == token_start)
-			{
-				*why = "it has an empty token (a dot at either end, or two in a row)";
-				return false;
-			}
-			token_start = i + 1;
-		}
-		else if (c <= 0x20 || c == 0x7f)
-		{
-			*why = "it has a space or a control character";
-			return false;
-		}
-		else if (c == '*' || c == '>')
-		{
-			*why = "it has a wildcard (* or >)";
-			return false;
-		}
-	}
-	return true;
-}
-
-/*
- * Walks subject template t: calls emit for each literal run and each
- * {field}, field being the index in template_fields. Returns false with
- * *why on a brace that opens no known field or is not closed.
- */
-typedef void (*template_emit) (void *arg, const char *literal, size_t len, int field);
-
-static bool
-template_walk(const char *t, template_emit emit, void *arg, const char **why)
-{
-	const char *p = t;
-
-	while (*p != '\0')
-	{
-		const char *brace = strpbrk(p, "{}");
-		int			field = -1;
-
-		if (brace == NULL)
-		{
-			emit(arg, p, strlen(p), -1);
-			break;
-		}
-		if (brace > p)
-			emit(arg, p, brace - p, -1);
-		if (*brace == '{')
-			for (int i = 0; i < (int) lengthof(template_fields); i++)
-			{
-				size_t		n = strlen(template_fields[i]);
-
-				if (strncmp(brace + 1, template_fields[i], n) == 0 && brace[1 + n] == '}')
-				{
-					field = i;
-					p = brace + n + 2;
-					break;
-				}
-			}
-		if (field < 0)
-		{
-			*why = "a brace opens none of {event_type}, {aggregate_type}, {aggregate_id}, or is not closed";
-			return false;
-		}
-		emit(arg, NULL, 0, field);
-	}
-	return true;
-}
-
-/* template_emit for checking a template: each field stands for "x" */
-static void
-emit_sample(void *arg, const char *literal, size_t len, int field)
-{
-	if (field >= 0)
-		appendStringInfoChar((StringInfo) arg, 'x');
-	else
-		appendBinaryStringInfo((StringInfo) arg, literal, len);
-}
-
-typedef struct BuildState
-{
-	StringInfoData buf;
-	const OutboxEvent *ev;
-	const char *missing;		/* a field the template names that is NULL */
-} BuildState;
-
-/* template_emit for building an event's subject */
-static void
-emit_event(void *arg, const char *literal, size_t len, int field)
-{
-	BuildState *b = arg;
-	const char *value = NULL;
-
-	if (field < 0)
-	{
-		appendBinaryStringInfo(&b->buf, literal, len);
-		return;
-	}
-	switch (field)
-	{
-		case 0:
-			value = b->ev->event_type;
-			break;
-		case 1:
-			value = b->ev->aggregate_type;
-			break;
-		case 2:
-			value = b->ev->aggregate_id;
-			break;
-	}
-	if (value == NULL || value[0] == '\0')
-	{
-		if (b->missing == NULL)
-			b->missing = template_fields[field];
-		return;
-	}
-	appendStringInfoString(&b->buf, value);
-}
-
-/*
- * The subject ev is published to, palloc'd; or NULL with *error set (for
- * last_error: it names the field, and quotes no value, which the writer
- * chose) when the template names an empty field or the result is not a
- * valid subject (subject_valid).
- */
-static char *
-event_subject(const OutboxEvent *ev, char **error)
-{
-	BuildState	b;
-	const char *why = NULL;
-
-	initStringInfo(&b.buf);
-	b.ev = ev;
-	b.missing = NULL;
-	if (!template_walk(JS_OPTIONS(ev)->subject, emit_event, &b, &why))
-	{
-		*error = psprintf("destination nats_subject is not valid: %s", why);
-		return NULL;
-	}
-	if (b.missing != NULL)
-	{
-		*error = psprintf("the subject template uses %s, which the event does not have", b.missing);
-		return NULL;
-	}
-	if (b.buf.len > JS_BUILT_SUBJECT_MAX_BYTES)
-	{
-		*error = psprintf("the subject built for the event is longer than %d bytes",
-						  JS_BUILT_SUBJECT_MAX_BYTES);
-		return NULL;
-	}
-	if (!subject_valid(b.buf.data, b.buf.len, &why))
-	{
-		*error = psprintf("the subject built from the event's fields is not a valid NATS subject: %s", why);
-		return NULL;
-	}
-	return b.buf.data;
-}
-
-/* ---------------------------------------------------------------------
- * Connections, shared with the threads
- * ---------------------------------------------------------------------
- */
-
-typedef enum JsState
-{
-	JS_IDLE,					/* no thread */
-	JS_CONNECTING,				/* the connection's thread is connecting */
-	JS_READY,					/* connected, stream checked: publishing */
-	JS_FAILED					/* the connection attempt failed */
-} JsState;
-
-/* An outcome, as the PubAck handler or the publishing thread records it. */
-typedef struct JsAck
-{
-	natsMsg    *msg;			/* the message published */
-	natsStatus	status;			/* NATS_OK: a PubAck */
-	jsErrCode	code;			/* JetStream's error code, or 0 */
-	bool		duplicate;		/* a PubAck: the stream had the message already */
-	bool		not_puback;		/* a JSON answer, but no PubAck of the stream:
-								 * the stream it names (or none) in text */
-	uint64		sequence;		/* and the sequence it has, or 0 */
-	bool		unreadable;		/* an answer that is not JSON: libnats's
-								 * parser's words, which quote it, in text */
-	bool		other_stream;	/* a PubAck of another stream, named in text */
-	char		text[JS_TEXT_BYTES];	/* libnats's or the stream's error */
-} JsAck;
-
-/* A message for the connection's thread to publish; malloc'd. */
-typedef struct JsPublish
-{
-	struct JsPublish *next;
-	natsMsg    *msg;
-	int64		max_wait;		/* ms for its PubAck: what its time limit has left */
-	char		msg_id[40];		/* the event_id: a uuid's text */
-} JsPublish;
-
-/*
- * An event waiting to be published. Its time limit runs from when the
- * kind took it, right after its claim: connecting, waiting for room and
- * the PubAck all come out of it.
- */
-typedef struct JsWaiting
-{
-	dlist_node	node;
-	OutboxEvent *ev;
-	TimestampTz deadline;		/* its time limit ends: fails then */
-} JsWaiting;
-
-/* A published message whose outcome is not collected. */
-typedef struct JsInFlight
-{
-	natsMsg    *msg;			/* the key */
-	OutboxEvent *ev;			/* NULL: abandoned */
-	char	   *subject;
-} JsInFlight;
-
-/*
- * A destination's connection. Its thread (conn_main) connects, then
- * publishes what the relay queues, and at the end closes and frees
- * libnats's objects; so the relay never calls libnats's connection
- * functions, which wait on the connection's lock while libnats reconnects.
- * The relay frees the struct only after joining the thread with nothing
- * published left unanswered: no libnats callback has it as closure then
- * (the PubAck handler is the only one that does).
- */
-typedef struct JsConn
-{
-	/* relay thread only */
-	char	   *name;			/* the destination */
-	char	   *fingerprint;	/* its options as one string: a change reconnects */
-	MemoryContext cxt;
-	bool		retiring;		/* superseded or unused: closes when idle */
-	dlist_head	waiting;
-	int			nwaiting;
-	HTAB	   *in_flight;		/* natsMsg * -> JsInFlight */
-	int			outstanding;	/* queued or published, outcome not collected */
-	int			live;			/* events taken and not returned */
-	int			timeout_ms;
-	int			failures;		/* connection attempts failed in a row */
-	TimestampTz retry_at;		/* no new attempt before */
-	TimestampTz last_used;		/* the last event taken */
-	bool		thread_started;
-	bool		stopping;		/* its thread was asked to stop */
-	bool		ready_seen;		/* this thread's connection was reported */
-	pthread_t	thread;
-	char	   *servers_text;	/* for messages: the URLs, no credentials */
-	char	   *last_failure;	/* text of the last failed connection */
-
-	/* set before a thread starts, read-only while it runs */
-	int			cap;			/* at most this many outstanding */
-	char	   *stream;
-	char	  **server_list;
-	int			nservers;
-	bool		secure;			/* tls:// or a CA file */
-	char	   *user;
-	char	   *password;
-	char	   *token;
-	char	   *creds_file;
-	char	   *ca_file;
-
-	/* shared with the threads, under mu */
-	pthread_mutex_t mu;
-	pthread_cond_t cond;		/* the queue has messages, or stop is set */
-	JsState		state;
-	bool		stop;			/* close the connection and end */
-	bool		finished;		/* the thread ended */
-	bool		closed;			/* libnats closed the connection for good */
-	char		error[JS_TEXT_BYTES];	/* why the attempt failed */
-	char		lib_error[JS_TEXT_BYTES];	/* and libnats's words, if any */
-	int64		duplicates_ns;
-	int64		max_age_ns;
-	bool		window_read;	/* read (again): the relay checks it */
-	jsCtx	   *js;				/* while READY, until the relay asks to stop */
-	JsPublish  *queue;			/* to publish, in order */
-	JsPublish  *queue_tail;
-	JsAck	   *acks;			/* a ring of cap entries */
-	int			ack_head;
-	int			nacks;
-} JsConn;
-
 /* connections unused this long are closed (a destination deleted, renamed) */
 #define JS_IDLE_CLOSE_MS (5 * 60 * 1000)
 
-static MemoryContext js_cxt = NULL;
-static List *conns = NIL;		/* of JsConn, in js_cxt */
-static List *checked = NIL;		/* outbox_jetstream_check()'s, in js_cxt, while their
-								 * threads may run */
-
-/* how long a process that exits waits for its connections to close */
-#define JS_EXIT_WAIT_MS 500
-
-/* a connection's thread outlived JS_EXIT_WAIT_MS: exit without atexit handlers */
-static bool js_threads_left = false;
-static int	js_exit_code = 0;
-
-/* Copies src into dst[size], cut; for threads, which must not call PostgreSQL. */
-static void
-copy_text(char *dst, const char *src, size_t size)
-{
-	size_t		n = src ? strlen(src) : 0;
-
-	if (n >= size)
-		n = size - 1;
-	if (n > 0)
-		memcpy(dst, src, n);
-	dst[n] = '\0';
-}
-
-/* Appends src to dst[size], cut. */
-static void
-append_text(char *dst, const char *src, size_t size)
-{
-	size_t		have = strlen(dst);
-
-	copy_text(dst + have, src, size - have);
-}
-
-/*
- * Records an outcome in c's ring (c->mu held). The ring has room: every
- * message counted in c->outstanding (at most c->cap) gets one outcome,
- * from the PubAck handler (libnats answers a timeout itself, and drops an
- * answer to a message it already answered) or from the thread when the
- * publish failed.
- */
-static JsAck *
-ring_push(JsConn *c)
-{
-	JsAck	   *a;
-
-	if (c->nacks >= c->cap)
-		return NULL;
-	a = &c->acks[(c->ack_head + c->nacks) % c->cap];
-	c->nacks++;
-	memset(a, 0, offsetof(JsAck, text) + 1);
-	return a;
-}
-
-/*
- * libnats's PubAck handler, on the thread of the reply subscription: a
- * positive answer counts only if it names the destination's stream and a
- * sequence (or a duplicate): libnats takes any JSON answer without an
- * error for one. A PubAck that names another stream is told apart: that
- * stream stored the message, so a retry would store another copy there.
- * Records the outcome and wakes the relay. Calls nothing of PostgreSQL's
- * but SetLatch, which is safe from any thread of the process (it sets a
- * flag and wakes the process).
- */
-static void
-ack_handler(jsCtx *js pg_attribute_unused(), natsMsg *msg, jsPubAck *pa,
-			jsPubAckErr *pae, void *closure)
-{
-	JsConn	   *c = closure;
-	JsAck	   *a;
-
-	pthread_mutex_lock(&c->mu);
-	a = ring_push(c);
-	if (a != NULL)
-	{
-		a->msg = msg;
-		if (pa != NULL && pa->Stream != NULL && strcmp(pa->Stream, c->stream) == 0 &&
-			(pa->Sequence > 0 || pa->Duplicate))
-		{
-			a->status = NATS_OK;
-			a->duplicate = pa->Duplicate;
-		}
-		else if (pa != NULL && pa->Stream != NULL && pa->Stream[0] != '\0' &&
-				 (pa->Sequence > 0 || pa->Duplicate))
-		{
-			a->status = NATS_ERR;
-			a->other_stream = true;
-			copy_text(a->text, pa->Stream, sizeof(a->text));
-		}
-		else if (pa != NULL)
-		{
-			a->status = NATS_ERR;
-			a->not_puback = true;
-			a->sequence = pa->Sequence;
-			copy_text(a->text, pa->Stream, sizeof(a->text));
-		}
-		else
-		{
-			a->status = pae != NULL ? pae->Err : NATS_ERR;
-			a->code = pae != NULL ? pae->ErrCode : 0;
-			copy_text(a->text, pae != NULL ? pae->ErrText : NULL, sizeof(a->text));
-			/*
-			 * An answer libnats could not parse comes as a bare "Error";
-			 * its parser's words, on this thread's error, quote the answer
-			 * from where it failed (libnats 3.4: "incorrect JSON string:
-			 * 'not json'").
-			 */
-			if (pae != NULL && pae->Err == NATS_ERR && pae->ErrCode == 0)
-			{
-				const char *why = nats_GetLastError(NULL);
-
-				if (why != NULL && (strstr(why, "JSON") != NULL || strstr(why, "json") != NULL))
-				{
-					a->unreadable = true;
-					copy_text(a->text, why, sizeof(a->text));
-				}
-			}
-		}
-	}
-	pthread_mutex_unlock(&c->mu);
-	SetLatch(MyLatch);
-}
-
-/* Reconnected: wakes the relay. Its closure is NULL: it may come late. */
-static void
-reconnected_handler(natsConnection *nc pg_attribute_unused(), void *closure pg_attribute_unused())
-{
-	SetLatch(MyLatch);
-}
-
-/*
- * libnats's asynchronous error callback (a slow consumer, a permission
- * violation): the PubAck or its timeout says what matters; set so that
- * libnats does not print to the server's stderr.
- */
-static void
-error_handler(natsConnection *nc pg_attribute_unused(), natsSubscription *sub pg_attribute_unused(),
-			  natsStatus err pg_attribute_unused(), void *closure pg_attribute_unused())
-{
-}
-
-/* Whether the line text[0..len) is a creds file's fence: -----BEGIN ...----- */
-static bool
-creds_fence(const char *line, size_t len)
-{
-	return len >= 6 && strncmp(line, "---", 3) == 0 && strncmp(line + len - 3, "---", 3) == 0;
-}
-
-/*
- * Finds block `which` (0: the user JWT, 1: the nkey seed) of a creds file
- * as nsc writes it: a fence line, the value on one line, a fence line.
- * Sets *value and *vlen (within text); false if there is no such block or
- * its value holds a character neither base64url nor base32 has.
- */
-static bool
-creds_block(const char *text, size_t len, int which, const char **value, size_t *vlen)
-{
-	const char *p = text;
-	const char *end = text + len;
-	int			found = 0;
-	int			state = 0;		/* 0: outside, 1: after a fence, 2: after the value */
-	const char *v = NULL;
-	size_t		vl = 0;
-
-	while (p < end)
-	{
-		const char *nl = memchr(p, '\n', end - p);
-		const char *e = nl != NULL ? nl : end;
-		const char *next = nl != NULL ? nl + 1 : end;
-
-		/* trim the line */
-		while (p < e && (*p == ' ' || *p == '\t'))
-			p++;
-		while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-			e--;
-		if (e > p)
-		{
-			bool		fence = creds_fence(p, e - p);
-
-			if (state == 0 && fence)
-				state = 1;
-			else if (state == 1 && !fence)
-			{
-				v = p;
-				vl = e - p;
-				state = 2;
-			}
-			else if (state == 2 && fence)
-			{
-				if (found++ == which)
-				{
-					for (size_t i = 0; i < vl; i++)
-						if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= 'A' && v[i] <= 'Z') ||
-							  (v[i] >= '0' && v[i] <= '9') || (v[i] != '\0' && strchr("-_.=", v[i]) != NULL)))
-							return false;
-					*value = v;
-					*vlen = vl;
-					return true;
-				}
-				state = 0;
-			}
-			else
-				state = fence ? 1 : 0;
-		}
-		p = next;
-	}
-	return false;
-}
-
-/*
- * Reads c's creds file and finds both its blocks (the user JWT and the
- * nkey seed); copies block `which` into a malloc'd string (*out) unless
- * which is -1 (a check only). Returns false with error. For the
- * connection's thread and libnats's callbacks: calls nothing of
- * PostgreSQL's. The file is read again at every connection and
- * reconnection, as libnats would: a renewed file is taken up.
- */
-static bool
-creds_read(const JsConn *c, int which, char **out, char *error)
-{
-	struct timespec deadline = OutboxDeadlineIn(c->timeout_ms);
-	char	   *text;
-	size_t		len;
-	const char *v[2];
-	size_t		vl[2];
-	bool		ok = true;
-
-	if (out != NULL)
-		*out = NULL;
-	if (!OutboxReadFile(c->creds_file, "nats_creds_file", &deadline, &text, &len, NULL,
-						error, JS_TEXT_BYTES))
-		return false;
-	for (int b = 0; b < 2 && ok; b++)
-	{
-		ok = creds_block(text, len, b, &v[b], &vl[b]);
-		if (!ok)
-			snprintf(error, JS_TEXT_BYTES, "nats_creds_file has no %s",
-					 b == 0 ? "user JWT" : "nkey seed");
-	}
-	if (ok && which >= 0 && (*out = strndup(v[which], vl[which])) == NULL)
-	{
-		snprintf(error, JS_TEXT_BYTES, "out of memory reading nats_creds_file");
-		ok = false;
-	}
-	explicit_bzero(text, len);
-	free(text);
-	return ok;
-}
-
-/*
- * libnats's callback for the user JWT, on a connection or reconnection
- * (c's thread or libnats's reconnecting one): the first block of the creds
- * file. libnats frees what it returns.
- */
-static natsStatus
-creds_jwt(char **jwt, char **err_text, void *closure)
-{
-	char		error[JS_TEXT_BYTES];
-
-	if (creds_read(closure, 0, jwt, error))
-		return NATS_OK;
-	*err_text = strdup(error);
-	return NATS_ERR;
-}
-
-/*
- * libnats's callback to sign the server's nonce with the creds file's
- * seed, which is zeroed once used. libnats frees the signature.
- */
-static natsStatus
-creds_sign(char **err_text, unsigned char **sig, int *sig_len, const char *nonce, void *closure)
-{
-	char		error[JS_TEXT_BYTES];
-	char	   *seed;
-	natsStatus	s;
-
-	if (!creds_read(closure, 1, &seed, error))
-	{
-		*err_text = strdup(error);
-		return NATS_ERR;
-	}
-	s = nats_Sign(seed, nonce, sig, sig_len);
-	explicit_bzero(seed, strlen(seed));
-	free(seed);
-	return s;
-}
-
-/*
- * Sets o's credentials from c's creds file (read and checked here once, so
- * that a bad file fails at once with its reason; the callbacks read it
- * again) and its
- * trusted CA certificates from c's CA file. libnats would read both files
- * itself, with no check of what they are: a FIFO, a device or a huge file
- * would hold or fill the relay. Returns false with error.
- */
-static bool
-set_file_options(JsConn *c, natsOptions *o, char *error)
-{
-	if (c->creds_file != NULL)
-	{
-		if (!creds_read(c, -1, NULL, error))
-			return false;
-		if (natsOptions_SetUserCredentialsCallbacks(o, creds_jwt, c, creds_sign, c) != NATS_OK)
-		{
-			copy_text(error, "libnats refused the credentials callbacks", JS_TEXT_BYTES);
-			return false;
-		}
-	}
-	if (c->ca_file != NULL)
-	{
-		struct timespec deadline = OutboxDeadlineIn(c->timeout_ms);
-		char	   *pem;
-		size_t		len;
-		natsStatus	s;
-
-		if (!OutboxReadFile(c->ca_file, "nats_ca_file", &deadline, &pem, &len, NULL,
-							error, JS_TEXT_BYTES))
-			return false;
-		s = natsOptions_SetCATrustedCertificates(o, pem);
-		free(pem);
-		if (s != NATS_OK)
-		{
-			copy_text(error, "nats_ca_file holds no PEM certificate that can be loaded", JS_TEXT_BYTES);
-			return false;
-		}
-	}
-	return true;
-}
-
-/*
- * Reads c's stream's configuration (on c's thread): NATS_OK with its
- * duplicate window and max_age in c (and window_read set, for the relay
- * to check), or a failure with error set: the stream does not exist, or
- * it was created with no_ack (it stores without answering: the relay
- * could never know a message is stored).
- */
-static natsStatus
-read_stream(JsConn *c, jsCtx *js, char *error)
-{
-	jsStreamInfo *si = NULL;
-	jsErrCode	jerr = 0;
-	natsStatus	s = js_GetStreamInfo(&si, js, c->stream, NULL, &jerr);
-
-	if (s != NATS_OK && jerr == JSStreamNotFoundErr)
-		copy_text(error, "the stream does not exist", JS_TEXT_BYTES);
-	else if (s != NATS_OK)
-		copy_text(error, "cannot read the stream's configuration: ", JS_TEXT_BYTES);
-	else if (si->Config->NoAck)
-	{
-		copy_text(error, "the stream is created with no_ack: it does not acknowledge what it stores",
-				  JS_TEXT_BYTES);
-		s = NATS_ERR;
-	}
-	else
-	{
-		pthread_mutex_lock(&c->mu);
-		c->duplicates_ns = si->Config->Duplicates;
-		c->max_age_ns = si->Config->MaxAge;
-		c->window_read = true;
-		pthread_mutex_unlock(&c->mu);
-	}
-	jsStreamInfo_Destroy(si);
-	return s;
-}
-
-/*
- * Connects c (on its thread): the servers it names, never those a server
- * lists in its INFO (connect_urls), a JetStream context, and the stream's
- * configuration. Returns the status; on failure error and
- * lib_error say why, and nothing is left open.
- */
-static natsStatus
-conn_connect(JsConn *c, natsConnection **ncp, jsCtx **jsp, char *error, char *lib_error)
-{
-	natsOptions *o = NULL;
-	natsConnection *nc = NULL;
-	jsCtx	   *js = NULL;
-	jsOptions	jo;
-	natsStatus	s;
-	char		file_error[JS_TEXT_BYTES];
-
-	s = natsOptions_Create(&o);
-	if (s == NATS_OK)
-		s = natsOptions_SetServers(o, (const char **) c->server_list, c->nservers);
-	if (s == NATS_OK)
-		s = natsOptions_SetName(o, "outbox relay");
-	/* only the servers the destination names get its credentials and events */
-	if (s == NATS_OK)
-		s = natsOptions_SetIgnoreDiscoveredServers(o, true);
-	if (s == NATS_OK)
-		s = natsOptions_SetTimeout(o, c->timeout_ms);
-	/* a server that stops reading must not hold the flusher forever */
-	if (s == NATS_OK)
-		s = natsOptions_SetWriteDeadline(o, c->timeout_ms);
-	if (s == NATS_OK)
-		s = natsOptions_SetMaxReconnect(o, -1);
-	if (s == NATS_OK)
-		s = natsOptions_SetReconnectWait(o, 500);
-	if (s == NATS_OK)
-		s = natsOptions_SetPingInterval(o, 5000);
-	if (s == NATS_OK)
-		s = natsOptions_SetReconnectedCB(o, reconnected_handler, NULL);
-	if (s == NATS_OK)
-		s = natsOptions_SetErrorHandler(o, error_handler, NULL);
-	if (s == NATS_OK && c->user != NULL)
-		s = natsOptions_SetUserInfo(o, c->user, c->password);
-	if (s == NATS_OK && c->token != NULL)
-		s = natsOptions_SetToken(o, c->token);
-	/* libnats takes tls:// for nats:// unless told: never send credentials in clear */
-	if (s == NATS_OK && c->secure)
-		s = natsOptions_SetSecure(o, true);
-	if (s != NATS_OK)
-		copy_text(error, "the connection options are not valid: ", JS_TEXT_BYTES);
-	else if (!set_file_options(c, o, file_error))
-	{
-		s = NATS_ERR;
-		snprintf(error, JS_TEXT_BYTES, "the connection options are not valid: %s", file_error);
-	}
-	else
-	{
-		s = natsConnection_Connect(&nc, o);
-		if (s != NATS_OK)
-			copy_text(error, "cannot connect: ", JS_TEXT_BYTES);
-	}
-	if (s == NATS_OK)
-	{
-		s = jsOptions_Init(&jo);
-		jo.Wait = c->timeout_ms;
-		jo.PublishAsync.AckHandler = ack_handler;
-		jo.PublishAsync.AckHandlerClosure = c;
-		jo.PublishAsync.MaxPending = c->cap;
-		if (s == NATS_OK)
-			s = natsConnection_JetStream(&js, nc, &jo);
-		if (s != NATS_OK)
-			copy_text(error, "cannot use JetStream: ", JS_TEXT_BYTES);
-	}
-	if (s == NATS_OK)
-		s = read_stream(c, js, error);
-	if (s != NATS_OK && error[strlen(error) - 1] == ' ')
-	{
-		const char *text = nats_GetLastError(NULL);
-
-		if (text == NULL || text[0] == '\0')
-			text = natsStatus_GetText(s);
-		/* libnats puts where it failed first: "(conn.c:1905): " */
-		if (text[0] == '(' && strstr(text, "): ") != NULL)
-			text = strstr(text, "): ") + 3;
-		/* the server's words, which the masking of credentials would cut */
-		if (s == NATS_CONNECTION_AUTH_FAILED || strstr(text, "Authorization Violation") != NULL)
-			append_text(error, "the server refused the credentials (Authorization Violation)",
-						JS_TEXT_BYTES);
-		else
-			copy_text(lib_error, text, JS_TEXT_BYTES);
-	}
-	if (s != NATS_OK)
-	{
-		jsCtx_Destroy(js);
-		if (nc != NULL)
-		{
-			natsConnection_Close(nc);
-			natsConnection_Destroy(nc);
-		}
-		js = NULL;
-		nc = NULL;
-	}
-	natsOptions_Destroy(o);
-	*ncp = nc;
-	*jsp = js;
-	return s;
-}
-
-/*
- * The connection's thread: connects, then publishes what the relay queues
- * (each with its own time limit, the event_id as Nats-Msg-Id and the
- * stream as Nats-Expected-Stream) until the relay sets stop; then closes
- * the connection. Calls libnats only, and SetLatch; started with every
- * signal blocked, which libnats's threads, started from here, inherit.
- */
-static void *
-conn_main(void *arg)
-{
-	JsConn	   *c = arg;
-	natsConnection *nc;
-	jsCtx	   *js;
-	char		error[JS_TEXT_BYTES] = "";
-	char		lib_error[JS_TEXT_BYTES] = "";
-	natsStatus	s = conn_connect(c, &nc, &js, error, lib_error);
-	natsStatistics *stats = NULL;
-	uint64_t	reconnects = 0;
-	uint64_t	seen_reconnects = 0;
-
-	if (s == NATS_OK && natsStatistics_Create(&stats) != NATS_OK)
-		stats = NULL;
-
-	pthread_mutex_lock(&c->mu);
-	if (s == NATS_OK)
-	{
-		c->state = JS_READY;
-		c->js = js;
-	}
-	else
-	{
-		c->state = JS_FAILED;
-		copy_text(c->error, error, sizeof(c->error));
-		copy_text(c->lib_error, lib_error, sizeof(c->lib_error));
-	}
-	pthread_mutex_unlock(&c->mu);
-	SetLatch(MyLatch);
-
-	while (s == NATS_OK)
-	{
-		JsPublish  *batch;
-		bool		stop;
-
-		pthread_mutex_lock(&c->mu);
-		if (c->queue == NULL && !c->stop)
-		{
-			struct timespec until;
-
-			/* wake at least every second to see whether libnats gave up */
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += 1;
-			pthread_cond_timedwait(&c->cond, &c->mu, &until);
-		}
-		batch = c->queue;
-		c->queue = c->queue_tail = NULL;
-		stop = c->stop;
-		pthread_mutex_unlock(&c->mu);
-
-		while (batch != NULL)
-		{
-			JsPublish  *p = batch;
-			natsMsg    *key = p->msg;
-			jsPubOptions po;
-
-			batch = p->next;
-			jsPubOptions_Init(&po);
-			po.MsgId = p->msg_id;
-			po.ExpectStream = c->stream;
-			po.MaxWait = p->max_wait;
-			s = js_PublishMsgAsync(js, &p->msg, &po);
-			if (s != NATS_OK)
-			{
-				const char *text = nats_GetLastError(NULL);
-
-				pthread_mutex_lock(&c->mu);
-				{
-					JsAck	   *a = ring_push(c);
-
-					if (a != NULL)
-					{
-						a->msg = key;
-						a->status = s;
-						copy_text(a->text, text, sizeof(a->text));
-					}
-				}
-				pthread_mutex_unlock(&c->mu);
-				/* the relay destroys it with the outcome */
-				p->msg = NULL;
-				SetLatch(MyLatch);
-			}
-			free(p);
-		}
-		s = NATS_OK;
-		/* reconnected (the stream may have changed meanwhile): read it again */
-		if (stats != NULL && natsConnection_GetStats(nc, stats) == NATS_OK &&
-			natsStatistics_GetCounts(stats, NULL, NULL, NULL, NULL, &reconnects) == NATS_OK &&
-			reconnects != seen_reconnects &&
-			natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED)
-		{
-			char		ignored[JS_TEXT_BYTES] = "";
-
-			seen_reconnects = reconnects;
-			(void) read_stream(c, js, ignored);
-		}
-		if (natsConnection_Status(nc) == NATS_CONN_STATUS_CLOSED)
-		{
-			pthread_mutex_lock(&c->mu);
-			c->closed = true;
-			pthread_mutex_unlock(&c->mu);
-			SetLatch(MyLatch);
-		}
-		if (stop)
-			break;
-	}
-
-	pthread_mutex_lock(&c->mu);
-	c->js = NULL;
-	pthread_mutex_unlock(&c->mu);
-	if (nc != NULL)
-		natsConnection_Close(nc);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
-	natsStatistics_Destroy(stats);
-	pthread_mutex_lock(&c->mu);
-	c->finished = true;
-	pthread_mutex_unlock(&c->mu);
-	SetLatch(MyLatch);
-	return NULL;
-}
-
-/*
- * Starts c's thread. Signals are blocked around pthread_create only (no
- * ERROR can come in between), so that the thread and libnats's threads
- * inherit a full mask.
- */
-static void
-start_connect(JsConn *c)
-{
-	sigset_t	all;
-	sigset_t	old;
-	int			rc;
-
-	Assert(!c->thread_started && c->outstanding == 0);
-	if (c->cap != js_max_pending)
-	{
-		/* outbox.jetstream_max_pending changed: applies to the new connection */
-		c->cap = js_max_pending;
-		pfree(c->acks);
-		c->acks = MemoryContextAllocZero(c->cxt, sizeof(JsAck) * c->cap);
-	}
-	pthread_mutex_lock(&c->mu);
-	c->state = JS_CONNECTING;
-	c->stop = false;
-	c->finished = false;
-	c->closed = false;
-	c->error[0] = '\0';
-	c->lib_error[0] = '\0';
-	c->ack_head = 0;
-	c->nacks = 0;
-	pthread_mutex_unlock(&c->mu);
-	c->ready_seen = false;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&c->thread, NULL, conn_main, c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
-	{
-		pthread_mutex_lock(&c->mu);
-		c->state = JS_FAILED;
-		c->finished = true;
-		copy_text(c->error, "cannot start a thread to connect", sizeof(c->error));
-		pthread_mutex_unlock(&c->mu);
-		c->retry_at = 0;
-		return;
-	}
-	c->thread_started = true;
-}
-
-/* Asks c's thread to close the connection and end. */
-static void
-request_stop(JsConn *c)
-{
-	pthread_mutex_lock(&c->mu);
-	c->stop = true;
-	pthread_cond_signal(&c->cond);
-	pthread_mutex_unlock(&c->mu);
-}
-
-/*
- * Frees connection c, whose thread has ended and been joined, and which
- * has nothing outstanding; zeroes its password and token first.
- */
-static void
-free_conn(JsConn *c)
-{
-	/* the secrets are not left in freed memory */
-	if (c->password != NULL)
-		explicit_bzero(c->password, strlen(c->password));
-	if (c->token != NULL)
-		explicit_bzero(c->token, strlen(c->token));
-	pthread_mutex_destroy(&c->mu);
-	pthread_cond_destroy(&c->cond);
-	MemoryContextDelete(c->cxt);
-}
-
-/*
- * The URLs of a nats_servers value, for messages: without anything a URL
- * can carry before an @ (the rules refuse it; this is a second guard).
- */
-static char *
-servers_for_messages(char **list, int n)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (int i = 0; i < n; i++)
-	{
-		const char *u = list[i];
-		const char *at = strrchr(u, '@');
-		const char *scheme = strstr(u, "://");
-
-		if (i > 0)
-			appendStringInfoString(&buf, ", ");
-		if (scheme != NULL)
-			appendBinaryStringInfo(&buf, u, scheme + 3 - u);
-		appendStringInfoString(&buf, at != NULL ? at + 1 : (scheme != NULL ? scheme + 3 : u));
-	}
-	return buf.data;
-}
-
-/*
- * Splits a comma-separated list into trimmed, non-empty items: at most
- * JS_MAX_SERVERS in the list, *n of them; *total counts them all.
- */
-static char **
-split_servers(const char *servers, int *n, int *total)
-{
-	char	   *copy = pstrdup(servers);
-	char	  **list = palloc(sizeof(char *) * (JS_MAX_SERVERS + 1));
-	char	   *save = NULL;
-
-	*n = 0;
-	*total = 0;
-	for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
-	{
-		while (*tok == ' ')
-			tok++;
-		for (char *e = tok + strlen(tok); e > tok && e[-1] == ' '; e--)
-			e[-1] = '\0';
-		if (*tok == '\0')
-			continue;
-		(*total)++;
-		if (*n < JS_MAX_SERVERS)
-			list[(*n)++] = tok;
-	}
-	return list;
-}
-
-static char *
-nullable(const char *s)
-{
-	return s != NULL ? pstrdup(s) : NULL;
-}
-
-/*
- * The options of a destination as one string, to see a change: each
- * optional value with a mark of whether it is set, so that NULL and ''
- * differ.
- */
-static char *
-fingerprint(const JsDestOptions *o, int timeout_ms)
-{
-	const char *opt[] = {o->user, o->password, o->token, o->creds_file, o->ca_file};
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "%s\n%s\n%s\n%d", o->servers, o->subject, o->stream, timeout_ms);
-	for (int i = 0; i < (int) lengthof(opt); i++)
-		appendStringInfo(&buf, "\n%c%s", opt[i] ? '+' : '-', opt[i] ? opt[i] : "");
-	return buf.data;
-}
-
-/*
- * At the exit of a process that used JetStream (a relay, or a session that
- * ran outbox_relay() or outbox_jetstream_check()), a before_shmem_exit
- * callback: asks every connection's thread to close and end, and waits up
- * to JS_EXIT_WAIT_MS for them (natsConnection_Close joins the
- * connection's own reading and flushing threads). Without it the process
- * runs its exit handlers (OpenSSL's frees its state) while those threads
- * still use it. A thread that does not end in time (a connection attempt
- * waits on an unresponsive or slow server) is left, with a LOG line, so
- * that a relay stops within a second whatever the broker does; then the
- * process skips those handlers (js_atexit), as PostgreSQL's own quick exit
- * does, once its own exit callbacks have run.
- *
- * Not nats_Close: libnats's final cleanup frees OpenSSL's list of
- * compression methods (libnats 3.4, nats.c), which OpenSSL's own exit
- * handler then frees again. Without it libnats's idle threads keep their
- * hold on the library, which then skips that cleanup at exit.
- */
-static void
-js_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
-{
-	List	   *all = list_copy(conns);
-	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), JS_EXIT_WAIT_MS);
-	int			running;
-	long		left_ms;
-	ListCell   *lc;
-
-	all = list_concat(all, checked);
-	foreach(lc, all)
-	{
-		JsConn	   *c = lfirst(lc);
-
-		if (c->thread_started)
-			request_stop(c);
-	}
-	for (;;)
-	{
-		running = 0;
-		foreach(lc, all)
-		{
-			JsConn	   *c = lfirst(lc);
-			bool		finished;
-
-			if (!c->thread_started)
-				continue;
-			pthread_mutex_lock(&c->mu);
-			finished = c->finished;
-			pthread_mutex_unlock(&c->mu);
-			if (finished)
-			{
-				pthread_join(c->thread, NULL);
-				c->thread_started = false;
-			}
-			else
-				running++;
-		}
-		left_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
-		if (running == 0 || left_ms <= 0)
-			break;
-		pg_usleep(5000L);
-	}
-	js_exit_code = code;
-	if (running > 0)
-	{
-		js_threads_left = true;
-		ereport(LOG,
-				(errmsg("outbox: %d JetStream connection(s) did not close within %d ms of exit",
-						running, JS_EXIT_WAIT_MS),
-				 errdetail("The process exits without the libraries' exit handlers, which would free what those connections use.")));
-	}
-}
-
-/*
- * An atexit handler, registered after OpenSSL's and libnats's (js_setup),
- * so run before them: when a connection's thread is still running, ends
- * the process at once with its exit code (_exit), every PostgreSQL exit
- * callback done, and the libraries' handlers not run.
- */
-static void
-js_atexit(void)
-{
-	if (js_threads_left)
-		_exit(js_exit_code);
-}
-
-/*
- * The memory context of JetStream's connections; first, the exit
- * callbacks. OpenSSL and libnats register their atexit handlers when they
- * are first initialized: that is done here, so that js_atexit, registered
- * after them, runs before them.
- */
-static void
-js_setup(void)
-{
-	if (js_cxt != NULL)
-		return;
-	js_cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
-								   ALLOCSET_DEFAULT_SIZES);
-	(void) OPENSSL_init_crypto(0, NULL);
-	(void) nats_Open(-1);
-	if (atexit(js_atexit) != 0)
-		elog(ERROR, "could not register an exit handler for JetStream connections");
-	before_shmem_exit(js_at_exit, (Datum) 0);
-}
-
-/* Creates the connection of a destination, not yet connecting. */
-static JsConn *
-new_conn(const char *name, const JsDestOptions *o, const char *fp, int timeout_ms)
-{
-	MemoryContext cxt = AllocSetContextCreate(js_cxt, "outbox jetstream connection",
-											  ALLOCSET_SMALL_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	JsConn	   *c = palloc0(sizeof(JsConn));
-	HASHCTL		info;
-	int			total;
-
-	c->cxt = cxt;
-	c->name = pstrdup(name);
-	c->fingerprint = pstrdup(fp);
-	dlist_init(&c->waiting);
-	c->cap = js_max_pending;
-	c->timeout_ms = timeout_ms;
-	c->acks = palloc0(sizeof(JsAck) * c->cap);
-	c->stream = pstrdup(o->stream);
-	c->server_list = split_servers(o->servers, &c->nservers, &total);
-	c->servers_text = servers_for_messages(c->server_list, c->nservers);
-	c->secure = o->ca_file != NULL;
-	for (int i = 0; i < c->nservers; i++)
-		c->secure |= pg_strncasecmp(c->server_list[i], "tls://", 6) == 0;
-	c->user = nullable(o->user);
-	c->password = nullable(o->password);
-	c->token = nullable(o->token);
-	c->creds_file = nullable(o->creds_file);
-	c->ca_file = nullable(o->ca_file);
-	c->last_used = GetCurrentTimestamp();
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(natsMsg *);
-	info.entrysize = sizeof(JsInFlight);
-	info.hcxt = cxt;
-	c->in_flight = hash_create("outbox jetstream in flight", 64, &info,
-							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cond, NULL);
-	c->state = JS_IDLE;
-	MemoryContextSwitchTo(old);
-	return c;
-}
-
-/* The live connection of ev's destination; a new one if its options changed. */
-static JsConn *
-conn_for(OutboxEvent *ev)
-{
-	const JsDestOptions *o = JS_OPTIONS(ev);
-	int			timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
-	char	   *fp;
-	ListCell   *lc;
-	JsConn	   *c;
-	MemoryContext old;
-
-	js_setup();
-	fp = fingerprint(o, timeout_ms);
-	foreach(lc, conns)
-	{
-		c = lfirst(lc);
-		if (c->retiring || strcmp(c->name, ev->dest.name) != 0)
-			continue;
-		if (strcmp(c->fingerprint, fp) == 0)
-		{
-			pfree(fp);
-			return c;
-		}
-		c->retiring = true;
-	}
-	c = new_conn(ev->dest.name, o, fp, timeout_ms);
-	pfree(fp);
-	old = MemoryContextSwitchTo(js_cxt);
-	conns = lappend(conns, c);
-	MemoryContextSwitchTo(old);
-	return c;
-}
+/* outbox.jetstream_timeout (ms) and outbox.jetstream_max_pending */
+int			outbox_jetstream_timeout = 5000;
+int			outbox_jetstream_max_pending = 1024;
 
 /* ---------------------------------------------------------------------
- * The kind's callbacks
+ * The message of an event
  * ---------------------------------------------------------------------
  */
 
-/* Sets ev's outcome to a failure with error (palloc'd). */
-static void
-fail(OutboxEvent *ev, char *error, bool permanent)
-{
-	ev->ok = false;
-	ev->permanent = permanent;
-	ev->error = error;
-}
-
-/*
- * enqueue: the event waits for its connection (the claim left no event
- * waiting for room: see js_room), at most its time limit, which starts
- * now; collect publishes it.
- */
-static void
-js_enqueue(void *state pg_attribute_unused(), OutboxEvent *ev)
-{
-	JsConn	   *c = conn_for(ev);
-	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
-
-	c->last_used = GetCurrentTimestamp();
-	w->ev = ev;
-	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
-	dlist_push_tail(&c->waiting, &w->node);
-	c->nwaiting++;
-	c->live++;
-}
-
-/*
- * Whether s holds "nats-" in any case. nats-server finds each of its own
- * headers (Nats-Msg-Id, Nats-Expected-Stream, Nats-Rollup...) at the first
- * occurrence of its name anywhere in the header block, and takes it as
- * absent when that occurrence does not start a line; libnats writes the
- * headers in hash order. So a name or a value that holds such a name,
- * wherever it comes, could hide the relay's own header: none but the
- * relay's may hold the prefix of that family.
- */
-static bool
-holds_nats_prefix(const char *s)
-{
-	for (const char *p = s; *p != '\0'; p++)
-		if (pg_strncasecmp(p, "nats-", 5) == 0)
-			return true;
-	return false;
-}
-
 /*
  * Adds header name: value to m if the value is a valid header value that
- * nats-server cannot read as one of its own headers (holds_nats_prefix);
+ * nats-server cannot read as one of its own headers (JetStreamHoldsNatsPrefix);
  * otherwise leaves it out (the envelope in the body carries every field).
  */
 static natsStatus
 add_header(natsMsg *m, const char *name, const char *value)
 {
 	if (value == NULL || !OutboxHeaderValueValid(value, strlen(value)) ||
-		holds_nats_prefix(value))
+		JetStreamHoldsNatsPrefix(value))
 		return NATS_OK;
 	return natsMsgHeader_Set(m, name, value);
 }
 
 /*
  * Whether an event's or a destination's header may go to the broker:
- * neither its name nor its value holds "nats-" (holds_nats_prefix), and it
+ * neither its name nor its value holds "nats-" (JetStreamHoldsNatsPrefix), and it
  * is none of the ones this kind sets itself. A destination's rules refuse
- * such headers when written (js_check_destination); this also covers rows
+ * such headers when written (JetStreamCheckDestination); this also covers rows
  * written before that rule, and events, whose headers may go to other
  * kinds too.
  */
 static bool
 header_forwarded(const OutboxHeader *h)
 {
-	return !holds_nats_prefix(h->name) && !holds_nats_prefix(h->value) &&
+	return !JetStreamHoldsNatsPrefix(h->name) && !JetStreamHoldsNatsPrefix(h->value) &&
 		pg_strncasecmp(h->name, "outbox-", 7) != 0 &&
 		pg_strcasecmp(h->name, "content-type") != 0;
 }
@@ -1457,8 +106,8 @@ header_forwarded(const OutboxHeader *h)
  * The message for ev: its envelope as the body, its metadata and headers
  * as NATS headers. Returns NULL with the outcome set on failure.
  */
-static natsMsg *
-build_message(OutboxEvent *ev, const char *subject)
+natsMsg *
+JetStreamBuildMessage(OutboxEvent *ev, const char *subject)
 {
 	natsMsg    *m = NULL;
 	natsStatus	s;
@@ -1485,10 +134,23 @@ build_message(OutboxEvent *ev, const char *subject)
 	if (s != NATS_OK)
 	{
 		natsMsg_Destroy(m);
-		fail(ev, psprintf("cannot build the NATS message: %s", natsStatus_GetText(s)), false);
+		JetStreamFail(ev, psprintf("cannot build the NATS message: %s", natsStatus_GetText(s)), false);
 		return NULL;
 	}
 	return m;
+}
+/* ---------------------------------------------------------------------
+ * Outcomes
+ * ---------------------------------------------------------------------
+ */
+
+/* Sets ev's outcome to a failure with error (palloc'd). */
+void
+JetStreamFail(OutboxEvent *ev, char *error, bool permanent)
+{
+	ev->ok = false;
+	ev->permanent = permanent;
+	ev->error = error;
 }
 
 /* The text of a failed publish's status, for last_error. */
@@ -1500,101 +162,8 @@ publish_error(natsStatus s, const char *text)
 								 strlen(text && text[0] ? text : natsStatus_GetText(s))));
 }
 
-/*
- * Queues c's waiting events for its thread while there is room: each
- * message is built here, noted in the start log, and entered in the
- * in-flight hash before the thread can publish it (its PubAck can come at
- * once). Events whose message cannot be built go to *done.
- */
-static void
-publish_waiting(JsConn *c, List **done)
-{
-	List	   *batch = NIL;
-	ListCell   *lc;
-	JsPublish  *head = NULL;
-	JsPublish  *tail = NULL;
-	TimestampTz now = GetCurrentTimestamp();
-
-	/* those whose time limit is over are failed by the caller, unpublished */
-	while (!dlist_is_empty(&c->waiting) && c->outstanding + list_length(batch) < c->cap &&
-		   dlist_head_element(JsWaiting, node, &c->waiting)->deadline > now)
-	{
-		JsWaiting  *w = dlist_container(JsWaiting, node, dlist_pop_head_node(&c->waiting));
-
-		c->nwaiting--;
-		batch = lappend(batch, w);
-	}
-	if (batch == NIL)
-		return;
-	foreach(lc, batch)
-		OutboxStartLogNote(((JsWaiting *) lfirst(lc))->ev);
-	OutboxStartLogFlush();
-
-	foreach(lc, batch)
-	{
-		JsWaiting  *w = lfirst(lc);
-		OutboxEvent *ev = w->ev;
-		char	   *error = NULL;
-		char	   *subject = event_subject(ev, &error);
-		natsMsg    *m;
-		JsPublish  *p;
-		JsInFlight *f;
-		bool		found;
-
-		if (subject == NULL)
-		{
-			fail(ev, error, true);
-			c->live--;
-			*done = lappend(*done, ev);
-			continue;
-		}
-		m = build_message(ev, subject);
-		p = m != NULL ? malloc(sizeof(JsPublish)) : NULL;
-		if (p == NULL)
-		{
-			if (m != NULL)
-			{
-				natsMsg_Destroy(m);
-				fail(ev, pstrdup("out of memory"), false);
-			}
-			pfree(subject);
-			c->live--;
-			*done = lappend(*done, ev);
-			continue;
-		}
-		p->next = NULL;
-		p->msg = m;
-		/* at least 1 ms: libnats sets no limit at all for 0 */
-		p->max_wait = Max((w->deadline - now + 999) / 1000, 1);
-		strlcpy(p->msg_id, ev->event_id, sizeof(p->msg_id));
-		f = hash_search(c->in_flight, &m, HASH_ENTER, &found);
-		f->ev = ev;
-		f->subject = MemoryContextStrdup(c->cxt, subject);
-		c->outstanding++;
-		pfree(subject);
-		if (tail != NULL)
-			tail->next = p;
-		else
-			head = p;
-		tail = p;
-	}
-	list_free_deep(batch);
-	if (head == NULL)
-		return;
-	pthread_mutex_lock(&c->mu);
-	if (c->queue_tail != NULL)
-		c->queue_tail->next = head;
-	else
-		c->queue = head;
-	c->queue_tail = tail;
-	pthread_cond_signal(&c->cond);
-	pthread_mutex_unlock(&c->mu);
-}
-
 /* Duplicate PubAcks are logged at most this often. */
 #define JS_DUPLICATE_LOG_MS 10000
-
-static OutboxLogLimit duplicate_log;
 
 /*
  * Logs that c's stream already had ev's message (a duplicate PubAck), at
@@ -1602,11 +171,11 @@ static OutboxLogLimit duplicate_log;
  * destination's statistics count every one (deduplicated).
  */
 static void
-log_duplicate(const OutboxEvent *ev, const JsConn *c)
+log_duplicate(JsKindState *ks, const OutboxEvent *ev, const JsConn *c)
 {
 	int			left_out;
 
-	if (!OutboxLogLimitAllows(&duplicate_log, JS_DUPLICATE_LOG_MS, &left_out))
+	if (!OutboxLogLimitAllows(&ks->duplicate_log, JS_DUPLICATE_LOG_MS, &left_out))
 		return;
 	ereport(LOG,
 			(errmsg("outbox destination \"%s\": stream \"%s\" already had event %s, which counts as delivered without a second copy",
@@ -1642,322 +211,106 @@ lib_words(const char *text)
 }
 
 /* The outcome of a PubAck (or its absence) for ev, published to subject. */
-static void
-ack_outcome(OutboxEvent *ev, const JsAck *a, const char *subject, const JsConn *c)
+void
+JetStreamAckOutcome(JsKindState *ks, OutboxEvent *ev, const JsAck *a, const char *subject,
+					const JsConn *c)
 {
 	if (a->status == NATS_OK)
 	{
 		ev->ok = true;
 		ev->duplicate = a->duplicate;
 		if (a->duplicate)
-			log_duplicate(ev, c);
+			log_duplicate(ks, ev, c);
 		return;
 	}
 	if (a->other_stream)
-		fail(ev, psprintf("the PubAck came from stream \"%s\", not from the destination's stream \"%s\": not retried, as each retry could store another copy there",
-						  OutboxPrintable(a->text, strlen(a->text)), c->stream), true);
+		JetStreamFail(ev, psprintf("the PubAck came from stream \"%s\", not from the destination's stream \"%s\": not retried, as each retry could store another copy there",
+								   OutboxPrintable(a->text, strlen(a->text)), c->stream), true);
 	else if (a->not_puback)
-		fail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\" (%s): something else answers it",
-						  c->stream, OutboxPrintable(subject, strlen(subject)), not_puback_text(a)), false);
+		JetStreamFail(ev, psprintf("an answer that is no PubAck of stream \"%s\" came for subject \"%s\" (%s): something else answers it",
+								   c->stream, OutboxPrintable(subject, strlen(subject)), not_puback_text(a)), false);
 	else if (a->unreadable)
 	{
 		const char *words = lib_words(a->text);
 
-		fail(ev, psprintf("an answer that is not JSON came for subject \"%s\" (%s): something else answers it",
-						  OutboxPrintable(subject, strlen(subject)), OutboxRedact(words, strlen(words))), false);
+		JetStreamFail(ev, psprintf("an answer that is not JSON came for subject \"%s\" (%s): something else answers it",
+								   OutboxPrintable(subject, strlen(subject)), OutboxRedact(words, strlen(words))), false);
 	}
 	else if (a->status == NATS_TIMEOUT)
-		fail(ev, psprintf("no PubAck from JetStream within %d ms (the message may be stored: the retry carries the same Nats-Msg-Id)",
-						  c->timeout_ms), false);
+		JetStreamFail(ev, psprintf("no PubAck from JetStream within %d ms (the message may be stored: the retry carries the same Nats-Msg-Id)",
+								   c->timeout_ms), false);
 	else if (a->status == NATS_NO_RESPONDERS)
-		fail(ev, psprintf("no JetStream stream takes subject \"%s\" (no responders)",
-						  OutboxPrintable(subject, strlen(subject))), false);
+		JetStreamFail(ev, psprintf("no JetStream stream takes subject \"%s\" (no responders)",
+								   OutboxPrintable(subject, strlen(subject))), false);
 	else if (a->status == NATS_MAX_PAYLOAD)
-		fail(ev, psprintf("the envelope of %zu bytes is larger than the server's max_payload",
-						  strlen(ev->body)), true);
+		JetStreamFail(ev, psprintf("the envelope of %zu bytes is larger than the server's max_payload",
+								   strlen(ev->body)), true);
 	else if (a->code != 0)
-		fail(ev, psprintf("JetStream refused the message (error %d): %s", (int) a->code,
-						  OutboxRedact(a->text, strlen(a->text))), false);
+		JetStreamFail(ev, psprintf("JetStream refused the message (error %d): %s", (int) a->code,
+								   OutboxRedact(a->text, strlen(a->text))), false);
 	else
-		fail(ev, publish_error(a->status, a->text), false);
+		JetStreamFail(ev, publish_error(a->status, a->text), false);
 }
+/* ---------------------------------------------------------------------
+ * The kind's callbacks
+ * ---------------------------------------------------------------------
+ */
 
-/* Forgets in-flight entry f of c (found by key), its outcome collected. */
-static void
-forget_in_flight(JsConn *c, JsInFlight *f)
+/*
+ * startup: the kind's state in this process, empty: no connection, and no
+ * memory context or exit handler until the process first connects
+ * (JetStreamSetup), so that a relay that has no JetStream destination starts
+ * nothing of libnats's.
+ */
+static void *
+js_startup(void)
 {
-	natsMsg    *key = f->msg;
-
-	c->outstanding--;
-	pfree(f->subject);
-	hash_search(c->in_flight, &key, HASH_REMOVE, NULL);
-}
-
-/* Collects the outcomes c's threads recorded; events with one go to *done. */
-static void
-collect_acks(JsConn *c, List **done)
-{
-	JsAck	   *copy;
-	int			n;
-
-	pthread_mutex_lock(&c->mu);
-	n = c->nacks;
-	if (n == 0)
-	{
-		pthread_mutex_unlock(&c->mu);
-		return;
-	}
-	copy = palloc(sizeof(JsAck) * n);
-	for (int i = 0; i < n; i++)
-		copy[i] = c->acks[(c->ack_head + i) % c->cap];
-	c->ack_head = (c->ack_head + n) % c->cap;
-	c->nacks = 0;
-	pthread_mutex_unlock(&c->mu);
-
-	for (int i = 0; i < n; i++)
-	{
-		JsInFlight *f = hash_search(c->in_flight, &copy[i].msg, HASH_FIND, NULL);
-
-		if (f != NULL)
-		{
-			if (f->ev != NULL)
-			{
-				ack_outcome(f->ev, &copy[i], f->subject, c);
-				c->live--;
-				*done = lappend(*done, f->ev);
-			}
-			forget_in_flight(c, f);
-		}
-		natsMsg_Destroy(copy[i].msg);
-	}
-	pfree(copy);
+	return palloc0(sizeof(JsKindState));
 }
 
 /*
- * Takes back from libnats the messages of c's closed connection that wait
- * for a PubAck, which will not come, and fails their events. (The ones
- * still queued for the thread fail when it publishes them.)
+ * prepare: the event's own headers follow the rules for headers, and its
+ * subject can be built; the body is the envelope, in UTF-8 (OutboxBodyToUtf8).
  */
-static void
-take_back_pending(JsConn *c, List **done)
+static Size
+js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
-	natsMsgList pending;
-	jsCtx	   *js;
+	OutboxProblem p;
+	char	   *error = NULL;
+	char	   *subject;
 
-	/* the thread keeps the context until the relay asks it to stop */
-	pthread_mutex_lock(&c->mu);
-	js = c->js;
-	pthread_mutex_unlock(&c->mu);
-	if (js == NULL || js_PublishAsyncGetPendingList(&pending, js) != NATS_OK)
-		return;
-	for (int i = 0; i < pending.Count; i++)
+	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
 	{
-		natsMsg    *key = pending.Msgs[i];
-		JsInFlight *f = hash_search(c->in_flight, &key, HASH_FIND, NULL);
-
-		if (f == NULL)
-			continue;
-		if (f->ev != NULL)
-		{
-			fail(f->ev, psprintf("the connection to NATS at %s was closed before the PubAck came (the message may be stored: the retry carries the same Nats-Msg-Id)",
-								 c->servers_text), false);
-			c->live--;
-			*done = lappend(*done, f->ev);
-		}
-		forget_in_flight(c, f);
+		JetStreamFail(ev, p.message, true);
+		return 0;
 	}
-	natsMsgList_Destroy(&pending);
-}
-
-/* Fails the waiting events of c: those past their deadline, or all. */
-static void
-fail_waiting(JsConn *c, bool all, const char *why, List **done)
-{
-	dlist_mutable_iter iter;
-	TimestampTz now = GetCurrentTimestamp();
-
-	dlist_foreach_modify(iter, &c->waiting)
+	subject = JetStreamEventSubject(ev, &error);
+	if (subject == NULL)
 	{
-		JsWaiting  *w = dlist_container(JsWaiting, node, iter.cur);
-
-		if (!all && w->deadline > now)
-			continue;
-		dlist_delete(&w->node);
-		c->nwaiting--;
-		c->live--;
-		fail(w->ev, pstrdup(why), false);
-		*done = lappend(*done, w->ev);
-		pfree(w);
+		JetStreamFail(ev, error, true);
+		return 0;
 	}
-}
-
-/* Human units for a duration in ms: "2 min", "90 s", "1.5 h". */
-static char *
-duration_text(double ms)
-{
-	if (ms >= 2 * 3600 * 1000.0)
-		return psprintf("%.1f h", ms / 3600000.0);
-	if (ms >= 120 * 1000.0)
-		return psprintf("%.0f min", ms / 60000.0);
-	return psprintf("%.0f s", ms / 1000.0);
+	pfree(subject);
+	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, true));
 }
 
 /*
- * What is wrong with c's stream's deduplication, palloc'd, or NULL: the
- * window (duplicates_ns, or max_age_ns when shorter: a message gone is an
- * id forgotten) is shorter than the retry span. Sets *window_ms and
- * *span_ms.
- */
-static char *
-window_problem(const JsConn *c, int64 duplicates_ns, int64 max_age_ns,
-			   double *window_ms, double *span_ms)
-{
-	*window_ms = duplicates_ns / 1000000.0;
-	if (max_age_ns > 0 && max_age_ns < duplicates_ns)
-		*window_ms = max_age_ns / 1000000.0;
-	*span_ms = OutboxRetrySpanMs(c->timeout_ms);
-	if (*span_ms <= *window_ms)
-		return NULL;
-	return psprintf("stream \"%s\" deduplicates for %s, but a resend can come up to %s after the first attempt: past the window, consumers must deduplicate by event_id",
-					c->stream, duration_text(*window_ms), duration_text(*span_ms));
-}
-
-/*
- * After a connection, and after a reconnection: compares the stream's duplicate window (and its
- * max_age, past which a stored message and its id are gone) with the
- * retry span, and warns in the log and in the destination's last_error
- * when a resend can come later than the window.
+ * enqueue: the event waits for its connection (the claim left no event
+ * waiting for room: see js_room), at most its time limit, which starts
+ * now; collect publishes it.
  */
 static void
-check_window(JsConn *c)
+js_enqueue(void *state, OutboxEvent *ev)
 {
-	double		window_ms;
-	double		span;
-	char	   *text;
-	int64		duplicates_ns;
-	int64		max_age_ns;
+	JsConn	   *c = JetStreamConnFor(state, ev);
+	JsWaiting  *w = MemoryContextAllocZero(c->cxt, sizeof(JsWaiting));
 
-	pthread_mutex_lock(&c->mu);
-	if (!c->window_read)
-	{
-		pthread_mutex_unlock(&c->mu);
-		return;
-	}
-	c->window_read = false;
-	duplicates_ns = c->duplicates_ns;
-	max_age_ns = c->max_age_ns;
-	pthread_mutex_unlock(&c->mu);
-	text = window_problem(c, duplicates_ns, max_age_ns, &window_ms, &span);
-	if (text == NULL)
-		return;
-	ereport(WARNING,
-			(errmsg("outbox destination \"%s\": %s", c->name, text),
-			 errhint("Raise the stream's duplicate_window to %s or more, or lower outbox.max_attempts or outbox.backoff_max.",
-					 duration_text(span))));
-	OutboxHealthDestinationWarning(c->name, text);
-}
-
-/*
- * Moves connection c along: joins its thread when it ended (after a
- * failed attempt, whose reason fails the waiting events, or when asked to
- * stop); reports a new connection and checks its stream's window; after
- * libnats closed the connection for good, takes back what waits for a
- * PubAck; stops the thread when c is retired or closed and nothing is
- * outstanding; starts an attempt when events wait and no thread runs;
- * queues the waiting events while connected; fails those that waited
- * their time limit for a connection.
- */
-static void
-service_conn(JsConn *c, List **done)
-{
-	JsState		state;
-	bool		finished;
-	bool		closed;
-	TimestampTz now = GetCurrentTimestamp();
-
-	pthread_mutex_lock(&c->mu);
-	state = c->state;
-	finished = c->finished;
-	closed = c->closed;
-	pthread_mutex_unlock(&c->mu);
-
-	if (c->thread_started && finished)
-	{
-		pthread_join(c->thread, NULL);
-		c->thread_started = false;
-		c->stopping = false;
-		if (state == JS_FAILED)
-		{
-			char		error[JS_TEXT_BYTES];
-			char		lib_error[JS_TEXT_BYTES];
-
-			pthread_mutex_lock(&c->mu);
-			memcpy(error, c->error, sizeof(error));
-			memcpy(lib_error, c->lib_error, sizeof(lib_error));
-			pthread_mutex_unlock(&c->mu);
-			if (c->last_failure != NULL)
-				pfree(c->last_failure);
-			/* libnats's words may quote a URL with its credentials */
-			c->last_failure = MemoryContextStrdup(c->cxt,
-												  psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text, c->stream,
-														   error, OutboxRedact(lib_error, strlen(lib_error))));
-			c->failures++;
-			c->retry_at = TimestampTzPlusMilliseconds(now,
-													  Min(JS_RECONNECT_MIN_MS << Min(c->failures - 1, 8),
-														  JS_RECONNECT_MAX_MS));
-			fail_waiting(c, true, c->last_failure, done);
-		}
-		else
-		{
-			pthread_mutex_lock(&c->mu);
-			c->state = state = JS_IDLE;
-			pthread_mutex_unlock(&c->mu);
-		}
-	}
-
-	if (state == JS_READY && !c->ready_seen)
-	{
-		c->ready_seen = true;
-		c->failures = 0;
-		ereport(LOG,
-				(errmsg("outbox relay connected to NATS at %s for destination \"%s\"",
-						c->servers_text, c->name)));
-	}
-	if (state == JS_READY)
-		check_window(c);
-	if (state == JS_READY && closed && !c->stopping)
-		take_back_pending(c, done);
-	if (c->thread_started && !c->stopping && state == JS_READY && c->outstanding == 0 &&
-		(closed || (c->retiring && c->nwaiting == 0)))
-	{
-		request_stop(c);
-		c->stopping = true;
-	}
-
-	if (c->retiring && c->nwaiting == 0)
-		return;
-	if (!c->thread_started && c->nwaiting > 0)
-	{
-		if (state == JS_FAILED && now < c->retry_at)
-			fail_waiting(c, true, c->last_failure, done);
-		else
-			start_connect(c);
-	}
-	else if (state == JS_READY && !closed && !c->stopping)
-		publish_waiting(c, done);
-
-	/* a time limit runs from when the event was taken, whatever it waits for */
-	if (c->nwaiting > 0)
-	{
-		char	   *why = state != JS_READY
-			? psprintf("not connected to NATS at %s within %d ms",
-					   c->servers_text, c->timeout_ms)
-			: psprintf("not published to NATS at %s within %d ms: %d messages of the destination were waiting for their PubAck (outbox.jetstream_max_pending)",
-					   c->servers_text, c->timeout_ms, c->outstanding);
-
-		fail_waiting(c, false, why, done);
-		pfree(why);
-	}
+	c->last_used = GetCurrentTimestamp();
+	w->ev = ev;
+	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
+	dlist_push_tail(&c->waiting, &w->node);
+	c->nwaiting++;
+	c->live++;
 }
 
 /*
@@ -1967,25 +320,26 @@ service_conn(JsConn *c, List **done)
  * retired ones once their thread has ended. Interruptible.
  */
 static List *
-js_collect(void *state pg_attribute_unused())
+js_collect(void *state)
 {
+	JsKindState *ks = state;
 	List	   *done = NIL;
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
-		collect_acks(c, &done);
+		JetStreamCollectAcks(ks, c, &done);
 		if (!c->retiring && c->live == 0 && c->outstanding == 0 &&
 			TimestampDifferenceExceeds(c->last_used, now, JS_IDLE_CLOSE_MS))
 			c->retiring = true;
-		service_conn(c, &done);
-		if (c->retiring && !c->thread_started && c->outstanding == 0 && c->nwaiting == 0)
+		JetStreamServiceConn(c, &done);
+		if (c->retiring && !JsConnThreadRuns(c) && c->outstanding == 0 && c->nwaiting == 0)
 		{
-			free_conn(c);
-			conns = foreach_delete_current(conns, lc);
+			JetStreamFreeConn(c);
+			ks->conns = foreach_delete_current(ks->conns, lc);
 		}
 	}
 	CHECK_FOR_INTERRUPTS();
@@ -1994,23 +348,25 @@ js_collect(void *state pg_attribute_unused())
 
 /* pending: events taken whose outcome is not returned yet. */
 static int
-js_pending(void *state pg_attribute_unused())
+js_pending(void *state)
 {
+	JsKindState *ks = state;
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 		n += ((JsConn *) lfirst(lc))->live;
 	return n;
 }
 
 /* busy: events taken, or messages (abandoned ones too) not answered yet. */
 static bool
-js_busy(void *state pg_attribute_unused())
+js_busy(void *state)
 {
+	JsKindState *ks = state;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
@@ -2028,13 +384,13 @@ js_busy(void *state pg_attribute_unused())
  * which still take a place in libnats). At most 0.
  */
 static int
-dest_room(const char *name)
+dest_room(JsKindState *ks, const char *name)
 {
-	int			cap = js_max_pending;
+	int			cap = outbox_jetstream_max_pending;
 	int			held = 0;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
@@ -2049,23 +405,24 @@ dest_room(const char *name)
 
 /* room: what dest_room says of ev's destination. */
 static int
-js_room(void *state pg_attribute_unused(), const OutboxEvent *ev)
+js_room(void *state, const OutboxEvent *ev)
 {
-	return dest_room(ev->dest.name);
+	return dest_room(state, ev->dest.name);
 }
 
 /* full: destinations without room (dest_room). */
 static List *
-js_full(void *state pg_attribute_unused())
+js_full(void *state)
 {
+	JsKindState *ks = state;
 	List	   *full = NIL;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 
-		if (!c->retiring && dest_room(c->name) == 0)
+		if (!c->retiring && dest_room(ks, c->name) == 0)
 			full = lappend(full, c->name);
 	}
 	return full;
@@ -2077,30 +434,25 @@ js_full(void *state pg_attribute_unused())
  * threads set the latch).
  */
 static long
-js_timeout_ms(void *state pg_attribute_unused())
+js_timeout_ms(void *state)
 {
+	JsKindState *ks = state;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz due = 0;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
-		JsState		state;
+		JsWaiting  *w;
 
 		if (c->nwaiting == 0)
 			continue;
-		pthread_mutex_lock(&c->mu);
-		state = c->state;
-		pthread_mutex_unlock(&c->mu);
-		{
-			/* the first taken: every one of the connection has its time limit */
-			JsWaiting  *w = dlist_head_element(JsWaiting, node, &c->waiting);
-
-			if (due == 0 || w->deadline < due)
-				due = w->deadline;
-		}
-		if (state == JS_FAILED && !c->thread_started && (due == 0 || c->retry_at < due))
+		/* the first taken: every one of the connection has its time limit */
+		w = dlist_head_element(JsWaiting, node, &c->waiting);
+		if (due == 0 || w->deadline < due)
+			due = w->deadline;
+		if (c->phase == JS_PHASE_BACKING_OFF && (due == 0 || c->retry_at < due))
 			due = c->retry_at;
 	}
 	if (due == 0)
@@ -2116,11 +468,12 @@ js_timeout_ms(void *state pg_attribute_unused())
  * the count of messages waiting for one stays right. Must not throw.
  */
 static void
-js_abandon(void *state pg_attribute_unused())
+js_abandon(void *state)
 {
+	JsKindState *ks = state;
 	ListCell   *lc;
 
-	foreach(lc, conns)
+	foreach(lc, ks->conns)
 	{
 		JsConn	   *c = lfirst(lc);
 		dlist_mutable_iter iter;
@@ -2139,467 +492,10 @@ js_abandon(void *state pg_attribute_unused())
 		c->live = 0;
 	}
 }
-
-/*
- * prepare: the event's own headers follow the rules for headers, and its
- * subject can be built; the body is the envelope, in UTF-8 (OutboxBodyToUtf8).
- */
-static Size
-js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
-{
-	OutboxProblem p;
-	char	   *error = NULL;
-	char	   *subject;
-
-	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
-	{
-		fail(ev, p.message, true);
-		return 0;
-	}
-	subject = event_subject(ev, &error);
-	if (subject == NULL)
-	{
-		fail(ev, error, true);
-		return 0;
-	}
-	pfree(subject);
-	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, true));
-}
-
 /* ---------------------------------------------------------------------
- * Destination rows
+ * The kind
  * ---------------------------------------------------------------------
  */
-
-/* Column c of row as text, or NULL; its size must be at most max bytes. */
-static bool
-column_text(const OutboxDestinationRow *row, const char *name, int max,
-			char **value, OutboxProblem *p)
-{
-	*value = OutboxDestinationText(row, name);
-	if (*value != NULL && strlen(*value) > (size_t) max)
-		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-								psprintf("destination %s is longer than %d bytes", name, max), NULL);
-	return true;
-}
-
-/*
- * One server URL: nats:// or tls://, a host, an optional port from 1 to
- * 65535, nothing after it, and no user or password in it (those have
- * columns of their own, kept from messages).
- */
-static bool
-server_url_valid(const char *u, const char **why)
-{
-	const char *host;
-	const char *colon;
-
-	if (pg_strncasecmp(u, "nats://", 7) == 0)
-		host = u + 7;
-	else if (pg_strncasecmp(u, "tls://", 6) == 0)
-		host = u + 6;
-	else
-	{
-		*why = "Each server is a nats:// or tls:// URL.";
-		return false;
-	}
-	if (strchr(host, '@') != NULL)
-	{
-		*why = "A server URL has no user or password: they go in nats_user and nats_password, or nats_token.";
-		return false;
-	}
-	if (strpbrk(host, "/?#") != NULL)
-	{
-		*why = "A server URL is a scheme, a host and a port, with nothing after them.";
-		return false;
-	}
-	colon = host[0] == '[' ? strstr(host, "]:") : strrchr(host, ':');
-	if (colon != NULL && host[0] == '[')
-		colon++;
-	if ((colon != NULL ? colon - host : (ptrdiff_t) strlen(host)) == 0)
-	{
-		*why = "A server URL names a host.";
-		return false;
-	}
-	if (colon != NULL)
-	{
-		char	   *end;
-		long		port = strtol(colon + 1, &end, 10);
-
-		if (colon[1] == '\0' || *end != '\0' || port < 1 || port > 65535)
-		{
-			*why = "The port must be a number between 1 and 65535.";
-			return false;
-		}
-	}
-	return true;
-}
-
-/* A stream name: 1 to 255 bytes, none of space, control, . * > / \ (nats-server). */
-static bool
-stream_name_valid(const char *s)
-{
-	if (s[0] == '\0')
-		return false;
-	for (const char *c = s; *c; c++)
-		if ((unsigned char) *c <= 0x20 || *c == 0x7f || strchr(".*>/\\", *c) != NULL)
-			return false;
-	return true;
-}
-
-/*
- * The destination's headers (valid: the shared rules ran first) hold no
- * name or value that nats-server could read as its own header
- * (holds_nats_prefix). Never quotes a value.
- */
-static bool
-headers_check(const OutboxDestinationRow *row, OutboxProblem *p)
-{
-	bool		isnull;
-	Datum		d = OutboxDestinationColumn(row, "headers", &isnull);
-	OutboxHeader *list;
-	int			n;
-	const char *detail = "A JetStream destination's header names and values may not contain \"nats-\" in any case: nats-server could take it for one of its own headers (Nats-Msg-Id, Nats-Expected-Stream, ...), which only the relay sets.";
-
-	if (isnull)
-		return true;
-	n = OutboxHeaderList(DatumGetJsonbP(d), &list);
-	for (int i = 0; i < n; i++)
-	{
-		if (holds_nats_prefix(list[i].name))
-			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-									psprintf("destination header \"%s\" is not allowed for a JetStream destination",
-											 list[i].name),
-									pstrdup(detail));
-		if (list[i].value != NULL && holds_nats_prefix(list[i].value))
-			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-									psprintf("value of destination header \"%s\" is not allowed for a JetStream destination",
-											 list[i].name),
-									pstrdup(detail));
-	}
-	return true;
-}
-
-/*
- * check_destination: nats_servers, nats_subject (a subject or a template
- * of one), nats_stream, and the credentials: user and password together,
- * or a token, or a creds file, one way only; files named by absolute path,
- * which only a role with the privileges of pg_read_server_files may write
- * (the relay reads them as the server's OS user). No secret: messages are
- * not signed, the broker authenticates the relay. Headers that nats-server
- * could read as its own (headers_check).
- */
-static bool
-js_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
-{
-	char	   *servers,
-			   *subject,
-			   *stream,
-			   *user,
-			   *password,
-			   *token,
-			   *creds,
-			   *ca;
-	char	  **list;
-	int			n;
-	int			total;
-	int			tls = 0;
-	const char *why = NULL;
-	StringInfoData sample;
-
-	if (!column_text(row, "nats_servers", JS_SERVERS_MAX_BYTES, &servers, p) ||
-		!column_text(row, "nats_subject", JS_SUBJECT_MAX_BYTES, &subject, p) ||
-		!column_text(row, "nats_stream", JS_STREAM_MAX_BYTES, &stream, p) ||
-		!column_text(row, "nats_user", 1024, &user, p) ||
-		!column_text(row, "nats_password", 1024, &password, p) ||
-		!column_text(row, "nats_token", 1024, &token, p) ||
-		!column_text(row, "nats_creds_file", JS_PATH_MAX_BYTES, &creds, p) ||
-		!column_text(row, "nats_ca_file", JS_PATH_MAX_BYTES, &ca, p))
-		return false;
-
-	for (const char *c = servers; *c; c++)
-		if ((unsigned char) *c < 0x20 || *c == 0x7f)
-			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-									pstrdup("destination nats_servers is not valid"),
-									pstrdup("It has a control character."));
-	list = split_servers(servers, &n, &total);
-	if (n == 0)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_servers is not valid"),
-								psprintf("It is a comma-separated list of 1 to %d nats:// or tls:// URLs.",
-										 JS_MAX_SERVERS));
-	if (total > JS_MAX_SERVERS)
-		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-								psprintf("destination nats_servers has more than %d servers",
-										 JS_MAX_SERVERS), NULL);
-	for (int i = 0; i < n; i++)
-	{
-		if (!server_url_valid(list[i], &why))
-			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-									pstrdup("destination nats_servers is not valid"),
-									pstrdup(why));
-		tls += pg_strncasecmp(list[i], "tls://", 6) == 0;
-	}
-	/* libnats has one TLS setting per connection */
-	if (tls > 0 && tls < n)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_servers is not valid"),
-								pstrdup("Its servers are all nats:// or all tls://."));
-
-	if (subject == NULL)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_subject is missing"),
-								pstrdup("A JetStream destination has a subject, or a template of one such as orders.{aggregate_id}."));
-	initStringInfo(&sample);
-	if (!template_walk(subject, emit_sample, &sample, &why) ||
-		!subject_valid(sample.data, sample.len, &why))
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_subject is not valid"),
-								psprintf("As a subject, %s.", why));
-
-	if (stream == NULL)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_stream is missing"),
-								pstrdup("A JetStream destination names the stream that stores its subject."));
-	if (!stream_name_valid(stream))
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_stream is not valid"),
-								pstrdup("A stream name has no spaces, control characters, or any of . * > / \\."));
-
-	for (int i = 0; i < 3; i++)
-	{
-		const char *v = i == 0 ? user : i == 1 ? password : token;
-
-		for (const char *c = v; c != NULL && *c; c++)
-			if (*c < 0x20 || *c > 0x7e)
-				return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-										psprintf("destination %s is not valid",
-												 i == 0 ? "nats_user" : i == 1 ? "nats_password" : "nats_token"),
-										pstrdup("NATS credentials are printable ASCII."));
-	}
-	if ((user == NULL) != (password == NULL))
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination nats_user and nats_password go together"), NULL);
-	if ((user != NULL) + (token != NULL) + (creds != NULL) > 1)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination has more than one kind of NATS credentials"),
-								pstrdup("It has nats_user and nats_password, or nats_token, or nats_creds_file."));
-	if (!OutboxDestinationFileCheck(row, "nats_creds_file", p) ||
-		!OutboxDestinationFileCheck(row, "nats_ca_file", p))
-		return false;
-	return headers_check(row, p);
-}
-
-/* decode: the nats_* columns, timeout_ms and headers into a JsDestOptions. */
-static Size
-js_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
-{
-	JsDestOptions *o = palloc0(sizeof(JsDestOptions));
-	Size		bytes = sizeof(JsDestOptions);
-	char	  **texts[] = {&o->servers, &o->subject, &o->stream, &o->user, &o->password,
-	&o->token, &o->creds_file, &o->ca_file};
-	const char *names[] = {"nats_servers", "nats_subject", "nats_stream", "nats_user",
-	"nats_password", "nats_token", "nats_creds_file", "nats_ca_file"};
-
-	for (int i = 0; i < (int) lengthof(names); i++)
-	{
-		*texts[i] = OutboxDestinationText(row, names[i]);
-		bytes += *texts[i] ? strlen(*texts[i]) + 1 : 0;
-	}
-	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
-	dest->options = o;
-	return bytes;
-}
-
-/* An interval of ms milliseconds. */
-static Datum
-ms_interval(double ms)
-{
-	Interval   *iv = palloc0(sizeof(Interval));
-
-	iv->time = (TimeOffset) (ms * 1000.0);
-	return IntervalPGetDatum(iv);
-}
-
-/*
- * The stored row of destination name, read from the table whose row type
- * is the argument's (outbox_destinations, by the function's signature)
- * with the caller's privileges, into *row (its tuple and descriptor in the
- * current memory context). 42704, as for a missing destination, if there
- * is none.
- */
-static void
-stored_destination(Oid rowtype, const char *name, OutboxDestinationRow *row)
-{
-	Oid			relid = get_typ_typrelid(rowtype);
-	MemoryContext caller = CurrentMemoryContext;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		args[1];
-	char	   *sql;
-	int			rc;
-
-	if (!OidIsValid(relid))
-		elog(ERROR, "the argument is not a row of outbox_destinations");
-	sql = psprintf("SELECT * FROM %s.%s d WHERE d.name OPERATOR(pg_catalog.=) $1",
-				   quote_identifier(get_namespace_name(get_rel_namespace(relid))),
-				   quote_identifier(get_rel_name(relid)));
-	args[0] = CStringGetTextDatum(name);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_with_args(sql, 1, argtypes, args, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read destination \"%s\": %s", name, SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("destination \"%s\" does not exist", name)));
-	{
-		MemoryContext spi = MemoryContextSwitchTo(caller);
-
-		row->desc = CreateTupleDescCopy(SPI_tuptable->tupdesc);
-		row->tuple = heap_copytuple(SPI_tuptable->vals[0]);
-		MemoryContextSwitchTo(spi);
-	}
-	SPI_finish();
-	row->old_tuple = NULL;
-	row->cache = NULL;
-}
-
-PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
-
-/*
- * _outbox_jetstream_check(d outbox_destinations, OUT stream text,
- *     OUT duplicate_window interval, OUT max_age interval,
- *     OUT retry_span interval, OUT exactly_once boolean, OUT problem text)
- *
- * Connects to JetStream destination d.name as a relay would (on a thread of
- * its own, this backend waiting on its latch, interruptible) and reads its
- * stream: the duplicate window, max_age (NULL: none), the longest span of
- * the retry schedule at the current settings, whether every resend falls
- * within the window, and the problem if not, or why the connection or the
- * stream failed (then the figures are NULL). Only d's name is used: the
- * destination is read again from outbox_destinations, as its trigger
- * checked it (who may name a file, which servers), since a row value
- * made by the caller would pass none of those rules. For
- * outbox_jetstream_check(); runs in any backend, in a transaction. Errors:
- * 22004 for a NULL name, 42704 for a destination that does not exist,
- * 22023 for one of another kind.
- */
-Datum
-_outbox_jetstream_check(PG_FUNCTION_ARGS)
-{
-	HeapTupleHeader h = PG_GETARG_HEAPTUPLEHEADER(0);
-	TupleDesc	arg_desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(h),
-												  HeapTupleHeaderGetTypMod(h));
-	HeapTupleData arg_tuple;
-	OutboxDestinationRow row;
-	OutboxDestination dest;
-	const JsDestOptions *o;
-	TupleDesc	result_desc;
-	Datum		values[6];
-	bool		nulls[6] = {false, false, false, false, false, false};
-	char	   *name;
-	char	   *kind;
-	JsConn	   *c;
-	JsState		state;
-	int			timeout_ms;
-
-	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	arg_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
-	ItemPointerSetInvalid(&arg_tuple.t_self);
-	arg_tuple.t_tableOid = InvalidOid;
-	arg_tuple.t_data = h;
-	row.desc = arg_desc;
-	row.tuple = &arg_tuple;
-	row.old_tuple = NULL;
-	row.cache = NULL;
-	name = OutboxDestinationText(&row, "name");
-	ReleaseTupleDesc(arg_desc);
-	if (name == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("destination must not be null")));
-	stored_destination(HeapTupleHeaderGetTypeId(h), name, &row);
-	kind = OutboxDestinationText(&row, "kind");
-	if (kind == NULL || strcmp(kind, OutboxJetStreamKind.name) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("destination \"%s\" is not a JetStream destination", name)));
-	memset(&dest, 0, sizeof(dest));
-	(void) js_decode(&row, &dest);
-	o = dest.options;
-	timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : js_timeout;
-	js_setup();
-	c = new_conn(name, o, "", timeout_ms);
-	{
-		MemoryContext old = MemoryContextSwitchTo(js_cxt);
-
-		checked = lappend(checked, c);
-		MemoryContextSwitchTo(old);
-	}
-	start_connect(c);
-	PG_TRY();
-	{
-		for (;;)
-		{
-			bool		finished;
-
-			pthread_mutex_lock(&c->mu);
-			state = c->state;
-			finished = c->finished;
-			pthread_mutex_unlock(&c->mu);
-			if (state == JS_READY && !c->stopping)
-			{
-				request_stop(c);
-				c->stopping = true;
-			}
-			if (finished)
-				break;
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 100, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
-	}
-	PG_CATCH();
-	{
-		/* its thread may still run: leave it to end, the memory to the process */
-		request_stop(c);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (c->thread_started)
-		pthread_join(c->thread, NULL);
-	c->thread_started = false;
-	values[0] = CStringGetTextDatum(c->stream);
-	if (state == JS_FAILED || !c->stopping)
-	{
-		char	   *lib = c->lib_error;
-
-		for (int i = 1; i < 5; i++)
-			nulls[i] = true;
-		values[5] = CStringGetTextDatum(psprintf("NATS at %s, stream \"%s\": %s%s", c->servers_text,
-												 c->stream, c->error, OutboxRedact(lib, strlen(lib))));
-	}
-	else
-	{
-		double		window_ms;
-		double		span_ms;
-		char	   *problem = window_problem(c, c->duplicates_ns, c->max_age_ns, &window_ms, &span_ms);
-
-		values[1] = ms_interval(c->duplicates_ns / 1000000.0);
-		values[2] = ms_interval(c->max_age_ns / 1000000.0);
-		nulls[2] = c->max_age_ns <= 0;
-		values[3] = ms_interval(span_ms);
-		values[4] = BoolGetDatum(problem == NULL);
-		values[5] = problem ? CStringGetTextDatum(problem) : (Datum) 0;
-		nulls[5] = problem == NULL;
-	}
-	checked = list_delete_ptr(checked, c);
-	free_conn(c);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls)));
-}
 
 /* init: the outbox.jetstream_* settings. */
 static void
@@ -2608,7 +504,7 @@ js_define_settings(void)
 	DefineCustomIntVariable("outbox.jetstream_timeout",
 							"Sets the default time limit of a JetStream destination's connection attempt and of each PubAck.",
 							"A destination's timeout_ms overrides it.",
-							&js_timeout,
+							&outbox_jetstream_timeout,
 							5000, 1, OUTBOX_MAX_TIMEOUT_MS,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
@@ -2617,7 +513,7 @@ js_define_settings(void)
 	DefineCustomIntVariable("outbox.jetstream_max_pending",
 							"Sets the maximum number of events a relay has published to one JetStream destination without their PubAck.",
 							"A change applies to connections made after it.",
-							&js_max_pending,
+							&outbox_jetstream_max_pending,
 							1024, 1, JS_MAX_PENDING_LIMIT,
 							PGC_SIGHUP,
 							0,
@@ -2641,9 +537,10 @@ const OutboxDestinationKind OutboxJetStreamKind = {
 	},
 	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
-	.check_destination = js_check_destination,
-	.decode = js_decode,
+	.check_destination = JetStreamCheckDestination,
+	.decode = JetStreamDecode,
 	.init = js_define_settings,
+	.startup = js_startup,
 	.prepare = js_prepare,
 	.enqueue = js_enqueue,
 	.collect = js_collect,
