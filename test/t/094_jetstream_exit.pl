@@ -5,7 +5,10 @@
 # process skip those handlers. Eight fast shutdowns in the middle of a
 # flow: each relay ends without a crash, and every event is in its stream
 # exactly once (resends carry the same Nats-Msg-Id). The sanitizer run
-# (ci/sanitize.sh) checks the exits for memory errors.
+# (ci/sanitize.sh) checks the exits for memory errors. While it publishes,
+# every thread of the relay but its own (libnats's and the connections')
+# has the signals PostgreSQL handles blocked, so that no handler runs on a
+# thread that must not call into PostgreSQL.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -31,6 +34,15 @@ $node->safe_psql('postgres', qq{
 	    ('plain', 'exit.plain', '$plain_url', 'plain.exit', 'PLAIN', NULL);
 });
 
+# The signals a thread blocks, from /proc (SigBlk: bit n-1 for signal n).
+sub blocked
+{
+	my ($status) = @_;
+	my ($hex) = slurp_file($status) =~ /^SigBlk:\s*([0-9a-f]+)/m;
+	my $mask = hex(substr($hex, -8));
+	return { map { $_ => ($mask >> ($_ - 1)) & 1 } (1, 2, 3, 10, 12, 14, 15) };
+}
+
 my $rounds = 8;
 my $per_round = 2000;
 for my $round (1 .. $rounds)
@@ -47,6 +59,16 @@ for my $round (1 .. $rounds)
 			   AND count(*) > $before + 100
 			  FROM outbox WHERE delivered_at IS NOT NULL}),
 		"round $round: both destinations deliver");
+	if ($round == 1)
+	{
+		my $pid = relay_pid($node, 'postgres');
+		my @threads = grep { $_ != $pid } map { m{/(\d+)$} ? $1 : () } glob("/proc/$pid/task/*");
+		ok(@threads >= 2, 'the relay has libnats threads (' . scalar(@threads) . ')');
+		my @open = grep { my $b = blocked("/proc/$pid/task/$_/status"); grep { !$_ } values %$b }
+		  @threads;
+		is(scalar(@open), 0, 'every other thread blocks SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM and SIGTERM');
+		ok(!blocked("/proc/$pid/task/$pid/status")->{15}, 'the relay itself takes SIGTERM');
+	}
 	$node->stop('fast');
 	$node->start;
 	wait_relay($node, 'postgres');

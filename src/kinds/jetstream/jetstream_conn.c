@@ -640,7 +640,7 @@ JetStreamSetup(JsKindState *ks)
 	ks->cxt = AllocSetContextCreate(TopMemoryContext, "outbox jetstream",
 									ALLOCSET_DEFAULT_SIZES);
 	(void) OPENSSL_init_crypto(0, NULL);
-	(void) nats_Open(-1);
+	JetStreamLibraryOpen();
 	exit_state = ks;
 	if (atexit(js_atexit) != 0)
 		elog(ERROR, "could not register an exit handler for JetStream connections");

@@ -254,6 +254,7 @@ extern void JetStreamTakeBack(JsConn *c, List **done);
 
 /* jetstream_thread.c */
 extern bool JetStreamThreadStart(JsConn *c);
+extern void JetStreamLibraryOpen(void);
 
 /* jetstream_rules.c */
 extern char *JetStreamEventSubject(const OutboxEvent *ev, char **error);

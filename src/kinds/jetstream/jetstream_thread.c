@@ -32,7 +32,9 @@
  *	   (JetStreamThreadStart), and the threads libnats starts from it (the
  *	   connection's reading, flushing and reconnecting threads, and its
  *	   reply subscription's, which calls the PubAck handler) inherit that
- *	   mask, so PostgreSQL's signal handlers do not run on them.
+ *	   mask, so PostgreSQL's signal handlers do not run on them; so do
+ *	   the library's own threads, which nats_Open starts
+ *	   (JetStreamLibraryOpen).
  *
  * src/kinds/jetstream/jetstream_thread.c
  *
@@ -656,6 +658,27 @@ conn_main(void *arg)
 	}
 	conn_end(c, nc, js, stats);
 	return NULL;
+}
+
+/*
+ * Initializes libnats, from the relay, once per process: nats_Open starts
+ * the library's own threads (its timers, asynchronous callbacks and
+ * garbage collection; the reconnected and error handlers run on one), so
+ * signals are blocked around it as around pthread_create below: a signal
+ * for the relay (SIGTERM, SIGUSR1, a timeout's SIGALRM) must be handled
+ * by the relay's thread, never by a thread that must not call into
+ * PostgreSQL.
+ */
+void
+JetStreamLibraryOpen(void)
+{
+	sigset_t	all;
+	sigset_t	old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	(void) nats_Open(-1);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /*
