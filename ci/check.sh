@@ -10,7 +10,7 @@
 # history: unless OUTBOX_1_0_SRC (OUTBOX_1_1_SRC) already names its source
 # (ci/chroot.sh extracts them on the host), this extracts each with git
 # (see release_tree in ci/lib.sh) and warns if it cannot, in which case
-# that test is skipped.
+# the tests from that release are skipped.
 #
 # Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER,
 # OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_1_1_SRC,

@@ -145,7 +145,8 @@ result_text() {
 }
 
 # The released versions the upgrade tests start from
-# (test/t/062_upgrade_from_1_0.pl, test/t/063_upgrade_from_1_1.pl), and
+# (test/t/062_upgrade_from_1_0.pl; test/t/063_upgrade_from_1_1.pl and
+# test/t/064_upgrade_from_1_1_events.pl), and
 # the commit of each: RELEASE_<version, dots as underscores>. The tests run
 # from a copy of the tree without .git, so the scripts extract each
 # release (ci/check.sh, and ci/chroot.sh on the host for the chroots) and

@@ -19,7 +19,8 @@ use warnings FATAL => 'all';
 use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Copy qw(copy);
-use File::Path qw(make_path);
+use Fcntl qw(:flock);
+use File::Path qw(make_path rmtree);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -105,17 +106,31 @@ sub install
 sub install_new { my ($self) = @_; $self->install(''); }
 
 # Builds release $version from its source tree $src (copied first) with
-# this server's pg_config, and installs it into the copy.
+# this server's pg_config, and installs it into the copy. A run of the
+# suite builds each release once, under tmp_check, where every test file
+# of the run has its directories: the first file to need it builds it,
+# holding a lock, and a file that needs it meanwhile waits for the lock,
+# then installs the same build.
 sub install_release
 {
 	my ($self, $version, $src) = @_;
-	my ($tmp, $pg_config) = ($self->{tmp}, $self->{pg_config});
-	my $build = "$tmp/src-$version";
-	system_or_bail('cp', '-R', $src, $build);
-	system_or_bail('make', '-s', '-j2', '-C', $build, "PG_CONFIG=$pg_config", 'with_llvm=no');
-	system_or_bail('make', '-s', '-C', $build, "PG_CONFIG=$pg_config", 'with_llvm=no',
-		'install', "DESTDIR=$tmp/dest-$version");
-	$self->install("$tmp/dest-$version");
+	my $pg_config = $self->{pg_config};
+	my $dir = "$PostgreSQL::Test::Utils::tmp_check/release-$version";
+	my $stamp = "$dir/built";
+	open(my $lock, '>>', "$dir.lock") or die "open $dir.lock: $!";
+	flock($lock, LOCK_EX) or die "flock $dir.lock: $!";
+	unless (-f $stamp && slurp_file($stamp) eq "$src\n$pg_config\n")
+	{
+		rmtree($dir);
+		make_path($dir);
+		system_or_bail('cp', '-R', $src, "$dir/src");
+		system_or_bail('make', '-s', '-j2', '-C', "$dir/src", "PG_CONFIG=$pg_config", 'with_llvm=no');
+		system_or_bail('make', '-s', '-C', "$dir/src", "PG_CONFIG=$pg_config", 'with_llvm=no',
+			'install', "DESTDIR=$dir/dest");
+		append_to_file($stamp, "$src\n$pg_config\n");
+	}
+	close($lock);
+	$self->install("$dir/dest");
 }
 
 # A new node (not initialized) that runs from the copy.
