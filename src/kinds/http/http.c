@@ -87,38 +87,56 @@
 static int	http_timeout = 5000;
 static int	http_max_connections = 16;
 
-static CURLM *multi = NULL;
-static MemoryContext http_cxt = NULL;	/* requests and destinations */
-static MemoryContext prepare_cxt = NULL;	/* reset after each request is built */
-static List *dests = NIL;		/* of HttpDest, in http_cxt */
-static dlist_head running_list = DLIST_STATIC_INIT(running_list);
-/* when the kind last ran (collect, socket_ready, timeout_ms before a wait) */
-static TimestampTz serviced_at = 0;
-static int	running = 0;		/* handles attached, all destinations */
-static int	next_dest = 0;		/* round-robin position */
-static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
-
 /*
- * The sockets libcurl asks to be watched, and for what (its socket
- * callback keeps this up to date), for the relay's wait (wait.c); and when
- * libcurl wants to be called without socket activity (its timer callback).
  * A connection or a name lookup uses one socket, so twice the connection
  * limit leaves room for lookups in progress.
  */
 #define MAX_SOCKETS (2 * HTTP_MAX_CONNECTIONS_LIMIT + 16)
-static OutboxWaitSocket sockets[MAX_SOCKETS];
-static int	nsockets = 0;
-static uint64 sockets_generation = 1;
-static TimestampTz curl_due = 0;	/* 0: no timer */
 
 /*
- * The epoll instance that holds the sockets of sockets[] (Linux), or -1:
- * then sockets[] itself goes into the relay's wait. Created with the multi
- * handle; the relay waits on it as one readable socket.
+ * The kind's state in this process, made by its startup callback, in place
+ * of file-level variables: every callback gets it as its state argument,
+ * libcurl's multi callbacks as their userdata, the exit callback as its
+ * argument. libcurl and the memory of requests are set up with the first
+ * event (http_init): until then multi is NULL.
  */
-static int	epoll_fd = -1;
-static OutboxWaitSocket epoll_socket[1];
-static uint64 epoll_generation = 0; /* a value sockets_generation had */
+typedef struct HttpState
+{
+	CURLM	   *multi;
+	uint64		multi_generation;	/* of outbox.http_allowed_targets, at
+									 * multi's creation */
+	MemoryContext cxt;			/* requests and destinations */
+	MemoryContext prepare_cxt;	/* reset after each request is built */
+	List	   *dests;			/* of HttpDest, in cxt */
+	int			next_dest;		/* round-robin position */
+	dlist_head	running_list;	/* HttpRequest attached to multi */
+	int			running;		/* handles attached, all destinations */
+	/* when the kind last ran (collect, socket_ready, timeout_ms before a wait) */
+	TimestampTz serviced_at;
+
+	/*
+	 * The sockets libcurl asks to be watched, and for what (its socket
+	 * callback keeps this up to date), for the relay's wait (wait.c); and
+	 * when libcurl wants to be called without socket activity (its timer
+	 * callback).
+	 */
+	OutboxWaitSocket sockets[MAX_SOCKETS];
+	int			nsockets;
+	uint64		sockets_generation;
+	TimestampTz curl_due;		/* 0: no timer */
+
+	/*
+	 * The epoll instance that holds the sockets of sockets[] (Linux), or -1:
+	 * then sockets[] itself goes into the relay's wait. Created with the
+	 * multi handle; the relay waits on it as one readable socket.
+	 */
+	int			epoll_fd;
+	OutboxWaitSocket epoll_socket[1];
+	uint64		epoll_generation;	/* a value sockets_generation had */
+
+	/* easy handles kept for reuse, and the resource owner for signing */
+	HttpRequestCache cache;
+} HttpState;
 
 /* ready sockets handed to libcurl per socket_ready, at most */
 #define MAX_READY 64
@@ -129,21 +147,21 @@ static uint64 epoll_generation = 0; /* a value sockets_generation had */
  * true.
  */
 static bool
-epoll_update(curl_socket_t s, uint32 had, uint32 events)
+epoll_update(HttpState *st, curl_socket_t s, uint32 had, uint32 events)
 {
 #ifdef HAVE_SYS_EPOLL_H
 	struct epoll_event ev;
 
-	if (epoll_fd < 0)
+	if (st->epoll_fd < 0)
 		return true;
 	ev.events = ((events & WL_SOCKET_READABLE) ? EPOLLIN : 0) |
 		((events & WL_SOCKET_WRITEABLE) ? EPOLLOUT : 0);
 	ev.data.fd = s;
 	if (events == 0)
 		/* libcurl may have closed it already, which removed it */
-		return epoll_ctl(epoll_fd, EPOLL_CTL_DEL, s, &ev) == 0 ||
+		return epoll_ctl(st->epoll_fd, EPOLL_CTL_DEL, s, &ev) == 0 ||
 			errno == EBADF || errno == ENOENT;
-	return epoll_ctl(epoll_fd, had == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s, &ev) == 0;
+	return epoll_ctl(st->epoll_fd, had == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s, &ev) == 0;
 #else
 	return true;
 #endif
@@ -158,8 +176,9 @@ epoll_update(curl_socket_t s, uint32 had, uint32 events)
  */
 static int
 socket_changed(CURL *easy pg_attribute_unused(), curl_socket_t s, int what,
-			   void *userp pg_attribute_unused(), void *socketp pg_attribute_unused())
+			   void *userp, void *socketp pg_attribute_unused())
 {
+	HttpState  *st = (HttpState *) userp;
 	uint32		events = 0;
 	int			i;
 
@@ -167,36 +186,36 @@ socket_changed(CURL *easy pg_attribute_unused(), curl_socket_t s, int what,
 		events |= WL_SOCKET_READABLE;
 	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
 		events |= WL_SOCKET_WRITEABLE;
-	for (i = 0; i < nsockets; i++)
-		if (sockets[i].fd == s)
+	for (i = 0; i < st->nsockets; i++)
+		if (st->sockets[i].fd == s)
 			break;
 	if (what == CURL_POLL_REMOVE)
 	{
-		if (i < nsockets)
+		if (i < st->nsockets)
 		{
-			bool		ok = epoll_update(s, sockets[i].events, 0);
+			bool		ok = epoll_update(st, s, st->sockets[i].events, 0);
 
-			sockets[i] = sockets[--nsockets];
-			sockets_generation++;
+			st->sockets[i] = st->sockets[--st->nsockets];
+			st->sockets_generation++;
 			return ok ? 0 : -1;
 		}
 		return 0;
 	}
-	if (i == nsockets)
+	if (i == st->nsockets)
 	{
-		if (nsockets == MAX_SOCKETS)
+		if (st->nsockets == MAX_SOCKETS)
 			return -1;
-		sockets[nsockets].fd = s;
-		sockets[nsockets].events = 0;
-		nsockets++;
+		st->sockets[st->nsockets].fd = s;
+		st->sockets[st->nsockets].events = 0;
+		st->nsockets++;
 	}
-	if (sockets[i].events != events)
+	if (st->sockets[i].events != events)
 	{
-		uint32		had = sockets[i].events;
+		uint32		had = st->sockets[i].events;
 
-		sockets[i].events = events;
-		sockets_generation++;
-		if (!epoll_update(s, had, events))
+		st->sockets[i].events = events;
+		st->sockets_generation++;
+		if (!epoll_update(st, s, had, events))
 			return -1;
 	}
 	return 0;
@@ -208,93 +227,116 @@ socket_changed(CURL *easy pg_attribute_unused(), curl_socket_t s, int what,
  * Only notes when; collect makes the call. Must not throw.
  */
 static int
-timer_changed(CURLM *m pg_attribute_unused(), long timeout_ms, void *userp pg_attribute_unused())
+timer_changed(CURLM *m pg_attribute_unused(), long timeout_ms, void *userp)
 {
-	curl_due = timeout_ms < 0 ? 0 :
+	HttpState  *st = (HttpState *) userp;
+
+	st->curl_due = timeout_ms < 0 ? 0 :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	return 0;
 }
 
 /* A new multi handle, its callbacks set; FATAL if out of memory. */
 static CURLM *
-new_multi(void)
+new_multi(HttpState *st)
 {
 	CURLM	   *m = curl_multi_init();
 
 	if (m == NULL ||
 		curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, socket_changed) != CURLM_OK ||
-		curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, timer_changed) != CURLM_OK)
+		curl_multi_setopt(m, CURLMOPT_SOCKETDATA, st) != CURLM_OK ||
+		curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, timer_changed) != CURLM_OK ||
+		curl_multi_setopt(m, CURLMOPT_TIMERDATA, st) != CURLM_OK)
 		ereport(FATAL,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a libcurl multi handle")));
-	nsockets = 0;
-	sockets_generation++;
-	curl_due = 0;
-	multi_generation = OutboxTargetsGeneration();
+	st->nsockets = 0;
+	st->sockets_generation++;
+	st->curl_due = 0;
+	st->multi_generation = OutboxTargetsGeneration();
 #ifdef HAVE_SYS_EPOLL_H
 	/* a new set: the old multi handle's sockets may still be in the old one */
-	if (epoll_fd >= 0)
-		close(epoll_fd);
+	if (st->epoll_fd >= 0)
+		close(st->epoll_fd);
 	/* without one (out of descriptors), the sockets go into the wait as they are */
-	epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-	epoll_socket[0].fd = epoll_fd;
-	epoll_socket[0].events = WL_SOCKET_READABLE;
+	st->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	st->epoll_socket[0].fd = st->epoll_fd;
+	st->epoll_socket[0].events = WL_SOCKET_READABLE;
 	/* the relay's wait takes in the new descriptor, even if its number is the old one's */
-	epoll_generation = ++sockets_generation;
+	st->epoll_generation = ++st->sockets_generation;
 #endif
 	return m;
 }
 
-static void
-http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+/*
+ * startup: the kind's state in this process, empty (see HttpState): a
+ * process that sends no webhook sets up neither libcurl nor the memory of
+ * requests.
+ */
+static void *
+http_startup(void)
 {
-	OutboxHttpDropIdleEasy();
-	if (multi != NULL)
-		curl_multi_cleanup(multi);
-	multi = NULL;
-	if (epoll_fd >= 0)
-		close(epoll_fd);
-	epoll_fd = -1;
+	HttpState  *st = palloc0(sizeof(HttpState));
+
+	dlist_init(&st->running_list);
+	st->sockets_generation = 1;
+	st->epoll_fd = -1;
+	return st;
+}
+
+/* on_proc_exit callback: frees libcurl's handles; arg is the state. */
+static void
+http_at_exit(int code pg_attribute_unused(), Datum arg)
+{
+	HttpState  *st = (HttpState *) DatumGetPointer(arg);
+
+	OutboxHttpDropIdleEasy(&st->cache);
+	if (st->multi != NULL)
+		curl_multi_cleanup(st->multi);
+	st->multi = NULL;
+	if (st->epoll_fd >= 0)
+		close(st->epoll_fd);
+	st->epoll_fd = -1;
 	curl_global_cleanup();
 }
 
 /* Initialises libcurl and the transport's memory once per process. */
 static void
-http_init(void)
+http_init(HttpState *st)
 {
-	if (multi != NULL)
+	if (st->multi != NULL)
 		return;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not initialize libcurl")));
-	http_cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
-									 ALLOCSET_DEFAULT_SIZES);
-	prepare_cxt = AllocSetContextCreate(http_cxt, "outbox http request",
-										ALLOCSET_DEFAULT_SIZES);
-	multi = new_multi();
-	on_proc_exit(http_at_exit, (Datum) 0);
+	st->cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
+									ALLOCSET_DEFAULT_SIZES);
+	st->prepare_cxt = AllocSetContextCreate(st->cxt, "outbox http request",
+											ALLOCSET_DEFAULT_SIZES);
+	st->multi = new_multi(st);
+	on_proc_exit(http_at_exit, PointerGetDatum(st));
 }
 
 /* The queue of the destination called name, created on first use. */
 static HttpDest *
-find_dest(const char *name)
+find_dest(HttpState *st, const char *name)
 {
 	ListCell   *lc;
 	HttpDest   *d;
 	MemoryContext old;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		d = lfirst(lc);
 		if (strcmp(d->name, name) == 0)
 			return d;
 	}
-	old = MemoryContextSwitchTo(http_cxt);
+	old = MemoryContextSwitchTo(st->cxt);
 	d = palloc0(sizeof(HttpDest));
 	d->name = pstrdup(name);
 	dlist_init(&d->queue);
-	dests = lappend(dests, d);
+	st->dests = lappend(st->dests, d);
 	MemoryContextSwitchTo(old);
 	return d;
 }
@@ -325,15 +367,15 @@ report(HttpRequest *req, List **done)
 
 /* Detaches and frees a request, its libcurl handle and header list. */
 static void
-release_request(HttpRequest *req)
+release_request(HttpState *st, HttpRequest *req)
 {
 	if (req->easy != NULL)
 	{
-		curl_multi_remove_handle(multi, req->easy);
-		OutboxHttpParkEasy(req->easy, http_max_connections);
+		curl_multi_remove_handle(st->multi, req->easy);
+		OutboxHttpParkEasy(&st->cache, req->easy, http_max_connections);
 		dlist_delete(&req->node);
 		req->dest->running--;
-		running--;
+		st->running--;
 	}
 	if (req->headers != NULL)
 		curl_slist_free_all(req->headers);
@@ -348,16 +390,17 @@ release_request(HttpRequest *req)
  * in the transport's own memory.
  */
 static void
-http_enqueue(void *state pg_attribute_unused(), OutboxEvent *ev)
+http_enqueue(void *state, OutboxEvent *ev)
 {
+	HttpState  *st = (HttpState *) state;
 	HttpRequest *req;
 
-	http_init();
-	req = MemoryContextAllocZero(http_cxt, sizeof(HttpRequest));
+	http_init(st);
+	req = MemoryContextAllocZero(st->cxt, sizeof(HttpRequest));
 	req->one = ev;
 	req->events = &req->one;
 	req->nevents = 1;
-	req->dest = find_dest(ev->dest.name);
+	req->dest = find_dest(st, ev->dest.name);
 	dlist_push_tail(&req->dest->queue, &req->node);
 	req->dest->queued++;
 	req->dest->unreported++;
@@ -405,7 +448,7 @@ same_request(const OutboxEvent *first, const OutboxEvent *ev)
  * flight (the claim holds the others), so a batch has at most one of each.
  */
 static void
-gather_batch(HttpRequest *req, HttpDest *d)
+gather_batch(HttpState *st, HttpRequest *req, HttpDest *d)
 {
 	OutboxEvent *first = req->events[0];
 	int			max = HTTP_OPTIONS(first)->events_per_request;
@@ -414,7 +457,7 @@ gather_batch(HttpRequest *req, HttpDest *d)
 
 	if (max <= 1 || first->headers != NULL || d->queued == 0)
 		return;
-	req->events = MemoryContextAlloc(http_cxt, sizeof(OutboxEvent *) * Min(max, d->queued + 1));
+	req->events = MemoryContextAlloc(st->cxt, sizeof(OutboxEvent *) * Min(max, d->queued + 1));
 	req->events[0] = first;
 	dlist_foreach_modify(iter, &d->queue)
 	{
@@ -467,13 +510,13 @@ dest_busy(HttpDest *d, TimestampTz now)
 #define SLOW_FACTOR 4.0
 
 static int
-dest_share(HttpDest *d, int limit, TimestampTz now)
+dest_share(HttpState *st, HttpDest *d, int limit, TimestampTz now)
 {
 	int			busy = 0;
 	double		quickest = 0;
 	ListCell   *lc;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		HttpDest   *o = lfirst(lc);
 
@@ -496,21 +539,21 @@ dest_share(HttpDest *d, int limit, TimestampTz now)
  * (dest_share). A request that cannot be prepared is reported at once.
  */
 static void
-start_requests(List **done)
+start_requests(HttpState *st, List **done)
 {
 	int			limit = http_max_connections;
 	bool		progress = true;
 	TimestampTz now = GetCurrentTimestamp();
 
-	while (progress && running < limit)
+	while (progress && st->running < limit)
 	{
-		int			ndests = list_length(dests);
+		int			ndests = list_length(st->dests);
 
 		progress = false;
-		for (int k = 0; k < ndests && running < limit; k++)
+		for (int k = 0; k < ndests && st->running < limit; k++)
 		{
-			HttpDest   *d = list_nth(dests, (next_dest + k) % ndests);
-			int			share = dest_share(d, limit, now);
+			HttpDest   *d = list_nth(st->dests, (st->next_dest + k) % ndests);
+			int			share = dest_share(st, d, limit, now);
 			HttpRequest *req;
 			MemoryContext old;
 			bool		prepared;
@@ -520,24 +563,24 @@ start_requests(List **done)
 			req = dlist_container(HttpRequest, node, dlist_pop_head_node(&d->queue));
 			d->queued--;
 			progress = true;
-			gather_batch(req, d);
+			gather_batch(st, req, d);
 
-			old = MemoryContextSwitchTo(prepare_cxt);
-			prepared = OutboxHttpPrepare(req, http_timeout,
-										 multi_generation != OutboxTargetsGeneration());
+			old = MemoryContextSwitchTo(st->prepare_cxt);
+			prepared = OutboxHttpPrepare(&st->cache, req, http_timeout,
+										 st->multi_generation != OutboxTargetsGeneration());
 			MemoryContextSwitchTo(old);
 			if (req->events[0]->error != NULL)
 				req->events[0]->error = pstrdup(req->events[0]->error);
-			MemoryContextReset(prepare_cxt);
-			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
+			MemoryContextReset(st->prepare_cxt);
+			if (prepared && curl_multi_add_handle(st->multi, req->easy) == CURLM_OK)
 			{
 				for (int i = 0; i < req->nevents; i++)
 					OutboxStartLogNote(req->events[i]);
 				req->started_at = now;
 				req->deadline = TimestampTzPlusMilliseconds(now, req->timeout_ms);
-				dlist_push_tail(&running_list, &req->node);
+				dlist_push_tail(&st->running_list, &req->node);
 				d->running++;
-				running++;
+				st->running++;
 				continue;
 			}
 			if (prepared)
@@ -545,13 +588,13 @@ start_requests(List **done)
 			OutboxHttpShareOutcome(req);
 			if (req->easy != NULL)
 			{
-				OutboxHttpParkEasy(req->easy, http_max_connections);
+				OutboxHttpParkEasy(&st->cache, req->easy, http_max_connections);
 				req->easy = NULL;
 			}
 			report(req, done);
-			release_request(req);
+			release_request(st, req);
 		}
-		next_dest = ndests > 0 ? (next_dest + 1) % ndests : 0;
+		st->next_dest = ndests > 0 ? (st->next_dest + 1) % ndests : 0;
 	}
 	/* on file before libcurl sends them (run_timers, socket_action) */
 	OutboxStartLogFlush();
@@ -562,13 +605,13 @@ start_requests(List **done)
  * returns how many ended.
  */
 static int
-read_done(List **done)
+read_done(HttpState *st, List **done)
 {
 	CURLMsg    *msg;
 	int			left;
 	int			ended = 0;
 
-	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	while ((msg = curl_multi_info_read(st->multi, &left)) != NULL)
 	{
 		HttpRequest *req;
 
@@ -580,7 +623,7 @@ read_done(List **done)
 			OutboxHttpOutcome(req, msg->data.result);
 			report(req, done);
 		}
-		release_request(req);
+		release_request(st, req);
 		ended++;
 	}
 	return ended;
@@ -588,15 +631,15 @@ read_done(List **done)
 
 /* Runs libcurl's timers if they are due: new requests connect and send. */
 static void
-run_timers(void)
+run_timers(HttpState *st)
 {
 	int			still;
 	CURLMcode	mc;
 
-	if (curl_due == 0 || GetCurrentTimestamp() < curl_due)
+	if (st->curl_due == 0 || GetCurrentTimestamp() < st->curl_due)
 		return;
-	curl_due = 0;
-	mc = curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
+	st->curl_due = 0;
+	mc = curl_multi_socket_action(st->multi, CURL_SOCKET_TIMEOUT, 0, &still);
 	if (mc != CURLM_OK)
 		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
 }
@@ -608,12 +651,12 @@ run_timers(void)
  * is cut.
  */
 static void
-report_early(List **done)
+report_early(HttpState *st, List **done)
 {
 	dlist_mutable_iter iter;
 	TimestampTz now = GetCurrentTimestamp();
 
-	dlist_foreach_modify(iter, &running_list)
+	dlist_foreach_modify(iter, &st->running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
@@ -626,11 +669,11 @@ report_early(List **done)
 		}
 		else if (req->nevents == 0 &&
 				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
-			release_request(req);
+			release_request(st, req);
 	}
 }
 
-static void socket_action(curl_socket_t fd, int mask);
+static void socket_action(HttpState *st, curl_socket_t fd, int mask);
 
 #ifdef HAVE_SYS_EPOLL_H
 /*
@@ -638,13 +681,13 @@ static void socket_action(curl_socket_t fd, int mask);
  * MAX_READY: the rest are ready again at the next look.
  */
 static void
-epoll_dispatch(void)
+epoll_dispatch(HttpState *st)
 {
 	struct epoll_event ready[MAX_READY];
-	int			n = epoll_wait(epoll_fd, ready, MAX_READY, 0);
+	int			n = epoll_wait(st->epoll_fd, ready, MAX_READY, 0);
 
 	for (int i = 0; i < n; i++)
-		socket_action(ready[i].data.fd,
+		socket_action(st, ready[i].data.fd,
 					  ((ready[i].events & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) |
 					  ((ready[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
 					  ((ready[i].events & EPOLLERR) ? CURL_CSELECT_ERR : 0));
@@ -656,31 +699,31 @@ epoll_dispatch(void)
  * endpoints sent is read before a request is ended for its time limit.
  */
 static void
-read_ready_sockets(void)
+read_ready_sockets(HttpState *st)
 {
 #ifdef HAVE_SYS_EPOLL_H
-	if (epoll_fd >= 0)
+	if (st->epoll_fd >= 0)
 	{
-		epoll_dispatch();
+		epoll_dispatch(st);
 		return;
 	}
 #endif
 	{
 		struct pollfd fds[MAX_SOCKETS];
-		int			n = nsockets;
+		int			n = st->nsockets;
 
 		for (int i = 0; i < n; i++)
 		{
-			fds[i].fd = sockets[i].fd;
-			fds[i].events = ((sockets[i].events & WL_SOCKET_READABLE) ? POLLIN : 0) |
-				((sockets[i].events & WL_SOCKET_WRITEABLE) ? POLLOUT : 0);
+			fds[i].fd = st->sockets[i].fd;
+			fds[i].events = ((st->sockets[i].events & WL_SOCKET_READABLE) ? POLLIN : 0) |
+				((st->sockets[i].events & WL_SOCKET_WRITEABLE) ? POLLOUT : 0);
 			fds[i].revents = 0;
 		}
 		if (poll(fds, n, 0) <= 0)
 			return;
 		for (int i = 0; i < n; i++)
 			if (fds[i].revents != 0)
-				socket_action(fds[i].fd,
+				socket_action(st, fds[i].fd,
 							  ((fds[i].revents & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) |
 							  ((fds[i].revents & POLLOUT) ? CURL_CSELECT_OUT : 0) |
 							  ((fds[i].revents & POLLERR) ? CURL_CSELECT_ERR : 0));
@@ -693,13 +736,13 @@ read_ready_sockets(void)
  * that came in time is an outcome, however late the relay looks).
  */
 static void
-expire_requests(List **done)
+expire_requests(HttpState *st, List **done)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	dlist_mutable_iter iter;
 	bool		due = false;
 
-	dlist_foreach_modify(iter, &running_list)
+	dlist_foreach_modify(iter, &st->running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
@@ -707,10 +750,10 @@ expire_requests(List **done)
 	}
 	if (!due)
 		return;
-	read_ready_sockets();
-	(void) read_done(done);
-	report_early(done);
-	dlist_foreach_modify(iter, &running_list)
+	read_ready_sockets(st);
+	(void) read_done(st, done);
+	report_early(st, done);
+	dlist_foreach_modify(iter, &st->running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
@@ -721,7 +764,7 @@ expire_requests(List **done)
 				 req->timeout_ms, req->body_bytes);
 		OutboxHttpOutcome(req, CURLE_OPERATION_TIMEDOUT);
 		report(req, done);
-		release_request(req);
+		release_request(st, req);
 	}
 }
 
@@ -733,22 +776,23 @@ expire_requests(List **done)
  * connection alive, then it is cut. Interruptible.
  */
 static List *
-http_collect(void *state pg_attribute_unused())
+http_collect(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	List	   *done = NIL;
 
-	if (multi == NULL)
+	if (st->multi == NULL)
 		return NIL;
 	/* outbox.http_allowed_targets changed: drop the old connections when idle */
-	if (running == 0 && multi_generation != OutboxTargetsGeneration())
+	if (st->running == 0 && st->multi_generation != OutboxTargetsGeneration())
 	{
-		curl_multi_cleanup(multi);
-		OutboxHttpDropIdleEasy();
-		multi = new_multi();
+		curl_multi_cleanup(st->multi);
+		OutboxHttpDropIdleEasy(&st->cache);
+		st->multi = new_multi(st);
 	}
-	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) http_max_connections);
-	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) http_max_connections);
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) http_max_connections);
+	curl_multi_setopt(st->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) http_max_connections);
+	curl_multi_setopt(st->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) http_max_connections);
+	curl_multi_setopt(st->multi, CURLMOPT_MAXCONNECTS, (long) http_max_connections);
 
 	/*
 	 * Transfers that the last socket activity ended, and those whose 2xx
@@ -758,26 +802,26 @@ http_collect(void *state pg_attribute_unused())
 	 * next is started), more start: no connection stays unused until the
 	 * next wait.
 	 */
-	(void) read_done(&done);
-	report_early(&done);
+	(void) read_done(st, &done);
+	report_early(st, &done);
 	do
 	{
-		start_requests(&done);
-		run_timers();
-	} while (read_done(&done) > 0);
-	report_early(&done);
-	expire_requests(&done);
-	serviced_at = GetCurrentTimestamp();
+		start_requests(st, &done);
+		run_timers(st);
+	} while (read_done(st, &done) > 0);
+	report_early(st, &done);
+	expire_requests(st, &done);
+	st->serviced_at = GetCurrentTimestamp();
 	CHECK_FOR_INTERRUPTS();
 	return done;
 }
 
 /* libcurl reads or writes socket fd, as mask (CURL_CSELECT_*) says. */
 static void
-socket_action(curl_socket_t fd, int mask)
+socket_action(HttpState *st, curl_socket_t fd, int mask)
 {
 	int			still;
-	CURLMcode	mc = curl_multi_socket_action(multi, fd, mask, &still);
+	CURLMcode	mc = curl_multi_socket_action(st->multi, fd, mask, &still);
 
 	if (mc != CURLM_OK)
 		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
@@ -788,21 +832,23 @@ socket_action(curl_socket_t fd, int mask)
  * epoll_fd, each of its sockets that is ready.
  */
 static void
-http_socket_ready(void *state pg_attribute_unused(), pgsocket fd, uint32 events)
+http_socket_ready(void *state, pgsocket fd, uint32 events)
 {
-	if (multi == NULL)
+	HttpState  *st = (HttpState *) state;
+
+	if (st->multi == NULL)
 		return;
 #ifdef HAVE_SYS_EPOLL_H
-	if (fd == epoll_fd)
+	if (fd == st->epoll_fd)
 	{
-		epoll_dispatch();
-		serviced_at = GetCurrentTimestamp();
+		epoll_dispatch(st);
+		st->serviced_at = GetCurrentTimestamp();
 		return;
 	}
 #endif
-	socket_action(fd, ((events & WL_SOCKET_READABLE) ? CURL_CSELECT_IN : 0) |
+	socket_action(st, fd, ((events & WL_SOCKET_READABLE) ? CURL_CSELECT_IN : 0) |
 				  ((events & WL_SOCKET_WRITEABLE) ? CURL_CSELECT_OUT : 0));
-	serviced_at = GetCurrentTimestamp();
+	st->serviced_at = GetCurrentTimestamp();
 }
 
 /*
@@ -811,17 +857,19 @@ http_socket_ready(void *state pg_attribute_unused(), pgsocket fd, uint32 events)
  * libcurl asked to be watched (see socket_changed).
  */
 static uint64
-http_sockets(void *state pg_attribute_unused(), const OutboxWaitSocket **socks, int *n)
+http_sockets(void *state, const OutboxWaitSocket **socks, int *n)
 {
-	if (epoll_fd >= 0)
+	HttpState  *st = (HttpState *) state;
+
+	if (st->epoll_fd >= 0)
 	{
-		*socks = epoll_socket;
+		*socks = st->epoll_socket;
 		*n = 1;
-		return epoll_generation;
+		return st->epoll_generation;
 	}
-	*socks = sockets;
-	*n = nsockets;
-	return sockets_generation;
+	*socks = st->sockets;
+	*n = st->nsockets;
+	return st->sockets_generation;
 }
 
 /* ms from now to t, at least 0 */
@@ -837,15 +885,15 @@ ms_until(TimestampTz t, TimestampTz now)
  * limits of the requests running: nothing was read or sent for them then.
  */
 static void
-note_away(TimestampTz now)
+note_away(HttpState *st, TimestampTz now)
 {
 	dlist_iter iter;
-	int64		away = serviced_at == 0 ? 0 : now - serviced_at;
+	int64		away = st->serviced_at == 0 ? 0 : now - st->serviced_at;
 
-	serviced_at = now;
+	st->serviced_at = now;
 	if (away <= AWAY_MS * INT64CONST(1000))
 		return;
-	dlist_foreach(iter, &running_list)
+	dlist_foreach(iter, &st->running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
@@ -862,18 +910,19 @@ note_away(TimestampTz now)
  * wait (wait.c), which also marks the end of a time away (note_away).
  */
 static long
-http_timeout_ms(void *state pg_attribute_unused())
+http_timeout_ms(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz first = curl_due;
+	TimestampTz first = st->curl_due;
 	dlist_iter iter;
 	ListCell   *lc;
 	bool		waiting = false;
 
-	if (multi == NULL)
+	if (st->multi == NULL)
 		return -1;
-	note_away(now);
-	dlist_foreach(iter, &running_list)
+	note_away(st, now);
+	dlist_foreach(iter, &st->running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
@@ -887,9 +936,9 @@ http_timeout_ms(void *state pg_attribute_unused())
 				first = t;
 		}
 	}
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 		waiting |= ((HttpDest *) lfirst(lc))->queued > 0;
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
 		TimestampTz t = TimestampTzPlusMilliseconds(d->last_active, SHARE_WINDOW_MS);
@@ -902,12 +951,13 @@ http_timeout_ms(void *state pg_attribute_unused())
 
 /* pending: events handed over whose outcome is not reported yet. */
 static int
-http_pending(void *state pg_attribute_unused())
+http_pending(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 		n += ((HttpDest *) lfirst(lc))->unreported;
 	return n;
 }
@@ -917,9 +967,11 @@ http_pending(void *state pg_attribute_unused())
  * (the rest of a 2xx body), which only collect ends.
  */
 static bool
-http_busy(void *state pg_attribute_unused())
+http_busy(void *state)
 {
-	return running > 0 || http_pending(state) > 0;
+	HttpState  *st = (HttpState *) state;
+
+	return st->running > 0 || http_pending(state) > 0;
 }
 
 /*
@@ -930,12 +982,13 @@ http_busy(void *state pg_attribute_unused())
  * destinations' events can overtake it.
  */
 static List *
-http_full(void *state pg_attribute_unused())
+http_full(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	List	   *full = NIL;
 	ListCell   *lc;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
 
@@ -1106,14 +1159,15 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
  * throw: called while an error is being handled.
  */
 static void
-http_abandon(void *state pg_attribute_unused())
+http_abandon(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	dlist_mutable_iter iter;
 	ListCell   *lc;
 
-	dlist_foreach_modify(iter, &running_list)
-		release_request(dlist_container(HttpRequest, node, iter.cur));
-	foreach(lc, dests)
+	dlist_foreach_modify(iter, &st->running_list)
+		release_request(st, dlist_container(HttpRequest, node, iter.cur));
+	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
 
@@ -1122,7 +1176,7 @@ http_abandon(void *state pg_attribute_unused())
 			HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
 			dlist_delete(&req->node);
-			release_request(req);
+			release_request(st, req);
 		}
 		d->queued = 0;
 		d->unreported = 0;
@@ -1181,6 +1235,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.check_destination = http_check_destination,
 	.decode = http_decode,
 	.init = http_define_settings,
+	.startup = http_startup,
 	.prepare = http_prepare,
 	.enqueue = http_enqueue,
 	.collect = http_collect,

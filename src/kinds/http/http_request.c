@@ -54,49 +54,42 @@
 #include "http_request.h"
 #include "signature.h"
 
-static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
-
 static void record_outcome(HttpRequest *req, CURLcode result);
 
 /*
- * Easy handles of finished requests, reset, for the next ones: a handle
- * costs a large zeroed allocation and its setup, once per request
- * otherwise. Connections stay in the multi handle's pool either way.
+ * An easy handle with default options, a kept one if there is one (see
+ * HttpRequestCache), or NULL if out of memory.
  */
-static CURL *idle_easy[OUTBOX_HTTP_MAX_IDLE_EASY];
-static int	nidle_easy = 0;
-
-/* An easy handle with default options, or NULL if out of memory. */
 static CURL *
-take_easy(void)
+take_easy(HttpRequestCache *cache)
 {
-	if (nidle_easy > 0)
-		return idle_easy[--nidle_easy];
+	if (cache->nidle > 0)
+		return cache->idle[--cache->nidle];
 	return curl_easy_init();
 }
 
 /*
- * Keeps a handle detached from the multi handle for reuse, up to keep of
- * them (the connection limit), or frees it.
+ * Keeps a handle detached from the multi handle for reuse in cache, up to
+ * keep of them (the connection limit), or frees it.
  */
 void
-OutboxHttpParkEasy(CURL *easy, int keep)
+OutboxHttpParkEasy(HttpRequestCache *cache, CURL *easy, int keep)
 {
-	if (nidle_easy < Min(keep, OUTBOX_HTTP_MAX_IDLE_EASY))
+	if (cache->nidle < Min(keep, OUTBOX_HTTP_MAX_IDLE_EASY))
 	{
 		curl_easy_reset(easy);
-		idle_easy[nidle_easy++] = easy;
+		cache->idle[cache->nidle++] = easy;
 	}
 	else
 		curl_easy_cleanup(easy);
 }
 
-/* Frees the kept handles. */
+/* Frees the handles kept in cache. */
 void
-OutboxHttpDropIdleEasy(void)
+OutboxHttpDropIdleEasy(HttpRequestCache *cache)
 {
-	while (nidle_easy > 0)
-		curl_easy_cleanup(idle_easy[--nidle_easy]);
+	while (cache->nidle > 0)
+		curl_easy_cleanup(cache->idle[--cache->nidle]);
 }
 
 /*
@@ -553,7 +546,8 @@ setup_easy(HttpRequest *req, bool fresh_connect, const char *body,
  * ca_file that cannot be used fails it too, to be retried.
  */
 static bool
-prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
+prepare_request(HttpRequestCache *cache, HttpRequest *req, long default_timeout_ms,
+				bool fresh_connect)
 {
 	OutboxEvent *ev = req->events[0];
 	char		timestamp[32];
@@ -575,7 +569,7 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 		forget_ca_file(req->dest);	/* taken out: up to 1 MB not kept for nothing */
 	else if (!ca_file_blob(req, HTTP_OPTIONS(ev)->ca_file, timeout, &ca))
 		return false;
-	req->easy = take_easy();
+	req->easy = take_easy(cache);
 	req->timeout_ms = timeout;
 	if (!setup_easy(req, fresh_connect, body, &ca))
 	{
@@ -588,29 +582,31 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 /*
  * Builds the easy handle of req (its headers, signature, body and libcurl
  * options; default_timeout_ms unless the destination has its own timeout;
- * fresh_connect: reuse no kept connection) with a resource owner in
- * place: the worker builds requests between transactions, where there is
- * none, and PostgreSQL's HMAC and SHA-256 (with OpenSSL) register their
- * contexts with the current one. Returns false, with the first event's
+ * fresh_connect: reuse no kept connection; an easy handle from cache)
+ * with a resource owner in place (cache's, made on first use): the worker
+ * builds requests between transactions, where there is none, and
+ * PostgreSQL's HMAC and SHA-256 (with OpenSSL) register their contexts
+ * with the current one. Returns false, with the first event's
  * error set (permanent when retrying cannot help; OutboxHttpShareOutcome
  * gives it to the others), when the request cannot be sent. Allocates in
  * the current memory context; no transaction needed.
  */
 bool
-OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
+OutboxHttpPrepare(HttpRequestCache *cache, HttpRequest *req, long default_timeout_ms,
+				  bool fresh_connect)
 {
 	ResourceOwner saved = CurrentResourceOwner;
 	bool		prepared;
 
 	if (saved == NULL)
 	{
-		if (http_owner == NULL)
-			http_owner = ResourceOwnerCreate(NULL, "outbox http");
-		CurrentResourceOwner = http_owner;
+		if (cache->owner == NULL)
+			cache->owner = ResourceOwnerCreate(NULL, "outbox http");
+		CurrentResourceOwner = cache->owner;
 	}
 	PG_TRY();
 	{
-		prepared = prepare_request(req, default_timeout_ms, fresh_connect);
+		prepared = prepare_request(cache, req, default_timeout_ms, fresh_connect);
 	}
 	PG_FINALLY();
 	{

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "lib/ilist.h"
+#include "utils/resowner.h"
 
 #include "event.h"
 #include "http_targets.h"
@@ -121,10 +122,25 @@ struct HttpDest
 	TimestampTz ca_checked_at;	/* when its status was last compared */
 };
 
-extern bool OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect);
+/*
+ * What requests keep between them in a process, part of the kind's state:
+ * the easy handles of finished requests, reset, for the next ones (a
+ * handle costs a large zeroed allocation and its setup, once per request
+ * otherwise; connections stay in the multi handle's pool either way), and
+ * the resource owner that signing uses outside a transaction.
+ */
+typedef struct HttpRequestCache
+{
+	ResourceOwner owner;		/* NULL until a request is built without one */
+	int			nidle;
+	CURL	   *idle[OUTBOX_HTTP_MAX_IDLE_EASY];
+} HttpRequestCache;
+
+extern bool OutboxHttpPrepare(HttpRequestCache *cache, HttpRequest *req,
+							  long default_timeout_ms, bool fresh_connect);
 extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
 extern void OutboxHttpShareOutcome(HttpRequest *req);
-extern void OutboxHttpParkEasy(CURL *easy, int keep);
-extern void OutboxHttpDropIdleEasy(void);
+extern void OutboxHttpParkEasy(HttpRequestCache *cache, CURL *easy, int keep);
+extern void OutboxHttpDropIdleEasy(HttpRequestCache *cache);
 
 #endif							/* OUTBOX_HTTP_REQUEST_H */
