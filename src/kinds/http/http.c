@@ -10,8 +10,9 @@
  * is open meanwhile. The kind's other files: libcurl's sockets and timer in
  * the relay's wait (http_sockets.c), the outcomes and time limits of the
  * requests running (http_collect.c), the rules of a destination row and
- * of an event (http_rules.c), one request (http_request.c), and
- * outbox.http_allowed_targets (http_targets.c).
+ * of an event (http_rules.c), one request (http_request.c) and what its
+ * answer means (http_outcome.c), and outbox.http_allowed_targets
+ * (http_targets.c).
  *
  * Each destination has a queue. Requests are started from the queues in
  * turn, at most outbox.http_max_connections at once; while another

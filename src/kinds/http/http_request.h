@@ -136,11 +136,14 @@ typedef struct HttpRequestCache
 	CURL	   *idle[OUTBOX_HTTP_MAX_IDLE_EASY];
 } HttpRequestCache;
 
+/* http_request.c */
 extern bool OutboxHttpPrepare(HttpRequestCache *cache, HttpRequest *req,
 							  long default_timeout_ms, bool fresh_connect);
-extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
-extern void OutboxHttpShareOutcome(HttpRequest *req);
 extern void OutboxHttpParkEasy(HttpRequestCache *cache, CURL *easy, int keep);
 extern void OutboxHttpDropIdleEasy(HttpRequestCache *cache);
+
+/* http_outcome.c */
+extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
+extern void OutboxHttpShareOutcome(HttpRequest *req);
 
 #endif							/* OUTBOX_HTTP_REQUEST_H */
