@@ -15,9 +15,9 @@
  * RESPONSE_SNIPPET_LEN bytes of a body are kept for last_error, and a
  * transfer whose body passes RESPONSE_MAX_BYTES is cut.
  *
- * Where requests may go: outbox.http_allowed_targets (targets.c), checked
- * on the URL's host before a request starts and on the address of every
- * connection libcurl opens (open_socket).
+ * Where requests may go: outbox.http_allowed_targets (http_targets.c),
+ * checked on the URL's host before a request starts and on the address of
+ * every connection libcurl opens (open_socket).
  *
  * A destination's ca_file is read by the relay (files.c: a regular file of
  * at most 1 MB, never waiting for a writer, within the request's time
@@ -510,7 +510,7 @@ setup_easy(HttpRequest *req, bool fresh_connect, const char *body,
 		 * No time limit of libcurl's: it checks one before it reads a socket,
 		 * so an answer that came in time, read late because the relay was
 		 * held up, would be a timeout. The kind keeps the limit itself
-		 * (deliver_http.c, expire_requests); libcurl's connect limit,
+		 * (http_collect.c, expire_requests); libcurl's connect limit,
 		 * which defaults to 300 s, only backs it up.
 		 */
 		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, 0L) == CURLE_OK &&

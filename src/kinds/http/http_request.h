@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * http_request.h
- *	  One webhook request, as the webhook kind (deliver_http.c) runs it.
+ *	  What the webhook kind's files know of a request: a destination's
+ *	  options and queue, one request as the kind runs it, and what
+ *	  requests keep between them in a process (http_request.c).
  *
  * src/kinds/http/http_request.h
  *
@@ -87,7 +89,7 @@ typedef struct HttpRequest
 	long		timeout_ms;		/* its time limit (outbox.http_timeout, or the
 								 * destination's timeout_ms) */
 	TimestampTz deadline;		/* when it runs out, the time the relay was
-								 * away added (deliver_http.c) */
+								 * away added (http_collect.c) */
 	size_t		body_bytes;
 	size_t		response_len;
 	char		response[RESPONSE_SNIPPET_LEN];
