@@ -49,7 +49,12 @@
 #include "http_request.h"
 #include "http_targets.h"
 
-/* outbox.http_timeout (ms) and outbox.http_max_connections */
+/*
+ * outbox.http_timeout (ms) and outbox.http_max_connections: file-level, not
+ * in HttpState, as PostgreSQL wants of a setting's variable (it is defined
+ * in every process that loads the library, and written there on SIGHUP,
+ * state or no state); outbox.http_allowed_targets is http_targets.c's.
+ */
 static int	http_timeout = 5000;
 int			outbox_http_max_connections = 16;
 
