@@ -18,7 +18,7 @@
 #include "lib/ilist.h"
 #include "utils/resowner.h"
 
-#include "event.h"
+#include "destination.h"
 #include "http_targets.h"
 
 /* bytes of a response body kept for last_error */
