@@ -1,22 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * http.c
- *	  The webhook kind of destination: its settings, its rules for a
- *	  destination row, and the transport that runs its requests with
- *	  libcurl's multi interface (one request is http_request.c's).
+ *	  The webhook kind of destination: its table, its settings, its state
+ *	  in a process, and the queues in which its requests wait for a
+ *	  connection, shared fairly among destinations.
  *
  * The relay hands events over after the claim commits (enqueue) and
  * collects their outcomes as they come (collect); no database transaction
- * is open meanwhile. libcurl is driven by its socket interface: the
- * sockets it asks to watch go into the relay's one wait (wait.c), which
- * hands the ready ones back (socket_ready), so an answer wakes the relay
- * at once; its timer comes back as the kind's timeout_ms. On Linux they
- * go there as one epoll instance of the kind's own, which the socket
- * callback keeps up to date with one epoll_ctl per change: libcurl
- * changes what it watches for every request (a kept-alive connection is
- * watched only while a request uses it), and the relay's WaitEventSet,
- * which cannot remove a socket, would have to be built again each time
- * (about 8 % of the relay's CPU under load, measured).
+ * is open meanwhile. The kind's other files: libcurl's sockets and timer in
+ * the relay's wait (http_sockets.c), the outcomes and time limits of the
+ * requests running (http_collect.c), the rules of a destination row and
+ * of an event (http_rules.c), one request (http_request.c) and what its
+ * answer means (http_outcome.c), and outbox.http_allowed_targets
+ * (http_targets.c).
  *
  * Each destination has a queue. Requests are started from the queues in
  * turn, at most outbox.http_max_connections at once; while another
@@ -26,20 +22,12 @@
  * The multi handle lives as long as the process: connections are kept
  * alive, except those opened under an older outbox.http_allowed_targets.
  *
- * Each request has one time limit (outbox.http_timeout or the destination's
- * timeout_ms) for name resolution, connection and the whole transfer. It
- * measures the endpoint, not the relay: the kind keeps it instead of
- * libcurl (which checks its limit before reading a socket), reads what is
- * on the sockets before it ends a request for it, and does not count the
- * time the relay was away from its wait (a step held up by a lock, for
- * one), when nothing was read or sent. A 2xx is reported as delivered as
- * soon as the headers are in, even if the body is slow or endless; the
- * body is read on for BODY_GRACE_MS, then the transfer is cut.
- *
- * libcurl's own memory (handles, header lists, the copied body) is freed
- * when each transfer ends, and the multi handle by an on_proc_exit
- * callback. Runs in the relay worker, or in a backend running
- * outbox_relay().
+ * What the kind keeps between calls is one HttpState (http_int.h), made
+ * empty by its startup callback; libcurl and the memory of requests are
+ * set up with the first event. libcurl's own memory (handles, header
+ * lists, the copied body) is freed when each transfer ends, and the multi
+ * handle by an on_proc_exit callback. Runs in the relay worker, or in a
+ * backend running outbox_relay().
  *
  * src/kinds/http/http.c
  *
@@ -48,253 +36,97 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
-#include <poll.h>
-#ifdef HAVE_SYS_EPOLL_H
-#include <sys/epoll.h>
-#endif
+#include <unistd.h>
 
 #include "lib/ilist.h"
-#include "miscadmin.h"
 #include "storage/ipc.h"
-#include "storage/latch.h"
-#include "utils/builtins.h"
-#include "utils/formatting.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "cloudevents.h"
-#include "compat.h"
 #include "destination.h"
-#include "envelope.h"
-#include "headers.h"
+#include "http_int.h"
 #include "http_request.h"
 #include "http_targets.h"
 
 /*
- * Time the relay spends away from its wait (in a step) longer than this is
- * added to the time limits of the requests running meanwhile.
+ * outbox.http_timeout (ms) and outbox.http_max_connections: file-level, not
+ * in HttpState, as PostgreSQL wants of a setting's variable (it is defined
+ * in every process that loads the library, and written there on SIGHUP,
+ * state or no state); outbox.http_allowed_targets is http_targets.c's.
  */
-#define AWAY_MS 100
-
-/* the largest outbox.http_max_connections allowed */
-#define HTTP_MAX_CONNECTIONS_LIMIT OUTBOX_HTTP_MAX_IDLE_EASY
-/* the rest of a 2xx body is read this long, for keep-alive, then cut */
-#define BODY_GRACE_MS 1000
-
-/* outbox.http_timeout (ms) and outbox.http_max_connections */
 static int	http_timeout = 5000;
-static int	http_max_connections = 16;
-
-static CURLM *multi = NULL;
-static MemoryContext http_cxt = NULL;	/* requests and destinations */
-static MemoryContext prepare_cxt = NULL;	/* reset after each request is built */
-static List *dests = NIL;		/* of HttpDest, in http_cxt */
-static dlist_head running_list = DLIST_STATIC_INIT(running_list);
-/* when the kind last ran (collect, socket_ready, timeout_ms before a wait) */
-static TimestampTz serviced_at = 0;
-static int	running = 0;		/* handles attached, all destinations */
-static int	next_dest = 0;		/* round-robin position */
-static uint64 multi_generation = 0; /* of outbox.http_allowed_targets, at multi's creation */
+int			outbox_http_max_connections = 16;
 
 /*
- * The sockets libcurl asks to be watched, and for what (its socket
- * callback keeps this up to date), for the relay's wait (wait.c); and when
- * libcurl wants to be called without socket activity (its timer callback).
- * A connection or a name lookup uses one socket, so twice the connection
- * limit leaves room for lookups in progress.
+ * startup: the kind's state in this process, empty (see HttpState): a
+ * process that sends no webhook sets up neither libcurl nor the memory of
+ * requests.
  */
-#define MAX_SOCKETS (2 * HTTP_MAX_CONNECTIONS_LIMIT + 16)
-static OutboxWaitSocket sockets[MAX_SOCKETS];
-static int	nsockets = 0;
-static uint64 sockets_generation = 1;
-static TimestampTz curl_due = 0;	/* 0: no timer */
-
-/*
- * The epoll instance that holds the sockets of sockets[] (Linux), or -1:
- * then sockets[] itself goes into the relay's wait. Created with the multi
- * handle; the relay waits on it as one readable socket.
- */
-static int	epoll_fd = -1;
-static OutboxWaitSocket epoll_socket[1];
-static uint64 epoll_generation = 0; /* a value sockets_generation had */
-
-/* ready sockets handed to libcurl per socket_ready, at most */
-#define MAX_READY 64
-
-/*
- * Registers socket s in epoll_fd for events (0: removes it); had: what it
- * was registered for. Returns false on failure (errno set). Without epoll,
- * true.
- */
-static bool
-epoll_update(curl_socket_t s, uint32 had, uint32 events)
+static void *
+http_startup(void)
 {
-#ifdef HAVE_SYS_EPOLL_H
-	struct epoll_event ev;
+	HttpState  *st = palloc0(sizeof(HttpState));
 
-	if (epoll_fd < 0)
-		return true;
-	ev.events = ((events & WL_SOCKET_READABLE) ? EPOLLIN : 0) |
-		((events & WL_SOCKET_WRITEABLE) ? EPOLLOUT : 0);
-	ev.data.fd = s;
-	if (events == 0)
-		/* libcurl may have closed it already, which removed it */
-		return epoll_ctl(epoll_fd, EPOLL_CTL_DEL, s, &ev) == 0 ||
-			errno == EBADF || errno == ENOENT;
-	return epoll_ctl(epoll_fd, had == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s, &ev) == 0;
-#else
-	return true;
-#endif
+	dlist_init(&st->running_list);
+	st->sockets_generation = 1;
+	st->epoll_fd = -1;
+	return st;
 }
 
-/*
- * libcurl socket callback: notes what libcurl wants of socket s
- * (CURL_POLL_IN, _OUT, _INOUT, or _REMOVE when it is done with it), and
- * updates epoll_fd. Must not throw or allocate; returning -1 fails the
- * transfers (a full table, which the connection limit rules out, or an
- * epoll_ctl that failed: out of kernel memory).
- */
-static int
-socket_changed(CURL *easy pg_attribute_unused(), curl_socket_t s, int what,
-			   void *userp pg_attribute_unused(), void *socketp pg_attribute_unused())
-{
-	uint32		events = 0;
-	int			i;
-
-	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
-		events |= WL_SOCKET_READABLE;
-	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
-		events |= WL_SOCKET_WRITEABLE;
-	for (i = 0; i < nsockets; i++)
-		if (sockets[i].fd == s)
-			break;
-	if (what == CURL_POLL_REMOVE)
-	{
-		if (i < nsockets)
-		{
-			bool		ok = epoll_update(s, sockets[i].events, 0);
-
-			sockets[i] = sockets[--nsockets];
-			sockets_generation++;
-			return ok ? 0 : -1;
-		}
-		return 0;
-	}
-	if (i == nsockets)
-	{
-		if (nsockets == MAX_SOCKETS)
-			return -1;
-		sockets[nsockets].fd = s;
-		sockets[nsockets].events = 0;
-		nsockets++;
-	}
-	if (sockets[i].events != events)
-	{
-		uint32		had = sockets[i].events;
-
-		sockets[i].events = events;
-		sockets_generation++;
-		if (!epoll_update(s, had, events))
-			return -1;
-	}
-	return 0;
-}
-
-/*
- * libcurl timer callback: libcurl wants curl_multi_socket_action with
- * CURL_SOCKET_TIMEOUT in timeout_ms (0: as soon as possible; -1: no timer).
- * Only notes when; collect makes the call. Must not throw.
- */
-static int
-timer_changed(CURLM *m pg_attribute_unused(), long timeout_ms, void *userp pg_attribute_unused())
-{
-	curl_due = timeout_ms < 0 ? 0 :
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	return 0;
-}
-
-/* A new multi handle, its callbacks set; FATAL if out of memory. */
-static CURLM *
-new_multi(void)
-{
-	CURLM	   *m = curl_multi_init();
-
-	if (m == NULL ||
-		curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, socket_changed) != CURLM_OK ||
-		curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, timer_changed) != CURLM_OK)
-		ereport(FATAL,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("could not create a libcurl multi handle")));
-	nsockets = 0;
-	sockets_generation++;
-	curl_due = 0;
-	multi_generation = OutboxTargetsGeneration();
-#ifdef HAVE_SYS_EPOLL_H
-	/* a new set: the old multi handle's sockets may still be in the old one */
-	if (epoll_fd >= 0)
-		close(epoll_fd);
-	/* without one (out of descriptors), the sockets go into the wait as they are */
-	epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-	epoll_socket[0].fd = epoll_fd;
-	epoll_socket[0].events = WL_SOCKET_READABLE;
-	/* the relay's wait takes in the new descriptor, even if its number is the old one's */
-	epoll_generation = ++sockets_generation;
-#endif
-	return m;
-}
-
+/* on_proc_exit callback: frees libcurl's handles; arg: the kind's state. */
 static void
-http_at_exit(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+http_at_exit(int code pg_attribute_unused(), Datum arg)
 {
-	OutboxHttpDropIdleEasy();
-	if (multi != NULL)
-		curl_multi_cleanup(multi);
-	multi = NULL;
-	if (epoll_fd >= 0)
-		close(epoll_fd);
-	epoll_fd = -1;
+	HttpState  *st = (HttpState *) DatumGetPointer(arg);
+
+	OutboxHttpDropIdleEasy(&st->cache);
+	if (st->multi != NULL)
+		curl_multi_cleanup(st->multi);
+	st->multi = NULL;
+	if (st->epoll_fd >= 0)
+		close(st->epoll_fd);
+	st->epoll_fd = -1;
 	curl_global_cleanup();
 }
 
 /* Initialises libcurl and the transport's memory once per process. */
 static void
-http_init(void)
+http_init(HttpState *st)
 {
-	if (multi != NULL)
+	if (st->multi != NULL)
 		return;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not initialize libcurl")));
-	http_cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
-									 ALLOCSET_DEFAULT_SIZES);
-	prepare_cxt = AllocSetContextCreate(http_cxt, "outbox http request",
-										ALLOCSET_DEFAULT_SIZES);
-	multi = new_multi();
-	on_proc_exit(http_at_exit, (Datum) 0);
+	st->cxt = AllocSetContextCreate(TopMemoryContext, "outbox http",
+									ALLOCSET_DEFAULT_SIZES);
+	st->prepare_cxt = AllocSetContextCreate(st->cxt, "outbox http request",
+											ALLOCSET_DEFAULT_SIZES);
+	st->multi = OutboxHttpNewMulti(st);
+	on_proc_exit(http_at_exit, PointerGetDatum(st));
 }
 
 /* The queue of the destination called name, created on first use. */
 static HttpDest *
-find_dest(const char *name)
+find_dest(HttpState *st, const char *name)
 {
 	ListCell   *lc;
 	HttpDest   *d;
 	MemoryContext old;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		d = lfirst(lc);
 		if (strcmp(d->name, name) == 0)
 			return d;
 	}
-	old = MemoryContextSwitchTo(http_cxt);
+	old = MemoryContextSwitchTo(st->cxt);
 	d = palloc0(sizeof(HttpDest));
 	d->name = pstrdup(name);
 	dlist_init(&d->queue);
-	dests = lappend(dests, d);
+	st->dests = lappend(st->dests, d);
 	MemoryContextSwitchTo(old);
 	return d;
 }
@@ -304,8 +136,8 @@ find_dest(const char *name)
  * request forgets them. The time it took goes into its destination's
  * moving average.
  */
-static void
-report(HttpRequest *req, List **done)
+void
+OutboxHttpReport(HttpRequest *req, List **done)
 {
 	HttpDest   *d = req->dest;
 	TimestampTz now = GetCurrentTimestamp();
@@ -324,16 +156,16 @@ report(HttpRequest *req, List **done)
 }
 
 /* Detaches and frees a request, its libcurl handle and header list. */
-static void
-release_request(HttpRequest *req)
+void
+OutboxHttpReleaseRequest(HttpState *st, HttpRequest *req)
 {
 	if (req->easy != NULL)
 	{
-		curl_multi_remove_handle(multi, req->easy);
-		OutboxHttpParkEasy(req->easy, http_max_connections);
+		curl_multi_remove_handle(st->multi, req->easy);
+		OutboxHttpParkEasy(&st->cache, req->easy, outbox_http_max_connections);
 		dlist_delete(&req->node);
 		req->dest->running--;
-		running--;
+		st->running--;
 	}
 	if (req->headers != NULL)
 		curl_slist_free_all(req->headers);
@@ -348,16 +180,17 @@ release_request(HttpRequest *req)
  * in the transport's own memory.
  */
 static void
-http_enqueue(void *state pg_attribute_unused(), OutboxEvent *ev)
+http_enqueue(void *state, OutboxEvent *ev)
 {
+	HttpState  *st = (HttpState *) state;
 	HttpRequest *req;
 
-	http_init();
-	req = MemoryContextAllocZero(http_cxt, sizeof(HttpRequest));
+	http_init(st);
+	req = MemoryContextAllocZero(st->cxt, sizeof(HttpRequest));
 	req->one = ev;
 	req->events = &req->one;
 	req->nevents = 1;
-	req->dest = find_dest(ev->dest.name);
+	req->dest = find_dest(st, ev->dest.name);
 	dlist_push_tail(&req->dest->queue, &req->node);
 	req->dest->queued++;
 	req->dest->unreported++;
@@ -405,7 +238,7 @@ same_request(const OutboxEvent *first, const OutboxEvent *ev)
  * flight (the claim holds the others), so a batch has at most one of each.
  */
 static void
-gather_batch(HttpRequest *req, HttpDest *d)
+gather_batch(HttpState *st, HttpRequest *req, HttpDest *d)
 {
 	OutboxEvent *first = req->events[0];
 	int			max = HTTP_OPTIONS(first)->events_per_request;
@@ -414,7 +247,7 @@ gather_batch(HttpRequest *req, HttpDest *d)
 
 	if (max <= 1 || first->headers != NULL || d->queued == 0)
 		return;
-	req->events = MemoryContextAlloc(http_cxt, sizeof(OutboxEvent *) * Min(max, d->queued + 1));
+	req->events = MemoryContextAlloc(st->cxt, sizeof(OutboxEvent *) * Min(max, d->queued + 1));
 	req->events[0] = first;
 	dlist_foreach_modify(iter, &d->queue)
 	{
@@ -467,13 +300,13 @@ dest_busy(HttpDest *d, TimestampTz now)
 #define SLOW_FACTOR 4.0
 
 static int
-dest_share(HttpDest *d, int limit, TimestampTz now)
+dest_share(HttpState *st, HttpDest *d, int limit, TimestampTz now)
 {
 	int			busy = 0;
 	double		quickest = 0;
 	ListCell   *lc;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		HttpDest   *o = lfirst(lc);
 
@@ -491,26 +324,52 @@ dest_share(HttpDest *d, int limit, TimestampTz now)
 }
 
 /*
+ * While requests wait for their destination's share, the first moment
+ * after now at which a busy destination stops counting as busy
+ * (SHARE_WINDOW_MS), which can raise that share; 0 if there is none.
+ * For timeout_ms (http_collect.c).
+ */
+TimestampTz
+OutboxHttpShareChangesAt(HttpState *st, TimestampTz now)
+{
+	TimestampTz first = 0;
+	ListCell   *lc;
+	bool		waiting = false;
+
+	foreach(lc, st->dests)
+		waiting |= ((HttpDest *) lfirst(lc))->queued > 0;
+	foreach(lc, st->dests)
+	{
+		HttpDest   *d = lfirst(lc);
+		TimestampTz t = TimestampTzPlusMilliseconds(d->last_active, SHARE_WINDOW_MS);
+
+		if (waiting && d->unreported == 0 && t > now && (first == 0 || t < first))
+			first = t;
+	}
+	return first;
+}
+
+/*
  * Starts waiting requests, visiting the destinations in turn: at most
  * outbox.http_max_connections at once, each destination within its share
  * (dest_share). A request that cannot be prepared is reported at once.
  */
-static void
-start_requests(List **done)
+void
+OutboxHttpStartRequests(HttpState *st, List **done)
 {
-	int			limit = http_max_connections;
+	int			limit = outbox_http_max_connections;
 	bool		progress = true;
 	TimestampTz now = GetCurrentTimestamp();
 
-	while (progress && running < limit)
+	while (progress && st->running < limit)
 	{
-		int			ndests = list_length(dests);
+		int			ndests = list_length(st->dests);
 
 		progress = false;
-		for (int k = 0; k < ndests && running < limit; k++)
+		for (int k = 0; k < ndests && st->running < limit; k++)
 		{
-			HttpDest   *d = list_nth(dests, (next_dest + k) % ndests);
-			int			share = dest_share(d, limit, now);
+			HttpDest   *d = list_nth(st->dests, (st->next_dest + k) % ndests);
+			int			share = dest_share(st, d, limit, now);
 			HttpRequest *req;
 			MemoryContext old;
 			bool		prepared;
@@ -520,24 +379,24 @@ start_requests(List **done)
 			req = dlist_container(HttpRequest, node, dlist_pop_head_node(&d->queue));
 			d->queued--;
 			progress = true;
-			gather_batch(req, d);
+			gather_batch(st, req, d);
 
-			old = MemoryContextSwitchTo(prepare_cxt);
-			prepared = OutboxHttpPrepare(req, http_timeout,
-										 multi_generation != OutboxTargetsGeneration());
+			old = MemoryContextSwitchTo(st->prepare_cxt);
+			prepared = OutboxHttpPrepare(&st->cache, req, http_timeout,
+										 st->multi_generation != OutboxTargetsGeneration());
 			MemoryContextSwitchTo(old);
 			if (req->events[0]->error != NULL)
 				req->events[0]->error = pstrdup(req->events[0]->error);
-			MemoryContextReset(prepare_cxt);
-			if (prepared && curl_multi_add_handle(multi, req->easy) == CURLM_OK)
+			MemoryContextReset(st->prepare_cxt);
+			if (prepared && curl_multi_add_handle(st->multi, req->easy) == CURLM_OK)
 			{
 				for (int i = 0; i < req->nevents; i++)
 					OutboxStartLogNote(req->events[i]);
 				req->started_at = now;
 				req->deadline = TimestampTzPlusMilliseconds(now, req->timeout_ms);
-				dlist_push_tail(&running_list, &req->node);
+				dlist_push_tail(&st->running_list, &req->node);
 				d->running++;
-				running++;
+				st->running++;
 				continue;
 			}
 			if (prepared)
@@ -545,369 +404,27 @@ start_requests(List **done)
 			OutboxHttpShareOutcome(req);
 			if (req->easy != NULL)
 			{
-				OutboxHttpParkEasy(req->easy, http_max_connections);
+				OutboxHttpParkEasy(&st->cache, req->easy, outbox_http_max_connections);
 				req->easy = NULL;
 			}
-			report(req, done);
-			release_request(req);
+			OutboxHttpReport(req, done);
+			OutboxHttpReleaseRequest(st, req);
 		}
-		next_dest = ndests > 0 ? (next_dest + 1) % ndests : 0;
+		st->next_dest = ndests > 0 ? (st->next_dest + 1) % ndests : 0;
 	}
 	/* on file before libcurl sends them (run_timers, socket_action) */
 	OutboxStartLogFlush();
 }
 
-/*
- * Hands every transfer that ended to its event, then frees its request;
- * returns how many ended.
- */
-static int
-read_done(List **done)
-{
-	CURLMsg    *msg;
-	int			left;
-	int			ended = 0;
-
-	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
-	{
-		HttpRequest *req;
-
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
-		if (req->nevents > 0)
-		{
-			OutboxHttpOutcome(req, msg->data.result);
-			report(req, done);
-		}
-		release_request(req);
-		ended++;
-	}
-	return ended;
-}
-
-/* Runs libcurl's timers if they are due: new requests connect and send. */
-static void
-run_timers(void)
-{
-	int			still;
-	CURLMcode	mc;
-
-	if (curl_due == 0 || GetCurrentTimestamp() < curl_due)
-		return;
-	curl_due = 0;
-	mc = curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &still);
-	if (mc != CURLM_OK)
-		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
-}
-
-/*
- * Reports each running request whose 2xx status line and headers are in:
- * its transfer goes on for BODY_GRACE_MS, holding its connection but not
- * the event, so that a normal answer keeps the connection alive; then it
- * is cut.
- */
-static void
-report_early(List **done)
-{
-	dlist_mutable_iter iter;
-	TimestampTz now = GetCurrentTimestamp();
-
-	dlist_foreach_modify(iter, &running_list)
-	{
-		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
-
-		if (req->nevents > 0 && req->headers_done &&
-			req->status >= 200 && req->status < 300)
-		{
-			OutboxHttpOutcome(req, CURLE_OK);
-			report(req, done);
-			req->reported_at = now;
-		}
-		else if (req->nevents == 0 &&
-				 TimestampDifferenceExceeds(req->reported_at, now, BODY_GRACE_MS))
-			release_request(req);
-	}
-}
-
-static void socket_action(curl_socket_t fd, int mask);
-
-#ifdef HAVE_SYS_EPOLL_H
-/*
- * Hands libcurl each socket of epoll_fd that is ready now; more than
- * MAX_READY: the rest are ready again at the next look.
- */
-static void
-epoll_dispatch(void)
-{
-	struct epoll_event ready[MAX_READY];
-	int			n = epoll_wait(epoll_fd, ready, MAX_READY, 0);
-
-	for (int i = 0; i < n; i++)
-		socket_action(ready[i].data.fd,
-					  ((ready[i].events & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) |
-					  ((ready[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
-					  ((ready[i].events & EPOLLERR) ? CURL_CSELECT_ERR : 0));
-}
-#endif
-
-/*
- * Hands libcurl every socket that is ready now, without waiting: what the
- * endpoints sent is read before a request is ended for its time limit.
- */
-static void
-read_ready_sockets(void)
-{
-#ifdef HAVE_SYS_EPOLL_H
-	if (epoll_fd >= 0)
-	{
-		epoll_dispatch();
-		return;
-	}
-#endif
-	{
-		struct pollfd fds[MAX_SOCKETS];
-		int			n = nsockets;
-
-		for (int i = 0; i < n; i++)
-		{
-			fds[i].fd = sockets[i].fd;
-			fds[i].events = ((sockets[i].events & WL_SOCKET_READABLE) ? POLLIN : 0) |
-				((sockets[i].events & WL_SOCKET_WRITEABLE) ? POLLOUT : 0);
-			fds[i].revents = 0;
-		}
-		if (poll(fds, n, 0) <= 0)
-			return;
-		for (int i = 0; i < n; i++)
-			if (fds[i].revents != 0)
-				socket_action(fds[i].fd,
-							  ((fds[i].revents & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) |
-							  ((fds[i].revents & POLLOUT) ? CURL_CSELECT_OUT : 0) |
-							  ((fds[i].revents & POLLERR) ? CURL_CSELECT_ERR : 0));
-	}
-}
-
-/*
- * Ends the requests past their time limit that have no outcome yet, each
- * with a timeout, once what is on the sockets has been read (an answer
- * that came in time is an outcome, however late the relay looks).
- */
-static void
-expire_requests(List **done)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	dlist_mutable_iter iter;
-	bool		due = false;
-
-	dlist_foreach_modify(iter, &running_list)
-	{
-		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
-
-		due |= req->nevents > 0 && now >= req->deadline;
-	}
-	if (!due)
-		return;
-	read_ready_sockets();
-	(void) read_done(done);
-	report_early(done);
-	dlist_foreach_modify(iter, &running_list)
-	{
-		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
-
-		if (req->nevents == 0 || now < req->deadline)
-			continue;
-		snprintf(req->errbuf, sizeof(req->errbuf),
-				 "timed out after %ld ms with %zu bytes of the answer received",
-				 req->timeout_ms, req->body_bytes);
-		OutboxHttpOutcome(req, CURLE_OPERATION_TIMEDOUT);
-		report(req, done);
-		release_request(req);
-	}
-}
-
-/*
- * collect: starts waiting requests, runs libcurl's timers when due, and
- * returns the events whose outcome is now known. A 2xx is reported once
- * its headers are in; its transfer goes on for BODY_GRACE_MS, holding its
- * connection but not the event, so that a normal answer keeps the
- * connection alive, then it is cut. Interruptible.
- */
-static List *
-http_collect(void *state pg_attribute_unused())
-{
-	List	   *done = NIL;
-
-	if (multi == NULL)
-		return NIL;
-	/* outbox.http_allowed_targets changed: drop the old connections when idle */
-	if (running == 0 && multi_generation != OutboxTargetsGeneration())
-	{
-		curl_multi_cleanup(multi);
-		OutboxHttpDropIdleEasy();
-		multi = new_multi();
-	}
-	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) http_max_connections);
-	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) http_max_connections);
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) http_max_connections);
-
-	/*
-	 * Transfers that the last socket activity ended, and those whose 2xx
-	 * body outlived its grace, free their connections first; then waiting
-	 * requests take them and start at once (their timer is due then), and
-	 * as long as requests end meanwhile (a fast endpoint answers before the
-	 * next is started), more start: no connection stays unused until the
-	 * next wait.
-	 */
-	(void) read_done(&done);
-	report_early(&done);
-	do
-	{
-		start_requests(&done);
-		run_timers();
-	} while (read_done(&done) > 0);
-	report_early(&done);
-	expire_requests(&done);
-	serviced_at = GetCurrentTimestamp();
-	CHECK_FOR_INTERRUPTS();
-	return done;
-}
-
-/* libcurl reads or writes socket fd, as mask (CURL_CSELECT_*) says. */
-static void
-socket_action(curl_socket_t fd, int mask)
-{
-	int			still;
-	CURLMcode	mc = curl_multi_socket_action(multi, fd, mask, &still);
-
-	if (mc != CURLM_OK)
-		elog(ERROR, "HTTP transfers failed: %s", curl_multi_strerror(mc));
-}
-
-/*
- * socket_ready: libcurl reads or writes socket fd, as events say; for
- * epoll_fd, each of its sockets that is ready.
- */
-static void
-http_socket_ready(void *state pg_attribute_unused(), pgsocket fd, uint32 events)
-{
-	if (multi == NULL)
-		return;
-#ifdef HAVE_SYS_EPOLL_H
-	if (fd == epoll_fd)
-	{
-		epoll_dispatch();
-		serviced_at = GetCurrentTimestamp();
-		return;
-	}
-#endif
-	socket_action(fd, ((events & WL_SOCKET_READABLE) ? CURL_CSELECT_IN : 0) |
-				  ((events & WL_SOCKET_WRITEABLE) ? CURL_CSELECT_OUT : 0));
-	serviced_at = GetCurrentTimestamp();
-}
-
-/*
- * sockets: what the relay waits on: epoll_fd, whose sockets are libcurl's
- * (the list changes only with the multi handle); or, without it, what
- * libcurl asked to be watched (see socket_changed).
- */
-static uint64
-http_sockets(void *state pg_attribute_unused(), const OutboxWaitSocket **socks, int *n)
-{
-	if (epoll_fd >= 0)
-	{
-		*socks = epoll_socket;
-		*n = 1;
-		return epoll_generation;
-	}
-	*socks = sockets;
-	*n = nsockets;
-	return sockets_generation;
-}
-
-/* ms from now to t, at least 0 */
-static long
-ms_until(TimestampTz t, TimestampTz now)
-{
-	return t <= now ? 0 : (long) ((t - now + 999) / 1000);
-}
-
-/*
- * Called before each wait: the time since the kind last ran was spent
- * away from the sockets (in a step), and past AWAY_MS is added to the time
- * limits of the requests running: nothing was read or sent for them then.
- */
-static void
-note_away(TimestampTz now)
-{
-	dlist_iter iter;
-	int64		away = serviced_at == 0 ? 0 : now - serviced_at;
-
-	serviced_at = now;
-	if (away <= AWAY_MS * INT64CONST(1000))
-		return;
-	dlist_foreach(iter, &running_list)
-	{
-		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
-
-		if (req->nevents > 0)
-			req->deadline += away;
-	}
-}
-
-/*
- * timeout_ms: the first of libcurl's timer, the time limits of the
- * requests, the end of a 2xx body's grace, and, while requests wait for
- * their destination's share, the moment a busy destination stops counting
- * as busy (SHARE_WINDOW_MS), which can raise that share. Asked before each
- * wait (wait.c), which also marks the end of a time away (note_away).
- */
-static long
-http_timeout_ms(void *state pg_attribute_unused())
-{
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz first = curl_due;
-	dlist_iter iter;
-	ListCell   *lc;
-	bool		waiting = false;
-
-	if (multi == NULL)
-		return -1;
-	note_away(now);
-	dlist_foreach(iter, &running_list)
-	{
-		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
-
-		if (req->nevents > 0 && (first == 0 || req->deadline < first))
-			first = req->deadline;
-		if (req->nevents == 0)
-		{
-			TimestampTz t = TimestampTzPlusMilliseconds(req->reported_at, BODY_GRACE_MS);
-
-			if (first == 0 || t < first)
-				first = t;
-		}
-	}
-	foreach(lc, dests)
-		waiting |= ((HttpDest *) lfirst(lc))->queued > 0;
-	foreach(lc, dests)
-	{
-		HttpDest   *d = lfirst(lc);
-		TimestampTz t = TimestampTzPlusMilliseconds(d->last_active, SHARE_WINDOW_MS);
-
-		if (waiting && d->unreported == 0 && t > now && (first == 0 || t < first))
-			first = t;
-	}
-	return first == 0 ? -1 : ms_until(first, now);
-}
-
 /* pending: events handed over whose outcome is not reported yet. */
 static int
-http_pending(void *state pg_attribute_unused())
+http_pending(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 		n += ((HttpDest *) lfirst(lc))->unreported;
 	return n;
 }
@@ -917,9 +434,11 @@ http_pending(void *state pg_attribute_unused())
  * (the rest of a 2xx body), which only collect ends.
  */
 static bool
-http_busy(void *state pg_attribute_unused())
+http_busy(void *state)
 {
-	return running > 0 || http_pending(state) > 0;
+	HttpState  *st = (HttpState *) state;
+
+	return st->running > 0 || http_pending(state) > 0;
 }
 
 /*
@@ -930,174 +449,20 @@ http_busy(void *state pg_attribute_unused())
  * destinations' events can overtake it.
  */
 static List *
-http_full(void *state pg_attribute_unused())
+http_full(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	List	   *full = NIL;
 	ListCell   *lc;
 
-	foreach(lc, dests)
+	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
 
-		if (d->unreported >= http_max_connections * Max(d->per_request, 1))
+		if (d->unreported >= outbox_http_max_connections * Max(d->per_request, 1))
 			full = lappend(full, d->name);
 	}
 	return full;
-}
-
-/*
- * prepare: an event's own headers must follow the rules for headers an
- * event may carry (checked here, where they are first read); the body is
- * the envelope, or the event as a CloudEvent (cloudevents.c), in UTF-8
- * whatever the database's encoding (OutboxBodyToUtf8: JSON on the wire).
- */
-static Size
-http_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
-{
-	OutboxProblem p;
-	Size		cost;
-
-	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
-	{
-		ev->permanent = true;
-		ev->error = p.message;
-		return 0;
-	}
-	if (HTTP_OPTIONS(ev)->format != HTTP_FORMAT_ENVELOPE)
-		cost = OutboxPrepareCloudEvent(ev, HTTP_OPTIONS(ev)->ce_source,
-									   HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY);
-	else
-		cost = OutboxPrepareEnvelope(ev, true);
-	return OutboxBodyToUtf8(ev, cost);
-}
-
-/*
- * Checks a destination URL: at most 8192 bytes, no space or control
- * character, and, as libcurl parses it (curl_url), an http or https URL
- * with a host and a port between 1 and 65535. Returns true, or false with
- * *p (23514, or 54000 for the length). The message never quotes the URL,
- * which may hold credentials. Calls no PostgreSQL function between
- * libcurl's allocation and its release.
- */
-static bool
-url_check(const char *url, OutboxProblem *p)
-{
-	size_t		len = strlen(url);
-	CURLU	   *u;
-	CURLUcode	rc;
-	char	   *scheme = NULL;
-	char	   *host = NULL;
-	char	   *port = NULL;
-	const char *why = NULL;
-
-	if (len > 8192)
-		return OutboxProblemSet(p, ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-						   pstrdup("destination url is longer than 8192 bytes"), NULL);
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) url[i] <= 0x20 || (unsigned char) url[i] == 0x7f)
-			return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-							   pstrdup("destination url is not valid"),
-							   pstrdup("A URL has no spaces or control characters."));
-	if (pg_strncasecmp(url, "http://", 7) != 0 && pg_strncasecmp(url, "https://", 8) != 0)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-						   pstrdup("destination url is not valid"),
-						   pstrdup("Only http and https URLs are allowed."));
-
-	u = curl_url();
-	if (u == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	rc = curl_url_set(u, CURLUPART_URL, url, 0);
-	if (rc == CURLUE_BAD_PORT_NUMBER)
-		why = "The port must be a number between 1 and 65535.";
-	else if (rc != CURLUE_OK)
-		why = "libcurl cannot parse it as a URL.";
-	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		why = "Only http and https URLs are allowed.";
-	else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
-		why = "The URL must name a host.";
-	else if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK ||
-			 atoi(port) < 1 || atoi(port) > 65535)
-		why = "The port must be a number between 1 and 65535.";
-	curl_free(scheme);
-	curl_free(host);
-	curl_free(port);
-	curl_url_cleanup(u);
-	if (why != NULL)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-						   pstrdup("destination url is not valid"), pstrdup(why));
-	return true;
-}
-
-/*
- * check_destination: a webhook has a valid url (url_check), and a valid
- * cloudevents_source (OutboxCloudEventSourceCheck) and ca_file
- * (OutboxDestinationFileCheck: the relay reads it) if it has them;
- * events_per_request is 1 to HTTP_MAX_EVENTS_PER_REQUEST, and 1 in the
- * CloudEvents binary mode, which carries one event per request (the
- * CloudEvents HTTP binding: batches are a structured-mode format).
- */
-static bool
-http_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
-{
-	char	   *source = OutboxDestinationText(row, "cloudevents_source");
-	char	   *format = OutboxDestinationText(row, "format");
-	bool		isnull;
-	Datum		per_request = OutboxDestinationColumn(row, "events_per_request", &isnull);
-
-	if (!url_check(OutboxDestinationText(row, "url"), p))
-		return false;
-	if (source != NULL && !OutboxCloudEventSourceCheck(source, p))
-		return false;
-	if (!isnull && (DatumGetInt32(per_request) < 1 ||
-					DatumGetInt32(per_request) > HTTP_MAX_EVENTS_PER_REQUEST))
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination events_per_request is out of range"),
-								psprintf("A webhook takes 1 to %d events per request.",
-										 HTTP_MAX_EVENTS_PER_REQUEST));
-	if (!isnull && DatumGetInt32(per_request) > 1 && format != NULL &&
-		strcmp(format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0)
-		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-								pstrdup("destination events_per_request must be 1 in the cloudevents-binary format"),
-								pstrdup("The binary mode carries one event per request; batches use the cloudevents format (application/cloudevents-batch+json)."));
-	return OutboxDestinationFileCheck(row, "ca_file", p);
-}
-
-/*
- * decode: url, timeout_ms, headers, retry_client_errors, ca_file,
- * events_per_request, the format and a CloudEvents format's source into an HttpDestOptions
- * (timeout_ms and headers are read by webhooks only,
- * though every kind may have them: see check_shared_columns).
- */
-static Size
-http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
-{
-	HttpDestOptions *o = palloc0(sizeof(HttpDestOptions));
-	bool		isnull;
-	Datum		d;
-	Size		bytes = sizeof(HttpDestOptions);
-
-	o->url = OutboxDestinationText(row, "url");
-	bytes += o->url ? strlen(o->url) + 1 : 0;
-	bytes += OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
-	d = OutboxDestinationColumn(row, "retry_client_errors", &isnull);
-	o->retry_client_errors = !isnull && DatumGetBool(d);
-	o->ca_file = OutboxDestinationText(row, "ca_file");
-	bytes += o->ca_file ? strlen(o->ca_file) + 1 : 0;
-	d = OutboxDestinationColumn(row, "events_per_request", &isnull);
-	o->events_per_request = isnull ? 1 : DatumGetInt32(d);
-	o->format = strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS) == 0 ? HTTP_FORMAT_CLOUDEVENTS :
-		strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0 ? HTTP_FORMAT_CLOUDEVENTS_BINARY :
-		HTTP_FORMAT_ENVELOPE;
-	if (o->format != HTTP_FORMAT_ENVELOPE)
-	{
-		o->ce_source = OutboxCloudEventSource(OutboxDestinationText(row, "cloudevents_source"));
-		bytes += strlen(o->ce_source) + 1;
-	}
-	dest->options = o;
-	return bytes;
 }
 
 /*
@@ -1106,14 +471,15 @@ http_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
  * throw: called while an error is being handled.
  */
 static void
-http_abandon(void *state pg_attribute_unused())
+http_abandon(void *state)
 {
+	HttpState  *st = (HttpState *) state;
 	dlist_mutable_iter iter;
 	ListCell   *lc;
 
-	dlist_foreach_modify(iter, &running_list)
-		release_request(dlist_container(HttpRequest, node, iter.cur));
-	foreach(lc, dests)
+	dlist_foreach_modify(iter, &st->running_list)
+		OutboxHttpReleaseRequest(st, dlist_container(HttpRequest, node, iter.cur));
+	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
 
@@ -1122,7 +488,7 @@ http_abandon(void *state pg_attribute_unused())
 			HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
 
 			dlist_delete(&req->node);
-			release_request(req);
+			OutboxHttpReleaseRequest(st, req);
 		}
 		d->queued = 0;
 		d->unreported = 0;
@@ -1145,7 +511,7 @@ http_define_settings(void)
 	DefineCustomIntVariable("outbox.http_max_connections",
 							"Sets the maximum number of webhook requests a relay has in flight at once.",
 							"Connections are kept alive between passes. Set it to 1 to deliver one request after another.",
-							&http_max_connections,
+							&outbox_http_max_connections,
 							16, 1, HTTP_MAX_CONNECTIONS_LIMIT,
 							PGC_SIGHUP,
 							0,
@@ -1178,17 +544,18 @@ const OutboxDestinationKind OutboxHttpKind = {
 	},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.signs = true,
-	.check_destination = http_check_destination,
-	.decode = http_decode,
+	.check_destination = OutboxHttpCheckDestination,
+	.decode = OutboxHttpDecode,
 	.init = http_define_settings,
-	.prepare = http_prepare,
+	.startup = http_startup,
+	.prepare = OutboxHttpPrepareEvent,
 	.enqueue = http_enqueue,
-	.collect = http_collect,
+	.collect = OutboxHttpCollect,
 	.pending = http_pending,
 	.busy = http_busy,
 	.full = http_full,
-	.sockets = http_sockets,
-	.timeout_ms = http_timeout_ms,
-	.socket_ready = http_socket_ready,
+	.sockets = OutboxHttpSockets,
+	.timeout_ms = OutboxHttpTimeoutMs,
+	.socket_ready = OutboxHttpSocketReady,
 	.abandon = http_abandon,
 };

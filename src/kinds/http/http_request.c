@@ -11,14 +11,13 @@
  * merged here: where both name a header, the destination's wins, and an
  * event never sends a name that events may not carry (headers.c).
  *
- * Only http and https are allowed and redirects are not followed. The
- * outcome is decided by the status line (OutboxHttpOutcome); at most
- * RESPONSE_SNIPPET_LEN bytes of a body are kept for last_error, masked
- * (redact.c), and a transfer whose body passes RESPONSE_MAX_BYTES is cut.
+ * Only http and https are allowed and redirects are not followed. At most
+ * RESPONSE_SNIPPET_LEN bytes of a body are kept for last_error, and a
+ * transfer whose body passes RESPONSE_MAX_BYTES is cut.
  *
- * Where requests may go: outbox.http_allowed_targets (targets.c), checked
- * on the URL's host before a request starts and on the address of every
- * connection libcurl opens (open_socket).
+ * Where requests may go: outbox.http_allowed_targets (http_targets.c),
+ * checked on the URL's host before a request starts and on the address of
+ * every connection libcurl opens (open_socket).
  *
  * A destination's ca_file is read by the relay (files.c: a regular file of
  * at most 1 MB, never waiting for a writer, within the request's time
@@ -39,8 +38,6 @@
 #include <time.h>
 
 #include "common/cryptohash.h"
-#include "common/int.h"
-#include "common/pg_prng.h"
 #include "common/sha2.h"
 #include "miscadmin.h"
 #include "utils/formatting.h"
@@ -54,49 +51,40 @@
 #include "http_request.h"
 #include "signature.h"
 
-static ResourceOwner http_owner = NULL; /* for signing outside a transaction */
-
-static void record_outcome(HttpRequest *req, CURLcode result);
-
 /*
- * Easy handles of finished requests, reset, for the next ones: a handle
- * costs a large zeroed allocation and its setup, once per request
- * otherwise. Connections stay in the multi handle's pool either way.
+ * An easy handle with default options, a kept one if there is one (see
+ * HttpRequestCache), or NULL if out of memory.
  */
-static CURL *idle_easy[OUTBOX_HTTP_MAX_IDLE_EASY];
-static int	nidle_easy = 0;
-
-/* An easy handle with default options, or NULL if out of memory. */
 static CURL *
-take_easy(void)
+take_easy(HttpRequestCache *cache)
 {
-	if (nidle_easy > 0)
-		return idle_easy[--nidle_easy];
+	if (cache->nidle > 0)
+		return cache->idle[--cache->nidle];
 	return curl_easy_init();
 }
 
 /*
- * Keeps a handle detached from the multi handle for reuse, up to keep of
- * them (the connection limit), or frees it.
+ * Keeps a handle detached from the multi handle for reuse in cache, up to
+ * keep of them (the connection limit), or frees it.
  */
 void
-OutboxHttpParkEasy(CURL *easy, int keep)
+OutboxHttpParkEasy(HttpRequestCache *cache, CURL *easy, int keep)
 {
-	if (nidle_easy < Min(keep, OUTBOX_HTTP_MAX_IDLE_EASY))
+	if (cache->nidle < Min(keep, OUTBOX_HTTP_MAX_IDLE_EASY))
 	{
 		curl_easy_reset(easy);
-		idle_easy[nidle_easy++] = easy;
+		cache->idle[cache->nidle++] = easy;
 	}
 	else
 		curl_easy_cleanup(easy);
 }
 
-/* Frees the kept handles. */
+/* Frees the handles kept in cache. */
 void
-OutboxHttpDropIdleEasy(void)
+OutboxHttpDropIdleEasy(HttpRequestCache *cache)
 {
-	while (nidle_easy > 0)
-		curl_easy_cleanup(idle_easy[--nidle_easy]);
+	while (cache->nidle > 0)
+		curl_easy_cleanup(cache->idle[--cache->nidle]);
 }
 
 /*
@@ -522,7 +510,7 @@ setup_easy(HttpRequest *req, bool fresh_connect, const char *body,
 		 * No time limit of libcurl's: it checks one before it reads a socket,
 		 * so an answer that came in time, read late because the relay was
 		 * held up, would be a timeout. The kind keeps the limit itself
-		 * (deliver_http.c, expire_requests); libcurl's connect limit,
+		 * (http_collect.c, expire_requests); libcurl's connect limit,
 		 * which defaults to 300 s, only backs it up.
 		 */
 		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, 0L) == CURLE_OK &&
@@ -553,7 +541,8 @@ setup_easy(HttpRequest *req, bool fresh_connect, const char *body,
  * ca_file that cannot be used fails it too, to be retried.
  */
 static bool
-prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
+prepare_request(HttpRequestCache *cache, HttpRequest *req, long default_timeout_ms,
+				bool fresh_connect)
 {
 	OutboxEvent *ev = req->events[0];
 	char		timestamp[32];
@@ -575,7 +564,7 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 		forget_ca_file(req->dest);	/* taken out: up to 1 MB not kept for nothing */
 	else if (!ca_file_blob(req, HTTP_OPTIONS(ev)->ca_file, timeout, &ca))
 		return false;
-	req->easy = take_easy();
+	req->easy = take_easy(cache);
 	req->timeout_ms = timeout;
 	if (!setup_easy(req, fresh_connect, body, &ca))
 	{
@@ -588,29 +577,31 @@ prepare_request(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 /*
  * Builds the easy handle of req (its headers, signature, body and libcurl
  * options; default_timeout_ms unless the destination has its own timeout;
- * fresh_connect: reuse no kept connection) with a resource owner in
- * place: the worker builds requests between transactions, where there is
- * none, and PostgreSQL's HMAC and SHA-256 (with OpenSSL) register their
- * contexts with the current one. Returns false, with the first event's
+ * fresh_connect: reuse no kept connection; an easy handle from cache)
+ * with a resource owner in place (cache's, made on first use): the worker
+ * builds requests between transactions, where there is none, and
+ * PostgreSQL's HMAC and SHA-256 (with OpenSSL) register their contexts
+ * with the current one. Returns false, with the first event's
  * error set (permanent when retrying cannot help; OutboxHttpShareOutcome
  * gives it to the others), when the request cannot be sent. Allocates in
  * the current memory context; no transaction needed.
  */
 bool
-OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
+OutboxHttpPrepare(HttpRequestCache *cache, HttpRequest *req, long default_timeout_ms,
+				  bool fresh_connect)
 {
 	ResourceOwner saved = CurrentResourceOwner;
 	bool		prepared;
 
 	if (saved == NULL)
 	{
-		if (http_owner == NULL)
-			http_owner = ResourceOwnerCreate(NULL, "outbox http");
-		CurrentResourceOwner = http_owner;
+		if (cache->owner == NULL)
+			cache->owner = ResourceOwnerCreate(NULL, "outbox http");
+		CurrentResourceOwner = cache->owner;
 	}
 	PG_TRY();
 	{
-		prepared = prepare_request(req, default_timeout_ms, fresh_connect);
+		prepared = prepare_request(cache, req, default_timeout_ms, fresh_connect);
 	}
 	PG_FINALLY();
 	{
@@ -618,141 +609,4 @@ OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect)
 	}
 	PG_END_TRY();
 	return prepared;
-}
-
-/*
- * Gives every event of req the outcome of its first (a batch's outcome is
- * each of its events'), and one random share of their backoff, so that
- * after a failure they are due at once and go out in one request again
- * (outcome.c). The strings are copied into the current memory context.
- */
-void
-OutboxHttpShareOutcome(HttpRequest *req)
-{
-	OutboxEvent *first = req->events[0];
-
-	if (req->nevents > 1)
-	{
-		first->jitter_set = true;
-		first->jitter = pg_prng_double(&pg_global_prng_state);
-	}
-
-	for (int i = 1; i < req->nevents; i++)
-	{
-		OutboxEvent *ev = req->events[i];
-
-		ev->ok = first->ok;
-		ev->permanent = first->permanent;
-		ev->error = first->error ? pstrdup(first->error) : NULL;
-		ev->response = first->response ? pstrdup(first->response) : NULL;
-		ev->retry_after_ms = first->retry_after_ms;
-		ev->gone_target = first->gone_target ? pstrdup(first->gone_target) : NULL;
-		ev->gone_answer = first->gone_answer;
-		ev->jitter_set = first->jitter_set;
-		ev->jitter = first->jitter;
-	}
-}
-
-/*
- * Whether an HTTP status is worth retrying. 5xx and the 4xx that say "not
- * now" (408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
- * Requests) are; any other 4xx says the request itself is wrong, and the
- * same request will fail again, unless the destination asks otherwise.
- * 3xx: redirects are not followed, and the endpoint may be moved back.
- */
-static bool
-status_retryable(long status, const HttpDestOptions *dest)
-{
-	if (status >= 400 && status < 500)
-		return status == 408 || status == 409 || status == 425 || status == 429 ||
-			dest->retry_client_errors;
-	return true;
-}
-
-/* the most of a redirect's Location that last_error keeps */
-#define LOCATION_MAX_BYTES 512
-
-/*
- * Records the outcome of a request in its events (OutboxHttpShareOutcome):
- * delivered for a 2xx status line, whatever happened to the body after
- * it; otherwise the status (with a redirect's Location, and the start of
- * the body, credentials masked: OutboxRedact) or the transfer error,
- * whether it is worth retrying, and the endpoint's Retry-After for 429,
- * 502, 503 and 504.
- */
-void
-OutboxHttpOutcome(HttpRequest *req, CURLcode result)
-{
-	record_outcome(req, result);
-	OutboxHttpShareOutcome(req);
-}
-
-/* OutboxHttpOutcome for the first event of req. */
-static void
-record_outcome(HttpRequest *req, CURLcode result)
-{
-	OutboxEvent *ev = req->events[0];
-	long		status = req->status;
-
-	if (req->headers_done && status >= 200 && status < 300)
-	{
-		ev->ok = true;
-		return;
-	}
-	if (!req->headers_done)
-	{
-		if (req->blocked)
-			ev->error = pstrdup("HTTP request failed: the address connected to is not allowed by outbox.http_allowed_targets");
-		else
-			ev->error = psprintf("HTTP request failed: %s",
-								 req->errbuf[0] ? OutboxRedact(req->errbuf, strlen(req->errbuf))
-								 : curl_easy_strerror(result));
-		return;
-	}
-	ev->error = psprintf("HTTP status %ld", status);
-	if (status == 410)
-	{
-		/*
-		 * 410 Gone: the Standard Webhooks specification says the sender
-		 * should stop sending to the endpoint. The destination is disabled
-		 * (outcome.c); the event stays pending for when it is enabled again.
-		 */
-		ev->gone_target = pstrdup(HTTP_OPTIONS(ev)->url);
-		ev->gone_answer = "410 Gone";
-		ev->error = pstrdup("HTTP status 410 (Gone: the destination is disabled until it is enabled again)");
-	}
-	else if (status >= 300 && status < 400)
-	{
-		char	   *location = NULL;
-
-		/* where the endpoint moved to, for the operator to update the URL */
-		if (curl_easy_getinfo(req->easy, CURLINFO_REDIRECT_URL, &location) == CURLE_OK &&
-			location != NULL)
-			ev->error = psprintf("%s (redirects are not followed; Location: %s)", ev->error,
-								 OutboxRedact(location, Min(strlen(location), LOCATION_MAX_BYTES)));
-		else
-			ev->error = psprintf("%s (redirects are not followed)", ev->error);
-	}
-	if (req->response_len > 0)
-		ev->response = OutboxRedact(req->response, req->response_len);
-	ev->permanent = status != 410 && !status_retryable(status, HTTP_OPTIONS(ev));
-	/*
-	 * Retry-After: RFC 9110 10.2.3 names 503 (and 429, RFC 6585); 502 and
-	 * 504 come from a gateway before the endpoint, which may send it too
-	 */
-	if (status == 429 || status == 502 || status == 503 || status == 504)
-	{
-		curl_off_t	retry_after = 0;
-
-		/*
-		 * libcurl reads both forms, seconds and an HTTP date (RFC 9110
-		 * 10.2.3), into a 64-bit count of seconds: an endpoint's number of
-		 * seconds can be as large as that, and in milliseconds overflow
-		 * (18446744073709552 s became 384 ms). Capped at backoff_max later.
-		 */
-		if (curl_easy_getinfo(req->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
-			retry_after > 0 &&
-			pg_mul_s64_overflow((int64) retry_after, 1000, &ev->retry_after_ms))
-			ev->retry_after_ms = PG_INT64_MAX;
-	}
 }

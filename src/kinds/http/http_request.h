@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * http_request.h
- *	  One webhook request, as the webhook kind (deliver_http.c) runs it.
+ *	  What the webhook kind's files know of a request: a destination's
+ *	  options and queue, one request as the kind runs it, and what
+ *	  requests keep between them in a process (http_request.c).
  *
  * src/kinds/http/http_request.h
  *
@@ -14,8 +16,9 @@
 #include <sys/stat.h>
 
 #include "lib/ilist.h"
+#include "utils/resowner.h"
 
-#include "event.h"
+#include "destination.h"
 #include "http_targets.h"
 
 /* bytes of a response body kept for last_error */
@@ -86,7 +89,7 @@ typedef struct HttpRequest
 	long		timeout_ms;		/* its time limit (outbox.http_timeout, or the
 								 * destination's timeout_ms) */
 	TimestampTz deadline;		/* when it runs out, the time the relay was
-								 * away added (deliver_http.c) */
+								 * away added (http_collect.c) */
 	size_t		body_bytes;
 	size_t		response_len;
 	char		response[RESPONSE_SNIPPET_LEN];
@@ -121,10 +124,28 @@ struct HttpDest
 	TimestampTz ca_checked_at;	/* when its status was last compared */
 };
 
-extern bool OutboxHttpPrepare(HttpRequest *req, long default_timeout_ms, bool fresh_connect);
+/*
+ * What requests keep between them in a process, part of the kind's state:
+ * the easy handles of finished requests, reset, for the next ones (a
+ * handle costs a large zeroed allocation and its setup, once per request
+ * otherwise; connections stay in the multi handle's pool either way), and
+ * the resource owner that signing uses outside a transaction.
+ */
+typedef struct HttpRequestCache
+{
+	ResourceOwner owner;		/* NULL until a request is built without one */
+	int			nidle;
+	CURL	   *idle[OUTBOX_HTTP_MAX_IDLE_EASY];
+} HttpRequestCache;
+
+/* http_request.c */
+extern bool OutboxHttpPrepare(HttpRequestCache *cache, HttpRequest *req,
+							  long default_timeout_ms, bool fresh_connect);
+extern void OutboxHttpParkEasy(HttpRequestCache *cache, CURL *easy, int keep);
+extern void OutboxHttpDropIdleEasy(HttpRequestCache *cache);
+
+/* http_outcome.c */
 extern void OutboxHttpOutcome(HttpRequest *req, CURLcode result);
 extern void OutboxHttpShareOutcome(HttpRequest *req);
-extern void OutboxHttpParkEasy(CURL *easy, int keep);
-extern void OutboxHttpDropIdleEasy(void);
 
 #endif							/* OUTBOX_HTTP_REQUEST_H */
