@@ -34,7 +34,9 @@
 #include "utils/typcache.h"
 
 #include "claim_decode.h"
+#include "cloudevents.h"
 #include "destination.h"
+#include "format.h"
 #include "headers.h"
 #include "pass.h"
 #include "statements.h"
@@ -198,11 +200,20 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecod
 		ev->error = psprintf("destination \"%s\" is of a kind this library does not have (%s)",
 							 ev->dest.name, kind ? kind : "null");
 	else if (ev->dest.format == NULL ||
-			 !OutboxKindHasFormat(ev->dest.kind, ev->dest.format))
+			 !OutboxKindHasFormat(ev->dest.kind, ev->dest.format) ||
+			 (ev->dest.fmt = OutboxFormatByName(ev->dest.format)) == NULL)
 		ev->error = psprintf("destination \"%s\" has a format this library does not have (%s)",
 							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
 	else
+	{
+		if (ev->dest.fmt->cloudevents)
+		{
+			ev->dest.ce_source =
+				OutboxCloudEventSource(OutboxDestinationText(&row, "cloudevents_source"));
+			bytes += strlen(ev->dest.ce_source) + 1;
+		}
 		bytes += OutboxKindDecode(&row, &ev->dest);
+	}
 	return bytes;
 }
 

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * cloudevents.c
- *	  An event as a CloudEvent 1.0 (https://cloudevents.io), for webhook
+ *	  An event as a CloudEvent 1.0 (https://cloudevents.io), for
  *	  destinations whose format is cloudevents (structured content mode) or
- *	  cloudevents-binary (binary content mode), per the specification's
- *	  HTTP protocol binding.
+ *	  cloudevents-binary (binary content mode, under the kind's protocol
+ *	  binding: format.h).
  *
  * The mapping, fixed:
  *	 specversion      "1.0"
@@ -23,9 +23,10 @@
  * Structured mode sends the JSON object with those members (data as
  * JSON), Content-Type application/cloudevents+json. Binary mode sends the
  * payload as the body, Content-Type application/json, and the other
- * attributes as ce-<name> headers, each value percent-encoded as the HTTP
- * binding requires (section 3.1.3.2: every byte outside printable ASCII
- * U+0021..U+007E, and space, double quote and percent, as %XX of its UTF-8).
+ * attributes as headers named by the binding's prefix (HTTP: ce-<name>),
+ * each value percent-encoded where the binding requires it (HTTP, section
+ * 3.1.3.2: every byte outside printable ASCII U+0021..U+007E, and space,
+ * double quote and percent, as %XX of its UTF-8).
  *
  * src/cloudevents.c
  *
@@ -63,7 +64,8 @@ to_utf8(const char *text)
 	return pg_server_to_any(text, strlen(text), PG_UTF8);
 }
 
-static List *cloudevent_headers(const OutboxEvent *ev, const char *source);
+static List *cloudevent_headers(const OutboxEvent *ev, const char *source,
+								 const OutboxCloudEventBinding *binding);
 
 /* "<aggregate_type>/<aggregate_id>", the aggregate_id alone, or NULL */
 static char *
@@ -158,16 +160,18 @@ append_member(StringInfo buf, const char *name, const char *value)
 
 /*
  * Builds what is sent for a claimed event in a CloudEvents format: the
- * structured JSON object, or in binary mode the payload alone; within the
- * envelope's limits (OutboxEnvelopeCheck, on the envelope's bound plus what
- * a CloudEvent adds: the source, the aggregate a second time, escaped at
- * worst six bytes to one, and the longer member names), then lets the
- * payload go. Returns the bytes
- * the body costs (twice its length: libcurl copies it). For the webhook
- * kind's prepare: in the claim's transaction and memory context.
+ * structured JSON object (binary NULL), or in binary mode the payload
+ * alone and the attributes as header lines under the binding binary
+ * (ev->extra_headers); within the envelope's limits (OutboxEnvelopeCheck,
+ * on the envelope's bound plus what a CloudEvent adds: the source, the
+ * aggregate a second time, escaped at worst six bytes to one, and the
+ * longer member names), then lets the payload go. Returns the bytes the
+ * body costs (twice its length: the kind copies it). Through
+ * OutboxPrepareFormat, for a kind's prepare: in the claim's transaction
+ * and memory context.
  */
 Size
-OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
+OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, const OutboxCloudEventBinding *binary)
 {
 	OutboxProblem p;
 	StringInfoData buf;
@@ -214,7 +218,7 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
 		Size		bytes = 0;
 
 		/* now, in the claim's transaction: the relay sends them without one */
-		ev->extra_headers = cloudevent_headers(ev, source);
+		ev->extra_headers = cloudevent_headers(ev, source, binary);
 		foreach(lc, ev->extra_headers)
 			bytes += strlen(lfirst(lc)) + 1;
 		return 2 * (buf.len + bytes);
@@ -223,20 +227,21 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary)
 }
 
 /*
- * appends "ce-<name>: <value, percent-encoded>" to lines: the value's UTF-8
- * bytes, whatever the database's encoding (the HTTP binding's rule)
+ * appends "<prefix><name>: <value>" to lines, the value's UTF-8 bytes
+ * whatever the database's encoding, percent-encoded if the binding says so
+ * (the HTTP binding's rule)
  */
 static List *
-header_line(List *lines, const char *name, const char *text)
+header_line(List *lines, const OutboxCloudEventBinding *b, const char *name, const char *text)
 {
 	StringInfoData buf;
 	const char *value = to_utf8(text);
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, "ce-%s: ", name);
+	appendStringInfo(&buf, "%s%s: ", b->prefix, name);
 	for (const unsigned char *c = (const unsigned char *) value; *c; c++)
 	{
-		if (*c <= 0x20 || *c >= 0x7f || *c == '"' || *c == '%')
+		if (b->percent_encode && (*c <= 0x20 || *c >= 0x7f || *c == '"' || *c == '%'))
 			appendStringInfo(&buf, "%%%02X", *c);
 		else
 			appendStringInfoChar(&buf, (char) *c);
@@ -245,33 +250,33 @@ header_line(List *lines, const char *name, const char *text)
 }
 
 /*
- * The ce-* header lines of an event in binary mode (see the file's header),
- * a List of palloc'd strings in the current memory context. In a
- * transaction (to_utf8): OutboxPrepareCloudEvent builds them in the claim's,
- * and the webhook kind sends them (ev->extra_headers).
+ * The header lines of an event in binary mode under binding b (see the
+ * file's header), "name: value", a List of palloc'd strings in the current
+ * memory context. In a transaction (to_utf8): OutboxPrepareCloudEvent
+ * builds them in the claim's, and the kind sends them (ev->extra_headers).
  */
 static List *
-cloudevent_headers(const OutboxEvent *ev, const char *source)
+cloudevent_headers(const OutboxEvent *ev, const char *source, const OutboxCloudEventBinding *b)
 {
 	List	   *lines = NIL;
 	char	   *key = aggregate_key(ev);
 
-	lines = header_line(lines, "specversion", "1.0");
-	lines = header_line(lines, "id", ev->event_id);
-	lines = header_line(lines, "source", source);
-	lines = header_line(lines, "type", ev->event_type);
+	lines = header_line(lines, b, "specversion", "1.0");
+	lines = header_line(lines, b, "id", ev->event_id);
+	lines = header_line(lines, b, "source", source);
+	lines = header_line(lines, b, "type", ev->event_type);
 	if (!TIMESTAMP_NOT_FINITE(ev->created_at))
 	{
 		StringInfoData t;
 
 		initStringInfo(&t);
 		OutboxAppendUtcTime(&t, ev->created_at);
-		lines = header_line(lines, "time", t.data);
+		lines = header_line(lines, b, "time", t.data);
 	}
 	if (key != NULL)
 	{
-		lines = header_line(lines, "subject", key);
-		lines = header_line(lines, "partitionkey", key);
+		lines = header_line(lines, b, "subject", key);
+		lines = header_line(lines, b, "partitionkey", key);
 	}
 	return lines;
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * cloudevents.h
- *	  Events as CloudEvents 1.0 over HTTP (structured and binary modes).
+ *	  Events as CloudEvents 1.0 (structured and binary content modes).
  *
  * src/cloudevents.h
  *
@@ -13,10 +13,12 @@
 #include "nodes/pg_list.h"
 
 #include "event.h"
+#include "format.h"
 #include "headers.h"
 
 extern bool OutboxCloudEventSourceCheck(const char *source, OutboxProblem *p);
 extern const char *OutboxCloudEventSource(const char *column);
-extern Size OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, bool binary);
+extern Size OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source,
+									const OutboxCloudEventBinding *binary);
 
 #endif							/* OUTBOX_CLOUDEVENTS_H */

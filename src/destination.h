@@ -12,7 +12,7 @@
  * kind only through its table; nothing outside a kind's folder knows how it
  * sends. What the core offers a kind is declared at the end of this
  * header, and a kind's files include no other header of the worker's
- * (only this one, the shared rules of what is sent: envelope.h,
+ * (only this one, the shared rules of what is sent: format.h, envelope.h,
  * cloudevents.h, headers.h, signature.h; compat.h and log_limit.h).
  *
  * A kind sends at one of two points:

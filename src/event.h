@@ -83,11 +83,12 @@
 
 /* outbox_destinations.format: what is sent for an event, the envelope */
 #define OUTBOX_FORMAT_ENVELOPE "envelope"
-/* CloudEvents 1.0 over HTTP, structured and binary modes (cloudevents.c) */
+/* CloudEvents 1.0, structured and binary content modes (format.c) */
 #define OUTBOX_FORMAT_CLOUDEVENTS "cloudevents"
 #define OUTBOX_FORMAT_CLOUDEVENTS_BINARY "cloudevents-binary"
 
 struct OutboxDestinationKind;
+struct OutboxFormat;
 
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
@@ -100,6 +101,10 @@ typedef struct OutboxDestination
 	char	   *name;			/* NULL: no destination takes the event */
 	const struct OutboxDestinationKind *kind;	/* set when name is */
 	char	   *format;			/* what is sent: one of its kind's formats */
+	const struct OutboxFormat *fmt; /* that format (format.c) */
+	const char *ce_source;		/* CloudEvents formats: the source (the
+								 * cloudevents_source column, or the
+								 * database's) */
 	char	  **secrets;		/* signing secrets: the secret column's,
 								 * then outbox_destination_secrets' in use */
 	int			nsecrets;		/* 0: messages are not signed */

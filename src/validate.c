@@ -53,6 +53,7 @@
 #include "utils/numeric.h"
 #include "utils/rel.h"
 
+#include "cloudevents.h"
 #include "compat.h"
 #include "destination.h"
 #include "event.h"
@@ -597,7 +598,8 @@ check_own_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *ki
 
 /*
  * The rules of the columns every kind may have: headers, secret (only for
- * a kind that signs: OutboxKindSigningCheck),
+ * a kind that signs: OutboxKindSigningCheck), cloudevents_source (only for
+ * a kind with a CloudEvents format: OutboxCloudEventSourceCheck),
  * event_headers (OutboxEventHeadersListCheck: 22023, 54000, 23514),
  * timeout_ms, format (one of kind's formats). Only webhooks send headers and have a time limit,
  * but 1.0 accepted both on channels (which ignore them), so a channel may
@@ -641,6 +643,17 @@ check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind 
 	{
 		d = column(rel, tuple, "event_headers", &isnull);
 		if (!isnull && !OutboxEventHeadersListCheck(DatumGetArrayTypeP(d), &p))
+			OutboxRaiseProblem(&p);
+	}
+
+	/* a format's option: for a kind that can send CloudEvents */
+	d = column(rel, tuple, "cloudevents_source", &isnull);
+	if (!isnull)
+	{
+		if (!OutboxKindHasFormat(kind, OUTBOX_FORMAT_CLOUDEVENTS))
+			refuse("destination cloudevents_source is for a destination that can send CloudEvents",
+				   psprintf("This destination is %s: leave cloudevents_source out.", kind->description));
+		if (!OutboxCloudEventSourceCheck(TextDatumGetCString(d), &p))
 			OutboxRaiseProblem(&p);
 	}
 

@@ -534,7 +534,6 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.target_column = "url",
 	.own_columns = (const OutboxKindColumn[]) {
 		{"retry_client_errors", "f"},
-		{"cloudevents_source", NULL},
 		{"ca_file", NULL},
 		{"events_per_request", "1"},
 		{NULL}

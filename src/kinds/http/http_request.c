@@ -319,11 +319,10 @@ build_header_list(HttpRequest *req, const char *timestamp, const char *body)
 
 	if (id == NULL)
 		return false;
-	/* the media types of the CloudEvents JSON format (structured, batched) */
-	ok = append_header(req, HTTP_OPTIONS(ev)->format != HTTP_FORMAT_CLOUDEVENTS ?
-					   "content-type: application/json" :
-					   is_batch(req) ? "content-type: application/cloudevents-batch+json" :
-					   "content-type: application/cloudevents+json") &&
+	/* the format's media type, of one event or of a batch */
+	ok = append_header(req, psprintf("content-type: %s", is_batch(req) ?
+									 HTTP_OPTIONS(ev)->format->batch_content_type :
+									 HTTP_OPTIONS(ev)->format->content_type)) &&
 		append_header(req, "Expect:") &&
 		append_header(req, psprintf("webhook-id: %s", id)) &&
 		append_header(req, psprintf("webhook-timestamp: %s", timestamp));
@@ -359,8 +358,9 @@ build_header_list(HttpRequest *req, const char *timestamp, const char *body)
 		if (OutboxHeaderReserved(headers[i].name))
 			continue;
 		/* the CloudEvents attributes are the event's own, in either mode */
-		if (HTTP_OPTIONS(ev)->format != HTTP_FORMAT_ENVELOPE &&
-			pg_strncasecmp(headers[i].name, "ce-", 3) == 0)
+		if (HTTP_OPTIONS(ev)->format->cloudevents &&
+			pg_strncasecmp(headers[i].name, OutboxCloudEventsHttp.prefix,
+						   strlen(OutboxCloudEventsHttp.prefix)) == 0)
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */
 		if (value[strspn(value, " \t")] == '\0')

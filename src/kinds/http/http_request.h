@@ -19,6 +19,7 @@
 #include "utils/resowner.h"
 
 #include "destination.h"
+#include "format.h"
 #include "http_targets.h"
 
 /* bytes of a response body kept for last_error */
@@ -32,21 +33,13 @@
  * A webhook destination's own columns, decoded by the kind
  * (OutboxDestination.options of an event routed to a webhook).
  */
-/* what a webhook sends: its destination's format */
-typedef enum HttpFormat
-{
-	HTTP_FORMAT_ENVELOPE,
-	HTTP_FORMAT_CLOUDEVENTS,	/* structured content mode */
-	HTTP_FORMAT_CLOUDEVENTS_BINARY	/* binary content mode */
-} HttpFormat;
-
 typedef struct HttpDestOptions
 {
 	char	   *url;
 	int			timeout_ms;		/* -1: outbox.http_timeout */
 	Jsonb	   *headers;		/* or NULL */
 	bool		retry_client_errors;	/* retry 4xx answers like 5xx */
-	HttpFormat	format;
+	const OutboxFormat *format; /* the destination's (format.c) */
 	const char *ce_source;		/* CloudEvents formats: the source */
 	char	   *ca_file;		/* CA bundle for https, or NULL: libcurl's */
 	int			events_per_request; /* above 1: every request is a batch */

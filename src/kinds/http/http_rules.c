@@ -88,8 +88,7 @@ url_check(const char *url, OutboxProblem *p)
 
 /*
  * check_destination: a webhook has a valid url (url_check), and a valid
- * cloudevents_source (OutboxCloudEventSourceCheck) and ca_file
- * (OutboxDestinationFileCheck: the relay reads it) if it has them;
+ * ca_file (OutboxDestinationFileCheck: the relay reads it) if it has one;
  * events_per_request is 1 to HTTP_MAX_EVENTS_PER_REQUEST, and 1 in the
  * CloudEvents binary mode, which carries one event per request (the
  * CloudEvents HTTP binding: batches are a structured-mode format).
@@ -97,14 +96,11 @@ url_check(const char *url, OutboxProblem *p)
 bool
 OutboxHttpCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
 {
-	char	   *source = OutboxDestinationText(row, "cloudevents_source");
 	char	   *format = OutboxDestinationText(row, "format");
 	bool		isnull;
 	Datum		per_request = OutboxDestinationColumn(row, "events_per_request", &isnull);
 
 	if (!url_check(OutboxDestinationText(row, "url"), p))
-		return false;
-	if (source != NULL && !OutboxCloudEventSourceCheck(source, p))
 		return false;
 	if (!isnull && (DatumGetInt32(per_request) < 1 ||
 					DatumGetInt32(per_request) > HTTP_MAX_EVENTS_PER_REQUEST))
@@ -143,14 +139,9 @@ OutboxHttpDecode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	bytes += o->ca_file ? strlen(o->ca_file) + 1 : 0;
 	d = OutboxDestinationColumn(row, "events_per_request", &isnull);
 	o->events_per_request = isnull ? 1 : DatumGetInt32(d);
-	o->format = strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS) == 0 ? HTTP_FORMAT_CLOUDEVENTS :
-		strcmp(dest->format, OUTBOX_FORMAT_CLOUDEVENTS_BINARY) == 0 ? HTTP_FORMAT_CLOUDEVENTS_BINARY :
-		HTTP_FORMAT_ENVELOPE;
-	if (o->format != HTTP_FORMAT_ENVELOPE)
-	{
-		o->ce_source = OutboxCloudEventSource(OutboxDestinationText(row, "cloudevents_source"));
-		bytes += strlen(o->ce_source) + 1;
-	}
+	/* the claim's, for comparing destinations when requests are batched */
+	o->format = dest->fmt;
+	o->ce_source = dest->ce_source;
 	dest->options = o;
 	return bytes;
 }
@@ -173,10 +164,6 @@ OutboxHttpPrepareEvent(void *state pg_attribute_unused(), OutboxEvent *ev)
 		ev->error = p.message;
 		return 0;
 	}
-	if (HTTP_OPTIONS(ev)->format != HTTP_FORMAT_ENVELOPE)
-		cost = OutboxPrepareCloudEvent(ev, HTTP_OPTIONS(ev)->ce_source,
-									   HTTP_OPTIONS(ev)->format == HTTP_FORMAT_CLOUDEVENTS_BINARY);
-	else
-		cost = OutboxPrepareEnvelope(ev, true);
+	cost = OutboxPrepareFormat(ev, &OutboxCloudEventsHttp);
 	return OutboxBodyToUtf8(ev, cost);
 }

@@ -53,6 +53,7 @@
 
 #include "destination.h"
 #include "envelope.h"
+#include "format.h"
 #include "headers.h"
 #include "log_limit.h"
 
@@ -103,8 +104,10 @@ header_forwarded(const OutboxHeader *h)
 }
 
 /*
- * The message for ev: its envelope as the body, its metadata and headers
- * as NATS headers. Returns NULL with the outcome set on failure.
+ * The message for ev: its body in the destination's format (the envelope,
+ * or a CloudEvent in the JSON event format, the NATS binding's structured
+ * mode), labelled with the format's media type, and its metadata and
+ * headers as NATS headers. Returns NULL with the outcome set on failure.
  */
 natsMsg *
 JetStreamBuildMessage(OutboxEvent *ev, const char *subject)
@@ -117,7 +120,7 @@ JetStreamBuildMessage(OutboxEvent *ev, const char *subject)
 
 	s = natsMsg_Create(&m, subject, NULL, ev->body, (int) strlen(ev->body));
 	if (s == NATS_OK)
-		s = natsMsgHeader_Set(m, "Content-Type", "application/json");
+		s = natsMsgHeader_Set(m, "Content-Type", ev->dest.fmt->content_type);
 	if (s == NATS_OK)
 		s = add_header(m, "Outbox-Event-Id", ev->event_id);
 	if (s == NATS_OK)
@@ -291,7 +294,8 @@ js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 		return 0;
 	}
 	pfree(subject);
-	return OutboxBodyToUtf8(ev, OutboxPrepareEnvelope(ev, true));
+	/* the NATS binding: structured mode only, in UTF-8 */
+	return OutboxBodyToUtf8(ev, OutboxPrepareFormat(ev, NULL));
 }
 
 /*
@@ -535,7 +539,7 @@ const OutboxDestinationKind OutboxJetStreamKind = {
 		{"nats_ca_file", NULL},
 		{NULL}
 	},
-	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
+	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, NULL},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.check_destination = JetStreamCheckDestination,
 	.decode = JetStreamDecode,
