@@ -13,7 +13,7 @@ KINDS_OUT   := $(filter-out $(KINDS),$(KINDS_ALL))
 KIND_LIBS   := $(filter-out -,$(foreach k,$(KINDS),$(call kind_field,$(k),3)))
 OBJS         = $(patsubst %.c,%.o,$(wildcard src/*.c src/kinds/*.c $(KINDS:%=src/kinds/%/*.c) $(KINDS_OUT:%=src/kinds/%/stub/*.c)))
 DATA         = $(wildcard $(EXTENSION)--*.sql)
-PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Isrc $(foreach k,$(KINDS),-DOUTBOX_WITH_$(shell echo $(k) | tr a-z A-Z))
+PG_CPPFLAGS  = -DOUTBOX_VERSION=\"$(EXTVERSION)\" -iquote src $(foreach k,$(KINDS),-DOUTBOX_WITH_$(shell echo $(k) | tr a-z A-Z))
 # libcrypto as pgcrypto links it: the one the server was built with
 SHLIB_LINK   = $(KIND_LIBS) $(filter -lcrypto, $(LIBS))
 

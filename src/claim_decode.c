@@ -40,7 +40,7 @@
 #include "headers.h"
 #include "pass.h"
 #include "statements.h"
-#include "validate.h"
+#include "size_limits.h"
 
 /* The text in column col, or NULL. */
 static char *

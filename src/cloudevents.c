@@ -44,7 +44,10 @@
 
 #include "cloudevents.h"
 #include "envelope.h"
-#include "validate.h"
+#include "size_limits.h"
+
+/* the HTTP protocol binding's binary mode (section 3.1.3) */
+const OutboxCloudEventBinding OutboxCloudEventsBindingHTTP = {"ce-", true};
 
 /* the structured object's member names and fixed values, with room to spare */
 #define CE_FIXED_BYTES 256

@@ -33,7 +33,7 @@
 #include "utils/uuid.h"
 
 #include "envelope.h"
-#include "validate.h"
+#include "size_limits.h"
 
 PG_FUNCTION_INFO_V1(_outbox_envelope);
 

@@ -25,9 +25,6 @@
 #include "envelope.h"
 #include "format.h"
 
-/* the HTTP protocol binding's binary mode (section 3.1.3) */
-const OutboxCloudEventBinding OutboxCloudEventsHttp = {"ce-", true};
-
 static Size
 prepare_envelope(OutboxEvent *ev, const OutboxCloudEventBinding *binding pg_attribute_unused())
 {

@@ -359,8 +359,8 @@ build_header_list(HttpRequest *req, const char *timestamp, const char *body)
 			continue;
 		/* the CloudEvents attributes are the event's own, in either mode */
 		if (HTTP_OPTIONS(ev)->format->cloudevents &&
-			pg_strncasecmp(headers[i].name, OutboxCloudEventsHttp.prefix,
-						   strlen(OutboxCloudEventsHttp.prefix)) == 0)
+			pg_strncasecmp(headers[i].name, OutboxCloudEventsBindingHTTP.prefix,
+						   strlen(OutboxCloudEventsBindingHTTP.prefix)) == 0)
 			continue;
 		/* libcurl drops "name:" with no value; "name;" sends it empty */
 		if (value[strspn(value, " \t")] == '\0')
