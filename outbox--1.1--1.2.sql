@@ -28,7 +28,7 @@ $guard$;
  * destinations keep their behaviour; an empty array forwards none;
  * otherwise header names and prefixes ending in -* (x-envoy-*), compared
  * without case. It applies to every kind that forwards event headers (the
- * claim filters them, src/queue.c); a destination's own headers are not
+ * claim filters them, src/claim_decode.c); a destination's own headers are not
  * affected. The validation trigger checks it (src/headers.c).
  */
 ALTER TABLE @extschema@.outbox_destinations
@@ -258,6 +258,16 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+/*
+ * A format is its own axis (src/format.c): CloudEvents go to JetStream
+ * streams too, and cloudevents_source is the CloudEvents formats' option
+ * for any kind that has one.
+ */
+COMMENT ON COLUMN @extschema@.outbox_destinations.format IS
+    'What is sent for an event: envelope (the outbox envelope, JSON); cloudevents (CloudEvents 1.0, structured mode) for webhooks and JetStream; cloudevents-binary (binary mode, ce-* headers) for webhooks';
+COMMENT ON COLUMN @extschema@.outbox_destinations.cloudevents_source IS
+    'A CloudEvents format''s source attribute, a URI-reference; NULL: /outbox/<database>';
 
 /*
  * The group roles are created NOLOGIN when they do not exist; one that

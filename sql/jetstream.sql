@@ -1,4 +1,4 @@
--- JetStream destinations: the rules of a row (deliver_jetstream.c). No
+-- JetStream destinations: the rules of a row (jetstream_rules.c). No
 -- server is needed: rows are checked when written; the relay's side is in
 -- the TAP tests (test/t/09*_jetstream_*.pl).
 

@@ -2,7 +2,7 @@
  *
  * guc.c
  *	  Definitions of the relay's own outbox.* settings; each destination
- *	  kind defines its own in its file (outbox.http_* in deliver_http.c).
+ *	  kind defines its own in its folder (outbox.http_* in src/kinds/http/).
  *
  * Every setting is PGC_SIGHUP: the launcher and the relays re-read them on
  * reload, and none of them needs a restart. Times are in milliseconds with

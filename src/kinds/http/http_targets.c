@@ -23,7 +23,7 @@
  *
  * The list is parsed once per reload, by the check hook, into a flat
  * malloc'd array (GUC "extra"); the assign hook installs it and bumps a
- * generation number, which deliver_http.c uses to stop reusing connections
+ * generation number, which the webhook kind uses to stop reusing connections
  * opened under an older list. OutboxTargetAddressAllowed runs inside a
  * libcurl callback: it only reads that array and never allocates or
  * throws.
