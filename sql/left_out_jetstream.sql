@@ -17,3 +17,13 @@ SELECT count(*) AS jetstream_settings FROM pg_settings WHERE name LIKE 'outbox.j
 INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('chan', 'left_out.*', 'regress_left_out');
 SELECT name, kind FROM outbox_destinations;
 DELETE FROM outbox_destinations;
+-- nor may another kind's destination hold the left-out kind's target or
+-- its own columns (credentials among them), which no kind built checks
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, event_types, url, nats_servers)
+    VALUES ('w', 'w.*', 'http://127.0.0.1:1/', 'nats://127.0.0.1:4222')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, event_types, url, nats_password)
+    VALUES ('w', 'w.*', 'http://127.0.0.1:1/', 'secret')$$);
+INSERT INTO outbox_destinations (name, event_types, url) VALUES ('w', 'w.*', 'http://127.0.0.1:1/');
+SELECT regress.try_detail($$UPDATE outbox_destinations SET nats_token = 't' WHERE name = 'w'$$);
+SELECT name, kind FROM outbox_destinations;
+DELETE FROM outbox_destinations;

@@ -245,15 +245,20 @@ extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int 
 extern bool OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns,
 										  int *n, Size *bytes);
 
-/* A kind that this build left out: enough to refuse its destinations. */
+/*
+ * A kind that this build left out (make with_<kind>=no), as its folder's
+ * stub/ describes it: enough to refuse its destinations and its columns.
+ */
 typedef struct OutboxKindLeftOut
 {
 	const char *name;
+	const char *description;
 	const char *target_column;
+	const OutboxKindColumn *own_columns;	/* ends with { NULL } */
 } OutboxKindLeftOut;
 
 extern const OutboxDestinationKind *const *OutboxKindRegistry(int *n);
-extern const OutboxKindLeftOut *OutboxKindsLeftOut(void);
+extern const OutboxKindLeftOut *const *OutboxKindsLeftOut(void);
 extern void OutboxKindCheck(const OutboxDestinationKind *kind);
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);

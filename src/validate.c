@@ -244,24 +244,56 @@ kind_by_target(Relation rel, HeapTuple tuple)
 
 /*
  * Raises 23514 for a destination of a kind this build left out (make
- * with_<kind>=no): one that names it (kind_name, or NULL) or, without a
- * kind, has its target column set. Returns if there is none.
+ * with_<kind>=no): one that names it (kind_name, or NULL), or that sets its
+ * target column or one of its own (every kind's rows leave them NULL).
+ * Returns if there is none.
  */
 static void
 refuse_left_out(Relation rel, HeapTuple tuple, const char *kind_name)
 {
-	for (const OutboxKindLeftOut *k = OutboxKindsLeftOut(); k->name != NULL; k++)
-	{
-		bool		isnull = true;
+	bool		kind_unset;
 
-		if (kind_name == NULL && SPI_fnumber(RelationGetDescr(rel), k->target_column) > 0)
-			(void) column(rel, tuple, k->target_column, &isnull);
-		if ((kind_name != NULL && strcmp(kind_name, k->name) == 0) || !isnull)
+	(void) column(rel, tuple, "kind", &kind_unset);
+	for (const OutboxKindLeftOut *const *k = OutboxKindsLeftOut(); *k != NULL; k++)
+	{
+		const char *set = NULL;
+		bool		isnull;
+
+		if (kind_name == NULL && kind_unset &&
+			SPI_fnumber(RelationGetDescr(rel), (*k)->target_column) > 0)
+		{
+			/* written without a kind, with this one's target: of this kind */
+			(void) column(rel, tuple, (*k)->target_column, &isnull);
+			if (!isnull)
+				kind_name = (*k)->name;
+		}
+		if (kind_name != NULL && strcmp(kind_name, (*k)->name) == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_CHECK_VIOLATION),
-					 errmsg("destination kind \"%s\" is not in this build of outbox", k->name),
-					 errdetail("The library was built with make with_%s=no.", k->name),
+					 errmsg("destination kind \"%s\" is not in this build of outbox", (*k)->name),
+					 errdetail("The library was built with make with_%s=no.", (*k)->name),
 					 errhint("Install a build with the kind, or use another kind.")));
+		if (SPI_fnumber(RelationGetDescr(rel), (*k)->target_column) > 0)
+		{
+			(void) column(rel, tuple, (*k)->target_column, &isnull);
+			if (!isnull)
+				set = (*k)->target_column;
+		}
+		for (const OutboxKindColumn *c = (*k)->own_columns; set == NULL && c->name != NULL; c++)
+		{
+			if (SPI_fnumber(RelationGetDescr(rel), c->name) <= 0)
+				continue;
+			(void) column(rel, tuple, c->name, &isnull);
+			if (!isnull)
+				set = c->name;
+		}
+		if (set != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("destination %s is for %s, a kind not in this build of outbox",
+							set, (*k)->description),
+					 errdetail("The library was built with make with_%s=no.", (*k)->name),
+					 errhint("Install a build with the kind, or leave %s out.", set)));
 	}
 }
 
@@ -527,6 +559,8 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 
 	kind = check_kind(rel, tuple,
 					  TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL);
+	/* the columns of a kind this build left out, which no kind here checks */
+	refuse_left_out(rel, tuple, NULL);
 	check_own_columns(rel, tuple, kind);
 	check_shared_columns(rel, tuple, kind);
 	row.desc = RelationGetDescr(rel);

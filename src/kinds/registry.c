@@ -22,6 +22,8 @@ extern const OutboxDestinationKind OutboxHttpKind;
 extern const OutboxDestinationKind OutboxNotifyKind;
 #ifdef OUTBOX_WITH_JETSTREAM
 extern const OutboxDestinationKind OutboxJetStreamKind;
+#else
+extern const OutboxKindLeftOut OutboxJetStreamLeftOut;
 #endif
 
 static const OutboxDestinationKind *const kinds[] = {
@@ -33,15 +35,15 @@ static const OutboxDestinationKind *const kinds[] = {
 };
 
 /*
- * The kinds a build can leave out, when it does: their name and target
- * column, so that a destination of one is refused with a message that says
- * so (OutboxKindLeftOut).
+ * The kinds this build left out, as their stubs describe them, so that a
+ * destination of one, or a column of one, is refused with a message that
+ * says so (validate.c). Ends with NULL.
  */
-static const OutboxKindLeftOut left_out[] = {
+static const OutboxKindLeftOut *const left_out[] = {
 #ifndef OUTBOX_WITH_JETSTREAM
-	{"jetstream", "nats_servers"},
+	&OutboxJetStreamLeftOut,
 #endif
-	{NULL, NULL}
+	NULL
 };
 
 /*
@@ -56,10 +58,10 @@ OutboxKindRegistry(int *n)
 }
 
 /*
- * The kinds this build left out (make with_<kind>=no), ending with a
- * { NULL } entry. Raises no error; any process.
+ * The kinds this build left out (make with_<kind>=no), ending with NULL.
+ * Raises no error; any process.
  */
-const OutboxKindLeftOut *
+const OutboxKindLeftOut *const *
 OutboxKindsLeftOut(void)
 {
 	return left_out;

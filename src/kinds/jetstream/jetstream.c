@@ -57,6 +57,7 @@
 #include "headers.h"
 #include "log_limit.h"
 
+#include "jetstream_columns.h"
 #include "jetstream_int.h"
 
 /* outbox.jetstream_max_pending: its largest value */
@@ -526,19 +527,10 @@ js_define_settings(void)
 
 /* The JetStream kind: sent after COMMIT, libnats's threads report PubAcks. */
 const OutboxDestinationKind OutboxJetStreamKind = {
-	.name = "jetstream",
-	.description = "a JetStream stream",
-	.target_column = "nats_servers",
-	.own_columns = (const OutboxKindColumn[]) {
-		{"nats_subject", NULL},
-		{"nats_stream", NULL},
-		{"nats_user", NULL},
-		{"nats_password", NULL},
-		{"nats_token", NULL},
-		{"nats_creds_file", NULL},
-		{"nats_ca_file", NULL},
-		{NULL}
-	},
+	.name = JETSTREAM_NAME,
+	.description = JETSTREAM_DESCRIPTION,
+	.target_column = JETSTREAM_TARGET_COLUMN,
+	.own_columns = (const OutboxKindColumn[]) {JETSTREAM_OWN_COLUMNS},
 	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, NULL},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.check_destination = JetStreamCheckDestination,

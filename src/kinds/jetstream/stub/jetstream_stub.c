@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * jetstream_stub.c
- *	  The JetStream kind's SQL functions in a build without the kind (make
- *	  with_jetstream=no): each raises an error saying so.
+ *	  The JetStream kind in a build without it (make with_jetstream=no):
+ *	  its description for the validation trigger, which refuses its
+ *	  destinations and columns, and its SQL functions, each raising an
+ *	  error saying so.
  *
  * The extension's scripts create outbox_jetstream_check() whatever the
  * build, and CREATE FUNCTION needs its symbol, as libcurl keeps a stub
@@ -15,6 +17,18 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+
+#include "destination.h"
+
+#include "../jetstream_columns.h"
+
+/* what the registry tells the validation trigger of the kind left out */
+const OutboxKindLeftOut OutboxJetStreamLeftOut = {
+	.name = JETSTREAM_NAME,
+	.description = JETSTREAM_DESCRIPTION,
+	.target_column = JETSTREAM_TARGET_COLUMN,
+	.own_columns = (const OutboxKindColumn[]) {JETSTREAM_OWN_COLUMNS},
+};
 
 PG_FUNCTION_INFO_V1(_outbox_jetstream_check);
 
