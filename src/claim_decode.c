@@ -206,6 +206,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecod
 							 ev->dest.name, ev->dest.format ? ev->dest.format : "null");
 	else
 	{
+		ev->dest.binding = ev->dest.kind->binding;
 		if (ev->dest.fmt->cloudevents)
 		{
 			ev->dest.ce_source =

@@ -31,6 +31,7 @@
 #include "lib/stringinfo.h"
 
 #include "destination.h"
+#include "format.h"
 
 static const OutboxDestinationKind *const *kinds = NULL;
 static int	NKINDS = 0;
@@ -40,12 +41,13 @@ static int	NKINDS = 0;
 static void *states[MAX_KINDS];
 static bool started[MAX_KINDS];
 
-/* A required callback that a kind's table leaves NULL is an ERROR. */
-#define REQUIRE(kind, callback) \
+/* A required member that a kind's table leaves NULL is an ERROR. */
+#define REQUIRE(kind, member) \
 	do { \
-		if ((kind)->callback == NULL) \
-			elog(ERROR, "outbox destination kind \"%s\" has no %s callback", \
-				 (kind)->name, #callback); \
+		if ((kind)->member == NULL) \
+			elog(ERROR, "outbox destination kind \"%s\" has no %s%s", (kind)->name, #member, \
+				 strcmp(#member, "description") == 0 || strcmp(#member, "target_column") == 0 || \
+				 strcmp(#member, "own_columns") == 0 ? "" : " callback"); \
 	} while (0)
 
 /*
@@ -57,10 +59,26 @@ static bool started[MAX_KINDS];
 void
 OutboxKindCheck(const OutboxDestinationKind *kind)
 {
-	if (kind->name == NULL || kind->description == NULL || kind->target_column == NULL ||
-		kind->own_columns == NULL || kind->formats == NULL || kind->formats[0] == NULL)
-		elog(ERROR, "outbox destination kind \"%s\" lacks its name, description, target column, own columns or formats",
-			 kind->name ? kind->name : "(unnamed)");
+	const char *name = kind->name ? kind->name : "(unnamed)";
+
+	if (kind->name == NULL)
+		elog(ERROR, "an outbox destination kind has no name");
+	REQUIRE(kind, description);
+	REQUIRE(kind, target_column);
+	REQUIRE(kind, own_columns);
+	if (kind->formats == NULL || kind->formats[0] == NULL)
+		elog(ERROR, "outbox destination kind \"%s\" has no formats", name);
+	for (const char *const *f = kind->formats; *f != NULL; f++)
+	{
+		const OutboxFormat *fmt = OutboxFormatByName(*f);
+
+		if (fmt == NULL)
+			elog(ERROR, "outbox destination kind \"%s\" lists format \"%s\", which this library does not have",
+				 name, *f);
+		if (fmt->attributes_in_headers && kind->binding == NULL)
+			elog(ERROR, "outbox destination kind \"%s\" lists format \"%s\" but has no binding for its headers",
+				 name, *f);
+	}
 	REQUIRE(kind, check_destination);
 	REQUIRE(kind, decode);
 	REQUIRE(kind, prepare);

@@ -118,6 +118,12 @@ typedef struct OutboxDestinationKind
 	 * other, and the claim fails an event whose destination has one.
 	 */
 	const char *const *formats;
+	/*
+	 * Its protocol's CloudEvents binding (cloudevents.h), under which the
+	 * binary mode's attributes become headers: required if formats has a
+	 * format whose attributes travel as headers; NULL otherwise.
+	 */
+	const struct OutboxCloudEventBinding *binding;
 	OutboxSendPoint send_point;
 	/*
 	 * Whether what it sends is signed with the destination's secrets (the

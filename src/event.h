@@ -89,6 +89,7 @@
 
 struct OutboxDestinationKind;
 struct OutboxFormat;
+struct OutboxCloudEventBinding;
 
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
@@ -102,6 +103,7 @@ typedef struct OutboxDestination
 	const struct OutboxDestinationKind *kind;	/* set when name is */
 	char	   *format;			/* what is sent: one of its kind's formats */
 	const struct OutboxFormat *fmt; /* that format (format.c) */
+	const struct OutboxCloudEventBinding *binding;	/* its kind's, or NULL */
 	const char *ce_source;		/* CloudEvents formats: the source (the
 								 * cloudevents_source column, or the
 								 * database's) */

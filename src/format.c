@@ -5,13 +5,14 @@
  *	  use: the envelope (envelope.c) and CloudEvents 1.0 in structured and
  *	  binary content mode (cloudevents.c).
  *
- * DESIGN.md's second axis: a destination is a kind, a target and a
- * format. The claim finds the destination's format here (ev->dest.fmt)
+ * A destination is a kind, a target and a format (README.md), each its
+ * own axis. The claim finds the destination's format here (ev->dest.fmt)
  * and its CloudEvents source (the shared cloudevents_source column); a
  * kind lists the formats it can carry (its formats), builds the body with
  * OutboxPrepareFormat, and labels it with the format's media type. A kind
  * carries the binary mode only if its protocol has headers, and then
- * names its CloudEvents protocol binding (format.h); structured mode is
+ * names its CloudEvents protocol binding in its table (binding,
+ * cloudevents.h); structured mode is
  * the same JSON event format in every binding (the NATS binding's only
  * mode: "the NATS message payload MUST be the JSON event format").
  *
@@ -37,10 +38,10 @@ prepare_structured(OutboxEvent *ev, const OutboxCloudEventBinding *binding pg_at
 	return OutboxPrepareCloudEvent(ev, ev->dest.ce_source, NULL);
 }
 
+/* the kind's binding: OutboxKindCheck makes sure a kind with this format has one */
 static Size
 prepare_binary(OutboxEvent *ev, const OutboxCloudEventBinding *binding)
 {
-	Assert(binding != NULL);
 	return OutboxPrepareCloudEvent(ev, ev->dest.ce_source, binding);
 }
 
@@ -67,14 +68,14 @@ OutboxFormatByName(const char *name)
 /*
  * Builds a claimed event's body in its destination's format (ev->dest.fmt,
  * set by the claim), and for the binary mode its attributes as header
- * lines in ev->extra_headers under binding (the kind's protocol; NULL for
- * a kind that carries no binary mode). Sets ev->error (permanent) instead
- * for an event too large. Returns the bytes it costs. For a kind's
- * prepare callback: in the claim's transaction and memory context.
+ * lines in ev->extra_headers under its kind's binding. Sets ev->error
+ * (permanent) instead for an event too large. Returns the bytes it costs.
+ * For a kind's prepare callback: in the claim's transaction and memory
+ * context.
  */
 Size
-OutboxPrepareFormat(OutboxEvent *ev, const OutboxCloudEventBinding *binding)
+OutboxPrepareFormat(OutboxEvent *ev)
 {
 	Assert(ev->dest.fmt != NULL);
-	return ev->dest.fmt->prepare(ev, binding);
+	return ev->dest.fmt->prepare(ev, ev->dest.binding);
 }

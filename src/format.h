@@ -34,6 +34,6 @@ typedef struct OutboxFormat
 } OutboxFormat;
 
 extern const OutboxFormat *OutboxFormatByName(const char *name);
-extern Size OutboxPrepareFormat(OutboxEvent *ev, const OutboxCloudEventBinding *binding);
+extern Size OutboxPrepareFormat(OutboxEvent *ev);
 
 #endif							/* OUTBOX_FORMAT_H */

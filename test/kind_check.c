@@ -87,14 +87,23 @@ abandon(void *state pg_attribute_unused())
 {
 }
 
+static void
+socket_ready(void *state pg_attribute_unused(), pgsocket fd pg_attribute_unused(),
+			 uint32 events pg_attribute_unused())
+{
+}
+
 static const OutboxKindColumn no_columns[] = {{NULL}};
 static const char *const formats[] = {"envelope", NULL};
+static const char *const binary[] = {"envelope", "cloudevents-binary", NULL};
+static const char *const unknown[] = {"envelope", "protobuf", NULL};
 
 /*
  * kind_check(variant text) RETURNS text: 'ok' if OutboxKindCheck accepts
  * the table variant names, else its ERROR. Variants: after_commit and
- * at_commit (complete), without_<callback> (one left out), sockets_only
- * (sockets without socket_ready), without_formats.
+ * at_commit (complete), without_<member> (one left out), sockets_only
+ * (sockets without socket_ready), ready_only (the reverse),
+ * binary_without_binding, unknown_format.
  */
 Datum
 kind_check(PG_FUNCTION_ARGS)
@@ -130,14 +139,34 @@ kind_check(PG_FUNCTION_ARGS)
 		k.decode = NULL;
 	else if (strcmp(variant, "without_prepare") == 0)
 		k.prepare = NULL;
+	else if (strcmp(variant, "without_enqueue") == 0)
+		k.enqueue = NULL;
 	else if (strcmp(variant, "without_collect") == 0)
 		k.collect = NULL;
+	else if (strcmp(variant, "without_pending") == 0)
+		k.pending = NULL;
+	else if (strcmp(variant, "without_busy") == 0)
+		k.busy = NULL;
+	else if (strcmp(variant, "without_full") == 0)
+		k.full = NULL;
+	else if (strcmp(variant, "without_timeout_ms") == 0)
+		k.timeout_ms = NULL;
 	else if (strcmp(variant, "without_abandon") == 0)
 		k.abandon = NULL;
 	else if (strcmp(variant, "sockets_only") == 0)
 		k.sockets = sockets;
+	else if (strcmp(variant, "ready_only") == 0)
+		k.socket_ready = socket_ready;
 	else if (strcmp(variant, "without_formats") == 0)
 		k.formats = NULL;
+	else if (strcmp(variant, "without_description") == 0)
+		k.description = NULL;
+	else if (strcmp(variant, "without_target_column") == 0)
+		k.target_column = NULL;
+	else if (strcmp(variant, "binary_without_binding") == 0)
+		k.formats = binary;
+	else if (strcmp(variant, "unknown_format") == 0)
+		k.formats = unknown;
 	OutboxKindCheck(&k);
 	PG_RETURN_TEXT_P(cstring_to_text("ok"));
 }

@@ -3,8 +3,8 @@
 # refuses an output plugin without a begin callback: test/kind_check.c,
 # built here against the installed headers and this tree's src/, hands
 # OutboxKindCheck (the check _PG_init runs on every kind built in) tables
-# with one callback left out. Every kind built in passed it: the server
-# started.
+# with one member left out, each required callback in turn, and formats it
+# cannot carry. Every kind built in passed it: the server started.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -39,24 +39,28 @@ sub check
 
 is(check('after_commit'), 'ok', 'a complete after-commit kind passes');
 is(check('at_commit'), 'ok', 'a complete at-commit kind passes');
-is(check('without_collect'), 'outbox destination kind "test" has no collect callback',
-	'an after-commit kind without collect is refused, kind and callback named');
-is(check('without_abandon'), 'outbox destination kind "test" has no abandon callback',
-	'nor without abandon');
-is(check('without_send'), 'outbox destination kind "test" has no send callback',
-	'an at-commit kind without send is refused');
-is(check('without_check_destination'),
-	'outbox destination kind "test" has no check_destination callback',
-	'every kind needs check_destination');
-is(check('without_decode'), 'outbox destination kind "test" has no decode callback',
-	'and decode');
-is(check('without_prepare'), 'outbox destination kind "test" has no prepare callback',
-	'and prepare');
-is(check('sockets_only'), 'outbox destination kind "test" has no socket_ready callback',
-	'sockets without socket_ready is refused');
-is(check('without_formats'),
-	'outbox destination kind "test" lacks its name, description, target column, own columns or formats',
-	'a kind without formats is refused');
+my $prefix = 'outbox destination kind "test" has no';
+for my $callback (qw(enqueue collect pending busy full timeout_ms abandon))
+{
+	is(check("without_$callback"), "$prefix $callback callback",
+		"an after-commit kind without $callback is refused, kind and callback named");
+}
+is(check('without_send'), "$prefix send callback", 'an at-commit kind without send is refused');
+for my $callback (qw(check_destination decode prepare))
+{
+	is(check("without_$callback"), "$prefix $callback callback", "every kind needs $callback");
+}
+is(check('sockets_only'), "$prefix socket_ready callback", 'sockets without socket_ready is refused');
+is(check('ready_only'), "$prefix sockets callback", 'and socket_ready without sockets');
+is(check('without_description'), "$prefix description", 'a kind without its description is refused');
+is(check('without_target_column'), "$prefix target_column", 'or without its target column');
+is(check('without_formats'), 'outbox destination kind "test" has no formats', 'or without formats');
+is(check('unknown_format'),
+	'outbox destination kind "test" lists format "protobuf", which this library does not have',
+	'a format the library does not have is refused');
+is(check('binary_without_binding'),
+	'outbox destination kind "test" lists format "cloudevents-binary" but has no binding for its headers',
+	'the binary mode needs the kind\'s CloudEvents protocol binding');
 
 # the one-target rule names the target of every kind built in (the
 # message itself names none, so that it does not change with the kinds)

@@ -44,6 +44,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "cloudevents.h"
 #include "destination.h"
 #include "http_int.h"
 #include "http_request.h"
@@ -541,6 +542,8 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.formats = (const char *const[]) {
 		OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, OUTBOX_FORMAT_CLOUDEVENTS_BINARY, NULL
 	},
+	/* the CloudEvents HTTP protocol binding's ce-* headers */
+	.binding = &OutboxCloudEventsBindingHTTP,
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.signs = true,
 	.check_destination = OutboxHttpCheckDestination,

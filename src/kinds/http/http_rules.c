@@ -164,6 +164,6 @@ OutboxHttpPrepareEvent(void *state pg_attribute_unused(), OutboxEvent *ev)
 		ev->error = p.message;
 		return 0;
 	}
-	cost = OutboxPrepareFormat(ev, &OutboxCloudEventsBindingHTTP);
+	cost = OutboxPrepareFormat(ev);
 	return OutboxBodyToUtf8(ev, cost);
 }

@@ -296,7 +296,7 @@ js_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 	}
 	pfree(subject);
 	/* the NATS binding: structured mode only, in UTF-8 */
-	return OutboxBodyToUtf8(ev, OutboxPrepareFormat(ev, NULL));
+	return OutboxBodyToUtf8(ev, OutboxPrepareFormat(ev));
 }
 
 /*
