@@ -2,7 +2,7 @@
  *
  * http_request.c
  *	  One webhook request: its headers and signature, its libcurl handle
- *	  and callbacks, and what its answer means.
+ *	  and callbacks (what its answer means: http_outcome.c).
  *
  * Headers follow the Standard Webhooks specification: webhook-id (the
  * event_id, stable across retries), webhook-timestamp (Unix seconds of this
