@@ -27,7 +27,10 @@
 #   5. a TAP file (test/t/*.pl) has at most 250 lines;
 #   6. README.md has at most 600 lines;
 #   7. each kind's Debian build package (src/kinds/kinds.list) is in the
-#      Build-Depends of debian/control.in and debian/control.
+#      Build-Depends of debian/control.in and debian/control;
+#   8. a file of a kind (src/kinds/<kind>/) includes, of the core's headers
+#      (src/*.h), only the interface and the shared rules of what is sent
+#      (kind_headers below): never the worker's bookkeeping.
 #
 # Run: ci/shape.sh [ROOT]     (from any directory; ROOT defaults to the
 #                              repository holding this script)
@@ -482,6 +485,20 @@ if [ -f src/kinds/kinds.list ]; then
     done < src/kinds/kinds.list
 fi
 
+# Rule 8: a kind's files include, of the core's headers, only the
+# interface (destination.h) and the shared rules of what is sent.
+kind_headers=" destination.h format.h envelope.h cloudevents.h headers.h signature.h compat.h log_limit.h "
+if [ -d src/kinds ]; then
+    mapfile -t kind_files < <(find src/kinds -mindepth 2 -name '*.[ch]' | sort)
+    while IFS=: read -r f line inc; do
+        inc=${inc#*\"} inc=${inc%%\"*}
+        dir=${f%/*}
+        if [ -e "$dir/$inc" ] || [ ! -e "src/$inc" ]; then continue; fi
+        case "$kind_headers" in *" $inc "*) continue ;; esac
+        violation kincludes "$f:$line" "a kind includes the core's $inc (a kind sees destination.h and the shared rules only)"
+    done < <(grep -n '^#include "' "${kind_files[@]}" /dev/null)
+fi
+
 # Rules 5 and 6: TAP files, README.
 for f in "${tap_files[@]}"; do too_long tap "$f" "$max_tap_lines" "TAP file"; done
 for f in "${readme[@]}"; do too_long readme "$f" "$max_readme_lines" README; done
@@ -503,5 +520,6 @@ fi
 echo "$me: FAIL: $violations violations (C files over $max_c_file_lines lines: ${count[files]:-0};" \
     "functions over $max_function_lines lines: ${count[functions]:-0}; include cycles: ${count[cycles]:-0};" \
     "core lines naming a kind: ${count[kinds]:-0}; TAP files over $max_tap_lines lines: ${count[tap]:-0};" \
-    "README over $max_readme_lines lines: ${count[readme]:-0}; Debian build dependencies: ${count[deps]:-0}) in $summary"
+    "README over $max_readme_lines lines: ${count[readme]:-0}; Debian build dependencies: ${count[deps]:-0};" \
+    "kinds including the core's headers: ${count[kincludes]:-0}) in $summary"
 exit 1

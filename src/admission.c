@@ -30,6 +30,7 @@
 #include "admission.h"
 #include "claim_decode.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "envelope.h"
 
 /*

@@ -29,6 +29,7 @@
 
 #include "claim.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "guc.h"
 #include "journal.h"
 #include "ordering.h"

@@ -36,6 +36,7 @@
 #include "claim_decode.h"
 #include "cloudevents.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "format.h"
 #include "headers.h"
 #include "pass.h"

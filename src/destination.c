@@ -1,14 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * destination.c
- *	  The kinds' interface on the core's side: the kinds built in (checked
- *	  when the library loads), what the relay asks of all the kinds that
- *	  send after COMMIT at once, and the readers of a destination row that
- *	  a kind's rules and decoding use.
- *
- * Adding a kind: its own folder under src/kinds/ with one
- * OutboxDestinationKind (see destination.h) and one line in
- * src/kinds/registry.c (docs/adding-a-destination-kind.md).
+ *	  What the core offers a destination kind (destination.h): the
+ *	  readers of a destination row that a kind's rules and decoding use,
+ *	  and the rule for a file a destination names. The core's side of the
+ *	  kinds (which are built in, how they are called) is kind_registry.c.
  *
  * src/destination.c
  *
@@ -31,245 +27,6 @@
 #include "lib/stringinfo.h"
 
 #include "destination.h"
-#include "format.h"
-
-static const OutboxDestinationKind *const *kinds = NULL;
-static int	NKINDS = 0;
-
-/* each kind's state in this process (its startup's), once created */
-#define MAX_KINDS 16
-static void *states[MAX_KINDS];
-static bool started[MAX_KINDS];
-
-/* A required member that a kind's table leaves NULL is an ERROR. */
-#define REQUIRE(kind, member) \
-	do { \
-		if ((kind)->member == NULL) \
-			elog(ERROR, "outbox destination kind \"%s\" has no %s%s", (kind)->name, #member, \
-				 strcmp(#member, "description") == 0 || strcmp(#member, "target_column") == 0 || \
-				 strcmp(#member, "own_columns") == 0 ? "" : " callback"); \
-	} while (0)
-
-/*
- * Checks the callbacks a kind must have for its send point, as PostgreSQL
- * checks an output plugin's (logical.c: "output plugins have to register a
- * begin callback") and a table AM's (GetTableAmRoutine). ERROR naming the
- * kind and the callback: a build with an incomplete kind must not load.
- */
-void
-OutboxKindCheck(const OutboxDestinationKind *kind)
-{
-	const char *name = kind->name ? kind->name : "(unnamed)";
-
-	if (kind->name == NULL)
-		elog(ERROR, "an outbox destination kind has no name");
-	REQUIRE(kind, description);
-	REQUIRE(kind, target_column);
-	REQUIRE(kind, own_columns);
-	if (kind->formats == NULL || kind->formats[0] == NULL)
-		elog(ERROR, "outbox destination kind \"%s\" has no formats", name);
-	for (const char *const *f = kind->formats; *f != NULL; f++)
-	{
-		const OutboxFormat *fmt = OutboxFormatByName(*f);
-
-		if (fmt == NULL)
-			elog(ERROR, "outbox destination kind \"%s\" lists format \"%s\", which this library does not have",
-				 name, *f);
-		if (fmt->attributes_in_headers && kind->binding == NULL)
-			elog(ERROR, "outbox destination kind \"%s\" lists format \"%s\" but has no binding for its headers",
-				 name, *f);
-	}
-	REQUIRE(kind, check_destination);
-	REQUIRE(kind, decode);
-	REQUIRE(kind, prepare);
-	if (kind->send_point == OUTBOX_SEND_AT_COMMIT)
-		REQUIRE(kind, send);
-	else
-	{
-		REQUIRE(kind, enqueue);
-		REQUIRE(kind, collect);
-		REQUIRE(kind, pending);
-		REQUIRE(kind, busy);
-		REQUIRE(kind, full);
-		REQUIRE(kind, timeout_ms);
-		REQUIRE(kind, abandon);
-		/* optional (a kind woken by its latch), but not one without the other */
-		if (kind->sockets != NULL)
-			REQUIRE(kind, socket_ready);
-		if (kind->socket_ready != NULL)
-			REQUIRE(kind, sockets);
-	}
-}
-
-/*
- * Checks every kind built in, then defines their settings; from _PG_init,
- * in any process. ERROR on a kind without a required callback.
- */
-void
-OutboxKindsInit(void)
-{
-	kinds = OutboxKindRegistry(&NKINDS);
-	if (NKINDS > MAX_KINDS)
-		elog(ERROR, "outbox is built with %d destination kinds, more than %d", NKINDS, MAX_KINDS);
-	for (int i = 0; i < NKINDS; i++)
-		OutboxKindCheck(kinds[i]);
-	for (int i = 0; i < NKINDS; i++)
-		if (kinds[i]->init != NULL)
-			kinds[i]->init();
-}
-
-/*
- * The state of the i-th kind in this process, created by its startup
- * callback on first use (in TopMemoryContext); NULL for a kind without
- * one.
- */
-static void *
-state_at(int i)
-{
-	if (!started[i])
-	{
-		if (kinds[i]->startup != NULL)
-		{
-			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-			states[i] = kinds[i]->startup();
-			MemoryContextSwitchTo(old);
-		}
-		started[i] = true;
-	}
-	return states[i];
-}
-
-static int
-kind_index(const OutboxDestinationKind *kind)
-{
-	for (int i = 0; i < NKINDS; i++)
-		if (kinds[i] == kind)
-			return i;
-	elog(ERROR, "outbox destination kind \"%s\" is not registered", kind->name);
-	return -1;					/* keep the compiler quiet */
-}
-
-/*
- * The state of kind in this process (see startup in destination.h): for a
- * kind's SQL functions, which get no state argument. Any process; ERROR
- * for a kind that is not registered, or what its startup raises.
- */
-void *
-OutboxKindState(const OutboxDestinationKind *kind)
-{
-	return state_at(kind_index(kind));
-}
-
-/*
- * Calls of a kind's per-event and per-wait callbacks with its state, as
- * tableam.h's table_* wrappers: the claim and the wait call these, never
- * the pointers. Each runs where its callback says (destination.h).
- */
-bool
-OutboxKindCheckDestination(const OutboxDestinationKind *kind, const OutboxDestinationRow *row,
-						   OutboxProblem *p)
-{
-	return kind->check_destination(row, p);
-}
-
-Size
-OutboxKindDecode(const OutboxDestinationRow *row, OutboxDestination *dest)
-{
-	return dest->kind->decode(row, dest);
-}
-
-Size
-OutboxKindPrepare(OutboxEvent *ev)
-{
-	return ev->dest.kind->prepare(OutboxKindState(ev->dest.kind), ev);
-}
-
-void
-OutboxKindSend(OutboxEvent *ev)
-{
-	ev->dest.kind->send(OutboxKindState(ev->dest.kind), ev);
-}
-
-void
-OutboxKindEnqueue(OutboxEvent *ev)
-{
-	ev->dest.kind->enqueue(OutboxKindState(ev->dest.kind), ev);
-}
-
-/* room, or -1 (no limit) for a kind without the callback */
-int
-OutboxKindRoom(const OutboxEvent *ev)
-{
-	if (ev->dest.kind->room == NULL)
-		return -1;
-	return ev->dest.kind->room(OutboxKindState(ev->dest.kind), ev);
-}
-
-/* sockets of the i-th kind; 0 and none for a kind without the callback */
-uint64
-OutboxKindSockets(int i, const OutboxWaitSocket **socks, int *n)
-{
-	Assert(i >= 0 && i < NKINDS);
-	if (kinds[i]->sockets == NULL)
-	{
-		*socks = NULL;
-		*n = 0;
-		return 0;
-	}
-	return kinds[i]->sockets(state_at(i), socks, n);
-}
-
-/* timeout_ms of the i-th kind; -1 (no limit) for one that sends at COMMIT */
-long
-OutboxKindTimeoutMs(int i)
-{
-	Assert(i >= 0 && i < NKINDS);
-	if (kinds[i]->timeout_ms == NULL)
-		return -1;
-	return kinds[i]->timeout_ms(state_at(i));
-}
-
-void
-OutboxKindSocketReady(int i, pgsocket fd, uint32 events)
-{
-	Assert(i >= 0 && i < NKINDS && kinds[i]->socket_ready != NULL);
-	kinds[i]->socket_ready(state_at(i), fd, events);
-}
-
-/* The kind called name, or NULL if this library has none of that name. */
-const OutboxDestinationKind *
-OutboxKindByName(const char *name)
-{
-	for (int i = 0; i < NKINDS; i++)
-		if (strcmp(kinds[i]->name, name) == 0)
-			return kinds[i];
-	return NULL;
-}
-
-/* Whether kind can send format (its formats list). Raises no error. */
-bool
-OutboxKindHasFormat(const OutboxDestinationKind *kind, const char *format)
-{
-	for (const char *const *f = kind->formats; *f != NULL; f++)
-		if (strcmp(*f, format) == 0)
-			return true;
-	return false;
-}
-
-/* The number of kinds, and the i-th (0-based), for iterating. */
-int
-OutboxKindCount(void)
-{
-	return NKINDS;
-}
-
-const OutboxDestinationKind *
-OutboxKindAt(int i)
-{
-	Assert(i >= 0 && i < NKINDS);
-	return kinds[i];
-}
 
 /*
  * The value of column name of a destination row (for a kind's
@@ -399,139 +156,13 @@ OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name
 						 TupleDescAttr(row->desc, attnum - 1)->attlen);
 }
 
-/* The i-th kind if it sends after COMMIT, else NULL. */
-static inline const OutboxDestinationKind *
-after_commit(int i)
-{
-	return kinds[i]->send_point == OUTBOX_SEND_AFTER_COMMIT ? kinds[i] : NULL;
-}
-
-/*
- * The outcomes every kind has now (see collect in destination.h), in one
- * List in the current memory context.
- */
-List *
-OutboxKindsCollect(void)
-{
-	List	   *done = NIL;
-
-	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i))
-			done = list_concat(done, kinds[i]->collect(state_at(i)));
-	return done;
-}
-
-/* Events handed to the kinds whose outcome is not returned yet. */
-int
-OutboxKindsPending(void)
-{
-	int			n = 0;
-
-	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i))
-			n += kinds[i]->pending(state_at(i));
-	return n;
-}
-
-/* Whether any kind has events or network work (see busy). */
-bool
-OutboxKindsBusy(void)
-{
-	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i) && kinds[i]->busy(state_at(i)))
-			return true;
-	return false;
-}
-
-/* The destinations that any kind asks the claim to leave out for now. */
-List *
-OutboxKindsFull(void)
-{
-	List	   *full = NIL;
-
-	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i))
-			full = list_concat(full, kinds[i]->full(state_at(i)));
-	return full;
-}
-
-/*
- * Whether sqlerrcode, from a claim's failed COMMIT, says that the queue of
- * a kind that sends at COMMIT was full (commit_full_errcode): nothing was
- * sent.
- */
-bool
-OutboxKindsCommitFull(int sqlerrcode)
-{
-	for (int i = 0; i < NKINDS; i++)
-		if (kinds[i]->send_point == OUTBOX_SEND_AT_COMMIT &&
-			kinds[i]->commit_full_errcode != 0 &&
-			kinds[i]->commit_full_errcode == sqlerrcode)
-			return true;
-	return false;
-}
-
-/*
- * Raises 23514 if kind (NULL: one this library does not have) does not
- * sign what it sends, naming the kinds that do: a secret, in the
- * destination's column or in outbox_destination_secrets, is only for
- * those. In a transaction, from the triggers on both tables.
- */
-void
-OutboxKindSigningCheck(const OutboxDestinationKind *kind)
-{
-	StringInfoData which;
-	int			n = 0;
-
-	if (kind != NULL && kind->signs)
-		return;
-	initStringInfo(&which);
-	for (int i = 0; i < NKINDS; i++)
-		if (kinds[i]->signs)
-			n++;
-	for (int i = 0, k = 0; i < NKINDS; i++)
-		if (kinds[i]->signs)
-			appendStringInfo(&which, "%s%s", k++ == 0 ? "" : k == n ? " or " : ", ",
-							 kinds[i]->description);
-	ereport(ERROR,
-			(errcode(ERRCODE_CHECK_VIOLATION),
-			 errmsg("destination secret is for %s", which.data),
-			 kind != NULL ?
-			 errhint("Messages to %s are not signed.", kind->description) : 0));
-}
-
-PG_FUNCTION_INFO_V1(_outbox_check_signing_kind);
-
-/*
- * _outbox_check_signing_kind(kind text) RETURNS void
- *
- * SQL-callable, internal: OutboxKindSigningCheck for the kind of that name
- * (23514 unless it signs), for the trigger on outbox_destination_secrets.
- * Strict.
- */
-Datum
-_outbox_check_signing_kind(PG_FUNCTION_ARGS)
-{
-	OutboxKindSigningCheck(OutboxKindByName(text_to_cstring(PG_GETARG_TEXT_PP(0))));
-	PG_RETURN_VOID();
-}
-
-/* Tells every kind that sends after COMMIT to forget what it was given. */
-void
-OutboxKindsAbandon(void)
-{
-	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i))
-			kinds[i]->abandon(state_at(i));
-}
-
 /*
  * Checks a column of a destination that names a file the relay reads as
  * the server's operating system user (a CA bundle, NATS credentials): NULL,
  * or an absolute path of at most MAXPGPATH - 1 bytes without control
  * characters, which only a role with the privileges of
  * pg_read_server_files may write; nor may another role change where a
- * destination that names a file connects (its kind's target column: the
+ * destination that names a file connects (target_column, its kind's: the
  * servers that would get a creds file's identity and signatures). Checked
  * only when one of those changes, so that other roles may still change
  * the rest of the row. Returns true, or false with *p: 23514, 54000 for
@@ -540,7 +171,8 @@ OutboxKindsAbandon(void)
  * trigger.
  */
 bool
-OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column, OutboxProblem *p)
+OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column,
+						   const char *target_column, OutboxProblem *p)
 {
 	char	   *path = OutboxDestinationText(row, column);
 
@@ -565,14 +197,9 @@ OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column, 
 		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
 								pstrdup("permission denied to name a file in a destination"),
 								psprintf("Only roles with the privileges of pg_read_server_files may set %s: the relay reads the file as the server's operating system user.", column));
-	{
-		char	   *kind_name = OutboxDestinationText(row, "kind");
-		const OutboxDestinationKind *kind = kind_name ? OutboxKindByName(kind_name) : NULL;
-
-		if (kind != NULL && OutboxDestinationColumnChanged(row, kind->target_column))
-			return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
-									psprintf("permission denied to change the %s of a destination that names a file", kind->target_column),
-									psprintf("Only roles with the privileges of pg_read_server_files may change it while %s is set: what the relay reads from the file would go to the new target.", column));
-	}
+	if (OutboxDestinationColumnChanged(row, target_column))
+		return OutboxProblemSet(p, ERRCODE_INSUFFICIENT_PRIVILEGE,
+								psprintf("permission denied to change the %s of a destination that names a file", target_column),
+								psprintf("Only roles with the privileges of pg_read_server_files may change it while %s is set: what the relay reads from the file would go to the new target.", column));
 	return true;
 }

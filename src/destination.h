@@ -245,7 +245,7 @@ extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char
 extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
 extern bool OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name);
 extern bool OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column,
-									   OutboxProblem *p);
+									   const char *target_column, OutboxProblem *p);
 extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms,
 										   Jsonb **headers);
 extern bool OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns,
@@ -263,34 +263,12 @@ typedef struct OutboxKindLeftOut
 	const OutboxKindColumn *own_columns;	/* ends with { NULL } */
 } OutboxKindLeftOut;
 
-extern const OutboxDestinationKind *const *OutboxKindRegistry(int *n);
-extern const OutboxKindLeftOut *const *OutboxKindsLeftOut(void);
-extern void OutboxKindCheck(const OutboxDestinationKind *kind);
-extern void OutboxKindsInit(void);
-extern const OutboxDestinationKind *OutboxKindByName(const char *name);
-extern bool OutboxKindHasFormat(const OutboxDestinationKind *kind, const char *format);
-extern int	OutboxKindCount(void);
-extern const OutboxDestinationKind *OutboxKindAt(int i);
-
-/* Over every OUTBOX_SEND_AFTER_COMMIT kind */
-extern List *OutboxKindsCollect(void);
-extern int	OutboxKindsPending(void);
-extern bool OutboxKindsBusy(void);
-extern List *OutboxKindsFull(void);
-extern void OutboxKindsAbandon(void);
+/*
+ * The kind's state in this process (see startup above), for a kind's SQL
+ * functions, which get no state argument (kind_registry.c). Any process;
+ * ERROR for a kind that is not registered, or what its startup raises.
+ */
 extern void *OutboxKindState(const OutboxDestinationKind *kind);
-extern bool OutboxKindCheckDestination(const OutboxDestinationKind *kind,
-									   const OutboxDestinationRow *row, OutboxProblem *p);
-extern Size OutboxKindDecode(const OutboxDestinationRow *row, OutboxDestination *dest);
-extern Size OutboxKindPrepare(OutboxEvent *ev);
-extern void OutboxKindSend(OutboxEvent *ev);
-extern void OutboxKindEnqueue(OutboxEvent *ev);
-extern int	OutboxKindRoom(const OutboxEvent *ev);
-extern uint64 OutboxKindSockets(int i, const OutboxWaitSocket **socks, int *n);
-extern long OutboxKindTimeoutMs(int i);
-extern void OutboxKindSocketReady(int i, pgsocket fd, uint32 events);
-extern bool OutboxKindsCommitFull(int sqlerrcode);
-extern void OutboxKindSigningCheck(const OutboxDestinationKind *kind);
 
 /*
  * What the core offers a kind (and nothing else of the worker's): its

@@ -21,6 +21,7 @@
 
 #include "compat.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "guc.h"
 #include "health.h"
 #include "launcher.h"

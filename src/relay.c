@@ -84,6 +84,7 @@
 #include "claim.h"
 #include "compat.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "event.h"
 #include "guc.h"
 #include "health.h"

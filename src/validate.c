@@ -56,6 +56,7 @@
 #include "cloudevents.h"
 #include "compat.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "event.h"
 #include "headers.h"
 #include "size_limits.h"

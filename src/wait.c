@@ -30,6 +30,7 @@
 
 #include "compat.h"
 #include "destination.h"
+#include "kind_registry.h"
 #include "wait.h"
 
 /* ready events handled per wait; the rest are still ready at the next */

@@ -11,6 +11,7 @@
 #include "utils/builtins.h"
 
 #include "destination.h"
+#include "kind_registry.h"
 
 PG_MODULE_MAGIC;
 

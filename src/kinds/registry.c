@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "destination.h"
+#include "kind_registry.h"
 
 extern const OutboxDestinationKind OutboxHttpKind;
 extern const OutboxDestinationKind OutboxNotifyKind;

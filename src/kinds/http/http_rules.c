@@ -113,7 +113,7 @@ OutboxHttpCheckDestination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination events_per_request must be 1 in the cloudevents-binary format"),
 								pstrdup("The binary mode carries one event per request; batches use the cloudevents format (application/cloudevents-batch+json)."));
-	return OutboxDestinationFileCheck(row, "ca_file", p);
+	return OutboxDestinationFileCheck(row, "ca_file", "url", p);
 }
 
 /*

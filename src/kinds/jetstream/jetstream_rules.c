@@ -24,6 +24,7 @@
 #include "destination.h"
 #include "headers.h"
 
+#include "jetstream_columns.h"
 #include "jetstream_int.h"
 
 /* the longest nats_servers, nats_subject, stream name, file path */
@@ -492,8 +493,8 @@ credentials_check(const OutboxDestinationRow *row, const char *user, const char 
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination has more than one kind of NATS credentials"),
 								pstrdup("It has nats_user and nats_password, or nats_token, or nats_creds_file."));
-	return OutboxDestinationFileCheck(row, "nats_creds_file", p) &&
-		OutboxDestinationFileCheck(row, "nats_ca_file", p);
+	return OutboxDestinationFileCheck(row, "nats_creds_file", JETSTREAM_TARGET_COLUMN, p) &&
+		OutboxDestinationFileCheck(row, "nats_ca_file", JETSTREAM_TARGET_COLUMN, p);
 }
 
 /*
