@@ -22,6 +22,8 @@
  */
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
+
 #include "cloudevents.h"
 #include "envelope.h"
 #include "format.h"
@@ -54,6 +56,30 @@ static const OutboxFormat formats[] = {
 	{OUTBOX_FORMAT_CLOUDEVENTS_BINARY, "application/json", NULL, true, true,
 	prepare_binary},
 };
+
+/*
+ * The body of a batch of n prepared events of one destination, whose
+ * format has a batch (batch_content_type): a JSON array of their bodies,
+ * in order; for structured CloudEvents, the CloudEvents JSON format's
+ * batch. Palloc'd in the current memory context; no transaction needed.
+ */
+char *
+OutboxBatchBody(OutboxEvent *const *events, int n)
+{
+	StringInfoData buf;
+
+	Assert(n > 0 && events[0]->dest.fmt->batch_content_type != NULL);
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '[');
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		appendStringInfoString(&buf, events[i]->body);
+	}
+	appendStringInfoChar(&buf, ']');
+	return buf.data;
+}
 
 /* The format called name, or NULL if this library has none. No error. */
 const OutboxFormat *

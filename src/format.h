@@ -35,5 +35,6 @@ typedef struct OutboxFormat
 
 extern const OutboxFormat *OutboxFormatByName(const char *name);
 extern Size OutboxPrepareFormat(OutboxEvent *ev);
+extern char *OutboxBatchBody(OutboxEvent *const *events, int n);
 
 #endif							/* OUTBOX_FORMAT_H */

@@ -229,27 +229,15 @@ is_batch(const HttpRequest *req)
 }
 
 /*
- * The body of req: its event's, or for a batch a JSON array of its events'
- * bodies (envelopes, or structured CloudEvents: the CloudEvents JSON
- * format's batch), in the order of the request. Palloc'd.
+ * The body of req: its event's, or for a batch its format's batch of its
+ * events (OutboxBatchBody), in the order of the request.
  */
 static char *
 request_body(const HttpRequest *req)
 {
-	StringInfoData buf;
-
 	if (!is_batch(req))
 		return req->events[0]->body;
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '[');
-	for (int i = 0; i < req->nevents; i++)
-	{
-		if (i > 0)
-			appendStringInfoChar(&buf, ',');
-		appendStringInfoString(&buf, req->events[i]->body);
-	}
-	appendStringInfoChar(&buf, ']');
-	return buf.data;
+	return OutboxBatchBody(req->events, req->nevents);
 }
 
 /*
