@@ -212,6 +212,10 @@ install_node_modules() {
         return 0
     fi
     note "installing the tests' npm packages into $NODE_DIR (npm ci)"
+    # Debian's nodejs comes without npm (NodeSource's has it)
+    if ! command -v npm >/dev/null; then
+        install_packages "$log" npm || return 1
+    fi
     mkdir -p "$NODE_DIR" &&
         cp "$repo/test/node/package.json" "$repo/test/node/package-lock.json" "$NODE_DIR/" &&
         (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error) >>"$log" 2>&1 || {

@@ -19,7 +19,8 @@ extern const OutboxDestinationKind *const *OutboxKindRegistry(int *n);
 extern const OutboxKindLeftOut *const *OutboxKindsLeftOut(void);
 
 /* the kinds built in, checked when the library loads */
-extern void OutboxKindCheck(const OutboxDestinationKind *kind);
+/* exported (PGDLLEXPORT): a module loaded beside outbox may check a table */
+extern PGDLLEXPORT void OutboxKindCheck(const OutboxDestinationKind *kind);
 extern void OutboxKindsInit(void);
 extern const OutboxDestinationKind *OutboxKindByName(const char *name);
 extern bool OutboxKindHasFormat(const OutboxDestinationKind *kind, const char *format);

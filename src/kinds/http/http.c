@@ -529,6 +529,8 @@ http_define_settings(void)
 }
 
 /* The webhook kind: sent after COMMIT, libcurl's sockets in the relay's wait. */
+extern const OutboxDestinationKind OutboxHttpKind;	/* src/kinds/registry.c */
+
 const OutboxDestinationKind OutboxHttpKind = {
 	.name = "http",
 	.description = "a webhook",

@@ -240,6 +240,8 @@ notify_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 }
 
 /* The NOTIFY kind: sent in the claim's transaction, at its COMMIT. */
+extern const OutboxDestinationKind OutboxNotifyKind;	/* src/kinds/registry.c */
+
 const OutboxDestinationKind OutboxNotifyKind = {
 	.name = "notify",
 	.description = "a NOTIFY channel",

@@ -23,6 +23,8 @@
 #include "../jetstream_columns.h"
 
 /* what the registry tells the validation trigger of the kind left out */
+extern const OutboxKindLeftOut OutboxJetStreamLeftOut;
+
 const OutboxKindLeftOut OutboxJetStreamLeftOut = {
 	.name = JETSTREAM_NAME,
 	.description = JETSTREAM_DESCRIPTION,
