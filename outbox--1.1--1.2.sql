@@ -114,9 +114,9 @@ SELECT o.event_type,
  * whose values a writer could make collide at will: with many aggregate
  * ids of one hash value pending, each probe for the event before another
  * read all of them, and claims stalled every ordered key. The probe still
- * compares the key itself. Building the index holds a SHARE lock on
- * outbox (inserts wait) for as long as it takes: see Upgrading in the
- * README for a large table.
+ * compares the key itself. DROP INDEX takes an ACCESS EXCLUSIVE lock on
+ * outbox, held until the update commits, the build included: see
+ * Upgrading in the README for a large table.
  */
 CREATE FUNCTION @extschema@._outbox_aggregate_key(text, text)
 RETURNS bigint
