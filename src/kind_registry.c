@@ -384,11 +384,16 @@ _outbox_check_signing_kind(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* Tells every kind that sends after COMMIT to forget what it was given. */
+/*
+ * Tells every kind that sends after COMMIT to forget what it was given.
+ * Called while an error is handled (OutboxSendAndWait): a kind whose state
+ * was never made in this process was given nothing, and its startup is
+ * not run now.
+ */
 void
 OutboxKindsAbandon(void)
 {
 	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i))
-			kinds[i]->abandon(state_at(i));
+		if (after_commit(i) && started[i])
+			kinds[i]->abandon(states[i]);
 }
