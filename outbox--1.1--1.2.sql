@@ -38,6 +38,21 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.event_headers IS
     'The event headers forwarded: header names and prefixes ending in -* (x-envoy-*), without case, at most 64; NULL: every one events may carry, as in 1.1; empty: none. The destination''s own headers are always sent';
 
 /*
+ * A kind's own settings, as a foreign server's OPTIONS: one JSON object
+ * per destination, its keys declared by the destination's kind and checked
+ * by the validation trigger (src/kind_options.c), so that a kind added
+ * later brings no column and no schema change. The settings that 1.0 and
+ * 1.1 made columns stay columns, under the names users wrote. Why:
+ * docs/kind-settings.md. Existing rows get the empty object; a constant
+ * default adds the column without rewriting the table.
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN options jsonb NOT NULL DEFAULT '{}';
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.options IS
+    'The destination kind''s own settings that have no column: a JSON object whose keys the kind declares (see its page in docs/); {} for none';
+
+/*
  * Routing: an event goes to the destination with the first name whose
  * pattern matches its type, enabled or not; if that one is disabled, the
  * event waits for it (parked, as an event no destination takes), never

@@ -21,7 +21,7 @@ SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 -- the events and destinations are untouched
 SELECT event_type, attempts, last_error, dead_at IS NOT NULL AS dead
   FROM outbox ORDER BY id;
-SELECT name, secret, notify_mode FROM outbox_destinations ORDER BY name;
+SELECT name, secret, notify_mode, options FROM outbox_destinations ORDER BY name;
 -- the old destination stays as it was (its events are dead-lettered with a
 -- reason); a change to it must bring a secret the relay can use
 DO $$

@@ -59,14 +59,34 @@ OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool 
 }
 
 /*
+ * Whether name is an option rather than a column of the row: the row type
+ * has options and no column of that name.
+ */
+static bool
+is_option(const OutboxDestinationRow *row, const char *name)
+{
+	if (row->cache != NULL)
+		for (int i = 0; i < row->cache->n; i++)
+			if (row->cache->names[i] == name)
+				return false;
+	return SPI_fnumber(row->desc, name) <= 0 && SPI_fnumber(row->desc, "options") > 0;
+}
+
+/*
  * The value of text column name of a destination row, as a string in the
- * current memory context, or NULL. As OutboxDestinationColumn.
+ * current memory context, or NULL; or of string option name when the row
+ * has no such column (OutboxDestinationOptionText). As
+ * OutboxDestinationColumn.
  */
 char *
 OutboxDestinationText(const OutboxDestinationRow *row, const char *name)
 {
 	bool		isnull;
-	Datum		d = OutboxDestinationColumn(row, name, &isnull);
+	Datum		d;
+
+	if (is_option(row, name))
+		return OutboxDestinationOptionText(row, name);
+	d = OutboxDestinationColumn(row, name, &isnull);
 
 	return isnull ? NULL : TextDatumGetCString(d);
 }
@@ -129,9 +149,10 @@ OutboxDestinationEventHeaders(const OutboxDestinationRow *row, char ***patterns,
 }
 
 /*
- * Whether column name is written with a new value: always on INSERT (or a
- * row without old_tuple), else when it differs from the row before the
- * UPDATE (NULL and a value differ). For a kind's check_destination: a rule
+ * Whether column name (or option name, where the row has no such column)
+ * is written with a new value: always on INSERT (or a row without
+ * old_tuple), else when it differs from the row before the UPDATE (NULL
+ * and a value differ, as unset and set). For a kind's check_destination: a rule
  * about who may set a value need not stop other changes to the row.
  */
 bool
@@ -146,6 +167,8 @@ OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name
 
 	if (row->old_tuple == NULL)
 		return true;
+	if (is_option(row, name))
+		return OutboxDestinationOptionChanged(row, name);
 	old.tuple = row->old_tuple;
 	d = OutboxDestinationColumn(row, name, &isnull);
 	old_d = OutboxDestinationColumn(&old, name, &old_isnull);

@@ -98,13 +98,50 @@ typedef struct OutboxKindColumn
 	const char *unset;
 } OutboxKindColumn;
 
+/*
+ * A kind's own setting kept in outbox_destinations.options (a jsonb object)
+ * rather than in a column of its own: its key, its JSON type and bounds.
+ * The validation trigger checks a row's options against its kind's list
+ * before the kind's check_destination (kind_options.c), so that the kind
+ * reads them with the readers below and trusts their types. Values are
+ * never quoted in an error, a log line or last_error, whichever option
+ * holds a credential. See docs/kind-settings.md.
+ */
+typedef enum OutboxOptionType
+{
+	OUTBOX_OPTION_STRING,		/* min..max bytes */
+	OUTBOX_OPTION_INTEGER,		/* a JSON number with no fraction, min..max */
+	OUTBOX_OPTION_BOOLEAN,		/* true or false */
+	OUTBOX_OPTION_STRINGS		/* an array of min..max strings, each not empty */
+} OutboxOptionType;
+
+typedef struct OutboxKindOption
+{
+	const char *name;			/* lower case letters, digits and _ */
+	OutboxOptionType type;
+	bool		required;
+	int64		min;
+	int64		max;
+} OutboxKindOption;
+
+/* the bytes a destination's options may take, all of them (jsonb) */
+#define OUTBOX_MAX_OPTIONS_BYTES (64 * 1024)
+/* the bytes of one string an option holds, whatever its own max */
+#define OUTBOX_MAX_OPTION_STRING_BYTES 8192
+
 typedef struct OutboxDestinationKind
 {
 	/* its name in outbox_destinations.kind */
 	const char *name;
 	/* what a destination of the kind is, for messages: "a webhook" */
 	const char *description;
-	/* the column of outbox_destinations that holds its target: "url" */
+	/*
+	 * Where its target is: a column of outbox_destinations ("url"), or,
+	 * for a kind that brings no column, one of its options, which it
+	 * declares required. A destination whose target is an option is
+	 * written with its kind named (a row without a kind takes the kind of
+	 * the one target column it sets).
+	 */
 	const char *target_column;
 	/*
 	 * The columns only this kind reads, other than its target: the
@@ -112,6 +149,12 @@ typedef struct OutboxDestinationKind
 	 * destination of another kind. Ends with a { NULL } entry.
 	 */
 	const OutboxKindColumn *own_columns;
+	/*
+	 * Its settings in outbox_destinations.options: NULL for none, else
+	 * ends with a { NULL } entry. A destination of the kind may hold no
+	 * other key, and of any other kind none of these.
+	 */
+	const OutboxKindOption *options;
 	/*
 	 * The formats (outbox_destinations.format) the kind can send, the first
 	 * one the default; ends with NULL. The validation trigger refuses any
@@ -242,8 +285,27 @@ OutboxEventGoesInFlight(const OutboxEvent *ev)
 
 extern Datum OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name,
 									 bool *isnull);
-extern char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
+extern PGDLLEXPORT char *OutboxDestinationText(const OutboxDestinationRow *row, const char *name);
 extern bool OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name);
+/*
+ * The options of a destination row (kind_options.c): the value of option
+ * name, as the validation trigger checked it. Text: a string option
+ * (palloc'd), or NULL when unset; Int and Bool: false when unset; Strings:
+ * false when unset, else its entries palloc'd in *out. A value of another
+ * type (a row written with the trigger off) reads as unset. Any process,
+ * in a transaction. OutboxDestinationText reads an option too when name is
+ * not a column, and OutboxDestinationColumnChanged compares one. Exported
+ * (PGDLLEXPORT), as a kind built outside the library would need them.
+ */
+extern PGDLLEXPORT char *OutboxDestinationOptionText(const OutboxDestinationRow *row,
+													 const char *name);
+extern PGDLLEXPORT bool OutboxDestinationOptionInt(const OutboxDestinationRow *row,
+												   const char *name, int64 *value);
+extern PGDLLEXPORT bool OutboxDestinationOptionBool(const OutboxDestinationRow *row,
+													const char *name, bool *value);
+extern PGDLLEXPORT bool OutboxDestinationOptionStrings(const OutboxDestinationRow *row,
+													   const char *name, char ***out, int *n);
+extern bool OutboxDestinationOptionChanged(const OutboxDestinationRow *row, const char *name);
 extern bool OutboxDestinationFileCheck(const OutboxDestinationRow *row, const char *column,
 									   const char *target_column, OutboxProblem *p);
 extern Size OutboxDestinationSharedOptions(const OutboxDestinationRow *row, int *timeout_ms,

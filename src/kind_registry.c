@@ -62,6 +62,7 @@ OutboxKindCheck(const OutboxDestinationKind *kind)
 	REQUIRE(kind, description);
 	REQUIRE(kind, target_column);
 	REQUIRE(kind, own_columns);
+	OutboxKindOptionsDeclCheck(kind);
 	if (kind->formats == NULL || kind->formats[0] == NULL)
 		elog(ERROR, "outbox destination kind \"%s\" has no formats", name);
 	for (const char *const *f = kind->formats; *f != NULL; f++)

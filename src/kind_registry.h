@@ -28,6 +28,13 @@ extern int	OutboxKindCount(void);
 extern const OutboxDestinationKind *OutboxKindAt(int i);
 extern void OutboxKindSigningCheck(const OutboxDestinationKind *kind);
 
+/* a kind's options (kind_options.c) */
+extern void OutboxKindOptionsDeclCheck(const OutboxDestinationKind *kind);
+/* exported (PGDLLEXPORT): a module loaded beside outbox may test a list */
+extern PGDLLEXPORT bool OutboxKindOptionsCheck(const OutboxDestinationKind *kind,
+											   Jsonb *options, OutboxProblem *p);
+extern PGDLLEXPORT bool OutboxKindTargetIsOption(const OutboxDestinationKind *kind);
+
 /* a kind's callbacks, called with its state */
 extern bool OutboxKindCheckDestination(const OutboxDestinationKind *kind,
 									   const OutboxDestinationRow *row, OutboxProblem *p);

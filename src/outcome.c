@@ -189,7 +189,7 @@ failed_attempt(const OutboxEvent *ev, int attempts, double *delay_ms)
 
 /*
  * Disables a destination whose endpoint said it is gone, if its target
- * (the column $4, its kind's target_column) is still the one the event was
+ * (the column or option $4, its kind's target_column) is still the one the event was
  * sent to (an operator may have moved it since) and nobody holds its row.
  * disabled_at is set by the enabled trigger.
  */
@@ -199,7 +199,7 @@ static OutboxStatement disable_stmt = {
 		"UPDATE %1$s.outbox_destinations d"
 		"   SET enabled = false, disabled_reason = $3"
 		" WHERE d.ctid = (SELECT ctid FROM %1$s.outbox_destinations t"
-		"                  WHERE name = $1 AND enabled AND to_jsonb(t) ->> $4 = $2"
+		"                  WHERE name = $1 AND enabled AND coalesce(to_jsonb(t) ->> $4, t.options ->> $4) = $2"
 		"                    FOR UPDATE SKIP LOCKED)"
 		"   AND d.name = $1",
 	.nargs = 4,

@@ -222,7 +222,7 @@ refuse(const char *message, const char *detail)
 
 /*
  * The kind whose target column is the only one set in tuple, or NULL if
- * none or several are.
+ * none or several are. A kind whose target is an option has no column.
  */
 static const OutboxDestinationKind *
 kind_by_target(Relation rel, HeapTuple tuple)
@@ -233,6 +233,8 @@ kind_by_target(Relation rel, HeapTuple tuple)
 	{
 		bool		isnull;
 
+		if (OutboxKindTargetIsOption(OutboxKindAt(i)))
+			continue;
 		(void) column(rel, tuple, OutboxKindAt(i)->target_column, &isnull);
 		if (isnull)
 			continue;
@@ -316,7 +318,8 @@ refuse_targets(void)
 		const OutboxDestinationKind *k = OutboxKindAt(i);
 		const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
 
-		appendStringInfo(&detail, "%s%s (%s)", sep, k->description, k->target_column);
+		appendStringInfo(&detail, "%s%s (%s%s)", sep, k->description,
+						 OutboxKindTargetIsOption(k) ? "options." : "", k->target_column);
 	}
 	appendStringInfoString(&detail, n == 2 ? ", not both." : ", only one of them.");
 	refuse("destination must have exactly one target", detail.data);
@@ -385,7 +388,8 @@ check_kind(Relation rel, HeapTuple tuple, HeapTuple old)
 			refuse("a destination cannot change its kind",
 				   "Insert a new destination and delete the old one.");
 	}
-	if (kind_by_target(rel, tuple) != kind)
+	/* a kind whose target is an option sets no target column */
+	if (kind_by_target(rel, tuple) != (OutboxKindTargetIsOption(kind) ? NULL : kind))
 		refuse_targets();
 	return kind;
 }
@@ -506,6 +510,25 @@ check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind 
 }
 
 /*
+ * The kind's options (kind_options.c: OutboxKindOptionsCheck), before its
+ * own rules read them: 22023, 23514 or 54000. From 1.2; a 1.1 table has
+ * no options column (a 1.2 library before the update).
+ */
+static void
+check_options(Relation rel, HeapTuple tuple, const OutboxDestinationKind *kind)
+{
+	OutboxProblem p;
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_fnumber(RelationGetDescr(rel), "options") <= 0)
+		return;
+	d = column(rel, tuple, "options", &isnull);
+	if (!isnull && !OutboxKindOptionsCheck(kind, DatumGetJsonbP(d), &p))
+		OutboxRaiseProblem(&p);
+}
+
+/*
  * _outbox_check_destination() RETURNS trigger
  *
  * BEFORE INSERT OR UPDATE, FOR EACH ROW, on outbox_destinations: the rules
@@ -515,7 +538,8 @@ check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind 
  * for NULL in a NOT NULL column; 23514 for an empty name or pattern, a
  * kind this library does not have, a target other than the kind's one,
  * invalid headers (OutboxHeadersCheck) or secret (OutboxSecretCheck), a
- * timeout_ms outside 1..OUTBOX_MAX_TIMEOUT_MS, an unknown format, what the
+ * timeout_ms outside 1..OUTBOX_MAX_TIMEOUT_MS, an unknown format, options
+ * the kind does not declare or of another type (22023; check_options), what the
  * kind's own rules refuse (its check_destination: the url of a webhook,
  * a channel's name, notify_mode), a value in another kind's own column
  * (check_own_columns), and, on UPDATE, a change of name or of kind; 54000
@@ -564,6 +588,7 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	refuse_left_out(rel, tuple, NULL);
 	check_own_columns(rel, tuple, kind);
 	check_shared_columns(rel, tuple, kind);
+	check_options(rel, tuple, kind);
 	row.desc = RelationGetDescr(rel);
 	row.tuple = tuple;
 	row.old_tuple = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_trigtuple : NULL;

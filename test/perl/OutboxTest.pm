@@ -21,9 +21,25 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
-  poison_scenario time_bound);
+  poison_scenario time_bound kind_check_module);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
+
+# Builds test/kind_check.c, a module of test functions for the kind
+# interface, against the installed server's headers and this tree's src/,
+# and returns the path of the shared library (in a fresh temporary
+# directory). Dies if it does not build.
+sub kind_check_module
+{
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	my $includes = `pg_config --includedir-server`;
+	chomp $includes;
+	my ($out, $err) = PostgreSQL::Test::Utils::run_command([ $ENV{CC} // 'cc', '-shared', '-fPIC',
+		'-O1', "-I$includes", "-I$test_dir/../src", '-o', "$dir/kind_check.so",
+		"$test_dir/kind_check.c" ]);
+	die "cannot build test/kind_check.c: $err" unless -f "$dir/kind_check.so";
+	return "$dir/kind_check.so";
+}
 
 # Skips the whole test file when the installed build left kind out (make
 # with_<kind>=no): the Makefile lists such kinds in OUTBOX_KINDS_LEFT_OUT.

@@ -15,19 +15,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $src = "$FindBin::RealBin/../..";
-my $dir = PostgreSQL::Test::Utils::tempdir();
-my $includes = `pg_config --includedir-server`;
-chomp $includes;
-my ($out, $err) = run_command([ $ENV{CC} // 'cc', '-shared', '-fPIC', '-O1',
-	"-I$includes", "-I$src/src", '-o', "$dir/kind_check.so",
-	"$FindBin::RealBin/../kind_check.c" ]);
-die "cannot build kind_check: $err" unless -f "$dir/kind_check.so";
+my $module = kind_check_module();
 
 my $node = outbox_node('kinds');
 $node->safe_psql('postgres', qq{
 	CREATE FUNCTION kind_check(text) RETURNS text
-	AS '$dir/kind_check.so', 'kind_check' LANGUAGE C STRICT});
+	AS '$module', 'kind_check' LANGUAGE C STRICT});
 
 sub check
 {
