@@ -36,6 +36,7 @@
 #include "postgres.h"
 
 #include <curl/curl.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "lib/ilist.h"
@@ -175,6 +176,15 @@ OutboxHttpReleaseRequest(HttpState *st, HttpRequest *req)
 	pfree(req);
 }
 
+static int	dest_share(HttpState *st, HttpDest *d, int limit, TimestampTz now);
+
+/* ev's time limit, in ms: its destination's timeout_ms, or outbox.http_timeout */
+static long
+event_timeout_ms(const OutboxEvent *ev)
+{
+	return HTTP_OPTIONS(ev)->timeout_ms >= 0 ? HTTP_OPTIONS(ev)->timeout_ms : http_timeout;
+}
+
 /*
  * enqueue: queues an event with its body built. The event must stay valid
  * until collect hands it back with its outcome; the request itself lives
@@ -197,6 +207,124 @@ http_enqueue(void *state, OutboxEvent *ev)
 	req->dest->unreported++;
 	req->dest->per_request = HTTP_OPTIONS(ev)->events_per_request;
 	req->dest->last_active = GetCurrentTimestamp();
+	req->wait_deadline = TimestampTzPlusMilliseconds(req->dest->last_active, event_timeout_ms(ev));
+}
+
+/*
+ * Hands back, not sent, the queued requests that did not start within
+ * their time limit (wait_deadline): a destination that slowed down after
+ * the claim took its events (an endpoint that hangs now), or a share that
+ * shrank. Their events go back to the table, due again after the backoff
+ * without an attempt counted, rather than waiting in the relay's memory
+ * for round after round of requests; so no event is in flight longer than
+ * twice its time limit. Only heads are looked at: a queue is in the order
+ * its events came (a later one with a shorter timeout_ms, the row changed
+ * between two claims, goes back when it reaches the head).
+ */
+void
+OutboxHttpExpireQueued(HttpState *st, List **done)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	foreach(lc, st->dests)
+	{
+		HttpDest   *d = lfirst(lc);
+
+		while (d->queued > 0)
+		{
+			HttpRequest *req = dlist_container(HttpRequest, node, dlist_head_node(&d->queue));
+			OutboxEvent *ev = req->events[0];
+
+			if (now < req->wait_deadline)
+				break;
+			dlist_pop_head_node(&d->queue);
+			d->queued--;
+			ev->ok = false;
+			ev->not_sent = true;
+			ev->error = psprintf("not sent: no connection was free for it within its time limit of %ld ms",
+								 event_timeout_ms(ev));
+			OutboxHttpReport(req, done);
+			OutboxHttpReleaseRequest(st, req);
+		}
+	}
+}
+
+/*
+ * The first wait_deadline of a queued request, 0 if none: collect must
+ * run then (OutboxHttpTimeoutMs). With away (microseconds), first adds it
+ * to every queued request's: the relay was in a step, not waiting.
+ */
+TimestampTz
+OutboxHttpQueuedDeadline(HttpState *st, int64 away)
+{
+	TimestampTz first = 0;
+	ListCell   *lc;
+
+	foreach(lc, st->dests)
+	{
+		HttpDest   *d = lfirst(lc);
+		dlist_iter	iter;
+
+		dlist_foreach(iter, &d->queue)
+		{
+			HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
+
+			req->wait_deadline += away;
+			if (first == 0 || req->wait_deadline < first)
+				first = req->wait_deadline;
+			if (away == 0)
+				break;			/* in order: the head is the first */
+		}
+	}
+	return first;
+}
+
+/*
+ * The wait a claim may put ahead of an event's request, in ms: its events
+ * should start within it (http_room). A second, as for JetStream (an event
+ * is in flight its time limit and a second, at most).
+ */
+#define ROOM_WAIT_MS 1000
+
+/*
+ * room (dest_room): how many more of ev's destination's events the kind can start
+ * within ROOM_WAIT_MS: the connections it may use now (its share) times
+ * its events per request, times the requests each can finish in that time
+ * by the destination's average so far (at least one round). What it holds
+ * already counts against it. A fast endpoint can take a whole claim; one
+ * that answers in 300 ms gets three rounds' worth, and one that hangs a
+ * round's worth, so its events wait in the table, not in the relay. A
+ * destination not measured yet in this process has no limit (-1): an
+ * outbox_relay() call in a new session (a pg_cron job) takes what it is
+ * asked for, and what finds no connection within its time limit goes back
+ * (OutboxHttpExpireQueued). In the claim's transaction, in the relay
+ * worker or an outbox_relay() backend.
+ */
+static int
+dest_room(HttpState *st, HttpDest *d, int per_request)
+{
+	double		rounds;
+	double		room;
+
+	if (d->avg_ms <= 0)
+		return -1;
+	rounds = Max(floor(ROOM_WAIT_MS / d->avg_ms), 1);
+	room = rounds * dest_share(st, d, outbox_http_max_connections, GetCurrentTimestamp()) *
+		Max(per_request, 1) - d->unreported;
+	return (int) Max(Min(room, (double) PG_INT32_MAX), 0);
+}
+
+static int
+http_room(void *state, const OutboxEvent *ev)
+{
+	HttpState  *st = (HttpState *) state;
+	ListCell   *lc;
+
+	foreach(lc, st->dests)
+		if (strcmp(((HttpDest *) lfirst(lc))->name, ev->dest.name) == 0)
+			return dest_room(st, lfirst(lc), HTTP_OPTIONS(ev)->events_per_request);
+	return -1;
 }
 
 /*
@@ -444,7 +572,8 @@ http_busy(void *state)
 
 /*
  * full: the destinations that hold outbox.http_max_connections requests'
- * worth of events or more in the transport (times events_per_request):
+ * worth of events or more in the transport (times events_per_request), or
+ * have no room (dest_room):
  * the relay claims none of theirs for now, so that
  * a slow destination's backlog stays in the table, where other
  * destinations' events can overtake it.
@@ -460,7 +589,8 @@ http_full(void *state)
 	{
 		HttpDest   *d = lfirst(lc);
 
-		if (d->unreported >= outbox_http_max_connections * Max(d->per_request, 1))
+		if (d->unreported >= outbox_http_max_connections * Max(d->per_request, 1) ||
+			dest_room(st, d, d->per_request) == 0)
 			full = lappend(full, d->name);
 	}
 	return full;
@@ -556,6 +686,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.enqueue = http_enqueue,
 	.collect = OutboxHttpCollect,
 	.pending = http_pending,
+	.room = http_room,
 	.busy = http_busy,
 	.full = http_full,
 	.sockets = OutboxHttpSockets,

@@ -182,6 +182,7 @@ OutboxHttpCollect(void *state)
 	} while (read_done(st, &done) > 0);
 	report_early(st, &done);
 	expire_requests(st, &done);
+	OutboxHttpExpireQueued(st, &done);
 	st->serviced_at = GetCurrentTimestamp();
 	CHECK_FOR_INTERRUPTS();
 	return done;
@@ -208,6 +209,7 @@ note_away(HttpState *st, TimestampTz now)
 	st->serviced_at = now;
 	if (away <= AWAY_MS * INT64CONST(1000))
 		return;
+	(void) OutboxHttpQueuedDeadline(st, away);
 	dlist_foreach(iter, &st->running_list)
 	{
 		HttpRequest *req = dlist_container(HttpRequest, node, iter.cur);
@@ -232,6 +234,7 @@ OutboxHttpTimeoutMs(void *state)
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz first = st->curl_due;
 	TimestampTz share;
+	TimestampTz queued;
 	dlist_iter iter;
 
 	if (st->multi == NULL)
@@ -251,6 +254,9 @@ OutboxHttpTimeoutMs(void *state)
 				first = t;
 		}
 	}
+	queued = OutboxHttpQueuedDeadline(st, 0);
+	if (queued != 0 && (first == 0 || queued < first))
+		first = queued;
 	share = OutboxHttpShareChangesAt(st, now);
 	if (share != 0 && (first == 0 || share < first))
 		first = share;

@@ -88,6 +88,8 @@ extern void OutboxHttpStartRequests(HttpState *st, List **done);
 extern void OutboxHttpReport(HttpRequest *req, List **done);
 extern void OutboxHttpReleaseRequest(HttpState *st, HttpRequest *req);
 extern TimestampTz OutboxHttpShareChangesAt(HttpState *st, TimestampTz now);
+extern void OutboxHttpExpireQueued(HttpState *st, List **done);
+extern TimestampTz OutboxHttpQueuedDeadline(HttpState *st, int64 away);
 
 /* http_sockets.c: libcurl's sockets and timer in the relay's wait */
 extern CURLM *OutboxHttpNewMulti(HttpState *st);

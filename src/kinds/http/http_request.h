@@ -79,6 +79,8 @@ typedef struct HttpRequest
 	bool		headers_done;
 	TimestampTz reported_at;	/* outcome handed back while the body came */
 	TimestampTz started_at;		/* when the request was handed to libcurl */
+	TimestampTz wait_deadline;	/* while queued: when it must have started,
+								 * or go back not sent (OutboxHttpExpireQueued) */
 	long		timeout_ms;		/* its time limit (outbox.http_timeout, or the
 								 * destination's timeout_ms) */
 	TimestampTz deadline;		/* when it runs out, the time the relay was
