@@ -23,6 +23,7 @@
 
 char	   *outbox_databases = NULL;
 int			outbox_relays_per_database = 1;
+int			outbox_max_destination_stats = 1024;
 int			outbox_batch_size = 1000;
 int			outbox_poll_interval = 1000;
 int			outbox_max_attempts = 10;
@@ -58,6 +59,15 @@ OutboxDefineGucs(void)
 							&outbox_relays_per_database,
 							1, 1, OUTBOX_MAX_RELAYS_PER_DATABASE,
 							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_destination_stats",
+							"Sets the number of destinations whose statistics are kept, all databases together.",
+							"Each takes about 600 bytes of shared memory. Outcomes of destinations beyond it are counted in their database's overflow row of outbox_destination_stats, whose destination is NULL.",
+							&outbox_max_destination_stats,
+							1024, 16, OUTBOX_MAX_DESTINATION_STATS_LIMIT,
+							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
 

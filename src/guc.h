@@ -13,9 +13,15 @@
 
 extern char *outbox_databases;
 extern int	outbox_relays_per_database;
+extern int	outbox_max_destination_stats;
 extern int	outbox_batch_size;
 
 /* the largest outbox.batch_size, and outbox_relay()'s batch_size */
+/*
+ * The largest outbox.max_destination_stats: rows of about 600 bytes each
+ * (health.c), so 60 MB of shared memory at most.
+ */
+#define OUTBOX_MAX_DESTINATION_STATS_LIMIT 100000
 #define OUTBOX_MAX_BATCH_SIZE 10000
 extern int	outbox_poll_interval;
 extern int	outbox_max_attempts;

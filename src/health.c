@@ -26,11 +26,12 @@
  * Lifetime: rows survive a relay's restart (the launcher's restart keeps
  * its row) but not a server restart or crash, which reinitialise shared
  * memory. outbox_stats_reset() zeroes a database's relay counters and
- * drops its destination rows. The destination table holds at most
- * OUTBOX_MAX_DESTINATION_STATS rows, and one database at most
- * OUTBOX_MAX_DESTINATION_STATS_PER_DB of them; destinations without a row
- * (either limit reached) are counted in their relay's totals only (logged
- * once), until a reset frees rows.
+ * drops its destination rows. The destination table holds
+ * outbox.max_destination_stats rows, first come, first served, whatever
+ * database they are of; the outcomes of a destination that finds none
+ * (logged once) go into its database's overflow row (an empty name, shown
+ * with a NULL destination), of which OVERFLOW_ROWS databases may have one
+ * beyond the setting, until a reset frees rows.
  *
  * Latency is the time from an event's created_at (its transaction's start,
  * as now() gave it) to the moment its delivery is recorded, for delivered
@@ -63,6 +64,7 @@
 #include "utils/timestamp.h"
 
 #include "destination.h"
+#include "guc.h"
 #include "health.h"
 #include "shmem.h"
 
@@ -163,7 +165,8 @@ typedef struct DestHealth
 typedef struct HealthShared
 {
 	LWLock	   *lock;			/* membership of both hash tables */
-	int			ndests;			/* rows of dest_hash; under lock */
+	int			ndests;			/* rows of dest_hash but overflow rows; under lock */
+	int			noverflow;		/* overflow rows of dest_hash; under lock */
 	bool		full_logged;	/* the table was full, and that was logged */
 	int			nmissing;		/* databases named but without relays */
 	NameData	missing[OUTBOX_MAX_RELAYS];
@@ -193,14 +196,26 @@ static bool xact_callback_registered = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+/*
+ * Databases that may have an overflow row beyond outbox.max_destination_stats
+ * (see the header); others' outcomes then go to their relays' totals only.
+ */
+#define OVERFLOW_ROWS 64
+
+/* Rows of the destination table, overflow rows included. */
+static long
+dest_rows_max(void)
+{
+	return (long) outbox_max_destination_stats + OVERFLOW_ROWS;
+}
+
 /* Size of the area: the header and both tables (shmem_request_hook). */
 static Size
 health_shmem_size(void)
 {
 	return add_size(MAXALIGN(sizeof(HealthShared)),
 					add_size(hash_estimate_size(MAX_RELAY_ROWS, sizeof(RelayHealth)),
-							 hash_estimate_size(OUTBOX_MAX_DESTINATION_STATS,
-												sizeof(DestHealth))));
+							 hash_estimate_size(dest_rows_max(), sizeof(DestHealth))));
 }
 
 /* Asks for the area and its lock; shmem_request_hook, postmaster only. */
@@ -240,7 +255,7 @@ health_shmem_startup(void)
 	info.keysize = sizeof(DestKey);
 	info.entrysize = sizeof(DestHealth);
 	dest_hash = ShmemInitHash("outbox destination health",
-							  OUTBOX_MAX_DESTINATION_STATS, OUTBOX_MAX_DESTINATION_STATS,
+							  dest_rows_max(), dest_rows_max(),
 							  &info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -593,19 +608,40 @@ add_counts(DestCounts *dst, const DestCounts *src)
 		dst->latency[i] += src->latency[i];
 }
 
-/* The destination rows database dboid holds (lock held). */
-static int
-rows_of_database(Oid dboid)
+/* Whether key is a database's overflow row (an empty name). */
+static bool
+is_overflow(const DestKey *key)
 {
-	HASH_SEQ_STATUS seq;
-	DestHealth *d;
-	int			n = 0;
+	return key->name[0] == '\0';
+}
 
-	hash_seq_init(&seq, dest_hash);
-	while ((d = hash_seq_search(&seq)) != NULL)
-		if (d->key.dboid == dboid)
-			n++;
-	return n;
+/*
+ * The row of key, added if there is room for it: a destination's within
+ * outbox.max_destination_stats, an overflow row within OVERFLOW_ROWS.
+ * NULL if there is none. The lock is held exclusively.
+ */
+static DestHealth *
+enter_row(const DestKey *key)
+{
+	bool		overflow = is_overflow(key);
+	bool		found;
+	DestHealth *d;
+
+	if (overflow ? health->noverflow >= OVERFLOW_ROWS :
+		health->ndests >= outbox_max_destination_stats)
+		return NULL;
+	d = hash_search(dest_hash, key, HASH_ENTER_NULL, &found);
+	if (d != NULL && !found)
+	{
+		memset(&d->counts, 0, sizeof(d->counts));
+		SpinLockInit(&d->mutex);
+		d->stats_since = GetCurrentTimestamp();
+		if (overflow)
+			health->noverflow++;
+		else
+			health->ndests++;
+	}
+	return d;
 }
 
 /*
@@ -645,26 +681,23 @@ flush_pending(void)
 	{
 		DestHealth *d = hash_search(dest_hash, &p->key, HASH_FIND, NULL);
 
-		if (d == NULL && exclusive && health->ndests < OUTBOX_MAX_DESTINATION_STATS &&
-			rows_of_database(p->key.dboid) < OUTBOX_MAX_DESTINATION_STATS_PER_DB)
+		if (d == NULL && exclusive)
+			d = enter_row(&p->key);
+		if (d == NULL && exclusive)
 		{
-			bool		found;
+			/* no row for it: its database's overflow row */
+			DestKey		overflow;
 
-			d = hash_search(dest_hash, &p->key, HASH_ENTER_NULL, &found);
-			if (d != NULL && !found)
-			{
-				memset(&d->counts, 0, sizeof(d->counts));
-				SpinLockInit(&d->mutex);
-				d->stats_since = GetCurrentTimestamp();
-				health->ndests++;
-			}
+			memset(&overflow, 0, sizeof(overflow));
+			overflow.dboid = p->key.dboid;
+			d = hash_search(dest_hash, &overflow, HASH_FIND, NULL);
+			if (d == NULL)
+				d = enter_row(&overflow);
+			if (!health->full_logged)
+				log_full = health->full_logged = true;
 		}
 		if (d == NULL)
-		{
-			if (exclusive && !health->full_logged)
-				log_full = health->full_logged = true;
 			continue;
-		}
 		SpinLockAcquire(&d->mutex);
 		add_counts(&d->counts, &p->counts);
 		SpinLockRelease(&d->mutex);
@@ -684,9 +717,9 @@ relay_totals:
 	if (log_full)
 		ereport(LOG,
 				(errmsg("outbox destination statistics are full"),
-				 errdetail("At most %d destinations are tracked, %d per database; outcomes of others are counted in their relay's totals only.",
-						   OUTBOX_MAX_DESTINATION_STATS, OUTBOX_MAX_DESTINATION_STATS_PER_DB),
-				 errhint("Run outbox_stats_reset() to free the rows of old destinations.")));
+				 errdetail("outbox.max_destination_stats is %d; the outcomes of other destinations are counted in their database's overflow row of outbox_destination_stats(), whose destination is NULL.",
+						   outbox_max_destination_stats),
+				 errhint("Raise outbox.max_destination_stats (a restart is needed), or run outbox_stats_reset() to free the rows of old destinations.")));
 }
 
 /* Forgets what the current transaction noted. */
@@ -807,7 +840,6 @@ OutboxHealthDestinationWarning(const char *name, const char *text)
 {
 	DestKey		key;
 	DestHealth *d;
-	bool		found;
 
 	if (health == NULL)
 		return;
@@ -816,18 +848,8 @@ OutboxHealthDestinationWarning(const char *name, const char *text)
 	clip_copy(key.name, name, sizeof(key.name));
 	LWLockAcquire(health->lock, LW_EXCLUSIVE);
 	d = hash_search(dest_hash, &key, HASH_FIND, NULL);
-	if (d == NULL && health->ndests < OUTBOX_MAX_DESTINATION_STATS &&
-		rows_of_database(key.dboid) < OUTBOX_MAX_DESTINATION_STATS_PER_DB)
-	{
-		d = hash_search(dest_hash, &key, HASH_ENTER_NULL, &found);
-		if (d != NULL && !found)
-		{
-			memset(&d->counts, 0, sizeof(d->counts));
-			SpinLockInit(&d->mutex);
-			d->stats_since = GetCurrentTimestamp();
-			health->ndests++;
-		}
-	}
+	if (d == NULL)
+		d = enter_row(&key);
 	if (d != NULL)
 	{
 		SpinLockAcquire(&d->mutex);
@@ -1003,7 +1025,7 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 static DestHealth *
 copy_dests(bool all, int *n)
 {
-	DestHealth *rows = palloc(sizeof(DestHealth) * OUTBOX_MAX_DESTINATION_STATS);
+	DestHealth *rows = palloc_extended(sizeof(DestHealth) * dest_rows_max(), MCXT_ALLOC_HUGE);
 	HASH_SEQ_STATUS seq;
 	DestHealth *d;
 
@@ -1014,7 +1036,7 @@ copy_dests(bool all, int *n)
 	{
 		if (!all && d->key.dboid != MyDatabaseId)
 			continue;
-		if (*n >= OUTBOX_MAX_DESTINATION_STATS)
+		if (*n >= dest_rows_max())
 		{
 			hash_seq_term(&seq);
 			break;
@@ -1093,6 +1115,7 @@ destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 		memset(nulls, 0, sizeof(nulls));
 		values[0] = database_name(d->key.dboid, NULL, &nulls[0]);
 		values[1] = CStringGetTextDatum(d->key.name);
+		nulls[1] = is_overflow(&d->key);
 		values[2] = Int64GetDatum(d->counts.delivered);
 		values[3] = Int64GetDatum(d->counts.failed);
 		values[4] = ts_or_null(d->counts.last_success_at, &nulls[4]);
@@ -1168,7 +1191,7 @@ outbox_destination_latency(PG_FUNCTION_ARGS)
 		for (int b = 0; b < (int) NBUCKETS; b++)
 		{
 			Datum		values[4];
-			bool		nulls[4] = {dbnull, false, false, false};
+			bool		nulls[4] = {dbnull, is_overflow(&d->key), false, false};
 
 			cumulative += d->counts.latency[b];
 			values[0] = db;
@@ -1220,8 +1243,11 @@ outbox_stats_reset(PG_FUNCTION_ARGS pg_attribute_unused())
 	{
 		if (d->key.dboid != MyDatabaseId)
 			continue;
+		if (is_overflow(&d->key))
+			health->noverflow--;
+		else
+			health->ndests--;
 		hash_search(dest_hash, &d->key, HASH_REMOVE, NULL);
-		health->ndests--;
 	}
 	health->full_logged = false;
 	LWLockRelease(health->lock);

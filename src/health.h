@@ -16,13 +16,6 @@
 
 #include "event.h"
 
-/* Destinations tracked at once, all databases together. */
-#define OUTBOX_MAX_DESTINATION_STATS 1024
-/*
- * The rows one database may hold of them, so that no database (an admin
- * of one, creating destinations) can take every row from the others.
- */
-#define OUTBOX_MAX_DESTINATION_STATS_PER_DB 128
 /* Bytes of a destination's name that identify its row (longer ones share). */
 #define OUTBOX_HEALTH_NAME_BYTES 128
 /* Bytes of an error text kept. */
