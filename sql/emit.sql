@@ -11,7 +11,7 @@ SELECT (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM outbox) AS e
 BEGIN;
 INSERT INTO tasks (user_id, title) VALUES (7, 'committed');
 SELECT outbox_emit('task.created', jsonb_build_object('title', 'committed'), 'task', '7',
-                   '{"traceparent": "00-abc-def-01"}') IS NOT NULL AS emitted;
+                   '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}') IS NOT NULL AS emitted;
 COMMIT;
 SELECT (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM outbox) AS events;
 SELECT event_type, aggregate_type, aggregate_id, payload, headers,

@@ -17,6 +17,10 @@
  *	                  alone without a type; absent without an aggregate_id
  *	 partitionkey     the same value (the Partitioning extension), so that
  *	                  routers keep an aggregate's events together
+ *	 traceparent,     the event's trace context (the Distributed Tracing
+ *	 tracestate       extension), from its traceparent and tracestate
+ *	                  headers as its destination forwards them; absent
+ *	                  without (trace_context.c)
  *	 datacontenttype  "application/json"
  *	 data             the payload
  *
@@ -45,6 +49,7 @@
 #include "cloudevents.h"
 #include "envelope.h"
 #include "size_limits.h"
+#include "trace_context.h"
 
 /* the HTTP protocol binding's binary mode (section 3.1.3) */
 const OutboxCloudEventBinding OutboxCloudEventsBindingHTTP = {"ce-", true};
@@ -180,8 +185,14 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, const OutboxCloudEv
 	StringInfoData buf;
 	char	   *key = aggregate_key(ev);
 
-	Size		extra = strlen(source) + CE_FIXED_BYTES +
-		(key != NULL ? 6 * strlen(key) : 0);
+	char	   *traceparent;
+	char	   *tracestate;
+	Size		extra;
+
+	OutboxTraceContextOf(ev->headers, &traceparent, &tracestate);
+	extra = strlen(source) + CE_FIXED_BYTES + (key != NULL ? 6 * strlen(key) : 0) +
+		(traceparent != NULL ? strlen(traceparent) + 32 : 0) +
+		(tracestate != NULL ? strlen(tracestate) + 32 : 0);
 
 	if (!OutboxEnvelopeCheck(OutboxEventEnvelopeBound(ev) + extra, &p))
 	{
@@ -208,6 +219,11 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, const OutboxCloudEv
 			append_member(&buf, "subject", key);
 			append_member(&buf, "partitionkey", key);
 		}
+		/* the Distributed Tracing extension's attributes */
+		if (traceparent != NULL)
+			append_member(&buf, "traceparent", traceparent);
+		if (tracestate != NULL)
+			append_member(&buf, "tracestate", tracestate);
 		appendStringInfoString(&buf, ", \"datacontenttype\": \"application/json\", \"data\": ");
 		JsonbToCString(&buf, &ev->payload->root, VARSIZE(ev->payload));
 		appendStringInfoChar(&buf, '}');
@@ -263,6 +279,8 @@ cloudevent_headers(const OutboxEvent *ev, const char *source, const OutboxCloudE
 {
 	List	   *lines = NIL;
 	char	   *key = aggregate_key(ev);
+	char	   *traceparent;
+	char	   *tracestate;
 
 	lines = header_line(lines, b, "specversion", "1.0");
 	lines = header_line(lines, b, "id", ev->event_id);
@@ -281,5 +299,10 @@ cloudevent_headers(const OutboxEvent *ev, const char *source, const OutboxCloudE
 		lines = header_line(lines, b, "subject", key);
 		lines = header_line(lines, b, "partitionkey", key);
 	}
+	OutboxTraceContextOf(ev->headers, &traceparent, &tracestate);
+	if (traceparent != NULL)
+		lines = header_line(lines, b, "traceparent", traceparent);
+	if (tracestate != NULL)
+		lines = header_line(lines, b, "tracestate", tracestate);
 	return lines;
 }

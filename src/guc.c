@@ -24,6 +24,8 @@
 char	   *outbox_databases = NULL;
 int			outbox_relays_per_database = 1;
 int			outbox_max_destination_stats = 1024;
+char	   *outbox_traceparent = NULL;
+char	   *outbox_tracestate = NULL;
 int			outbox_batch_size = 1000;
 int			outbox_poll_interval = 1000;
 int			outbox_max_attempts = 10;
@@ -70,6 +72,29 @@ OutboxDefineGucs(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
+
+	/*
+	 * Any value is taken: a malformed one is dropped when an event is
+	 * written, with a WARNING, so that tracing never fails the writer's
+	 * transaction (trace_context.c).
+	 */
+	DefineCustomStringVariable("outbox.traceparent",
+							   "Sets the W3C traceparent that events written without one carry.",
+							   "Set it for the transaction (SET LOCAL) to the trace context of the request that writes events: they carry it as their traceparent header, whoever writes them (triggers, procedures).",
+							   &outbox_traceparent,
+							   "",
+							   PGC_USERSET,
+							   GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.tracestate",
+							   "Sets the W3C tracestate that events written without a traceparent carry with outbox.traceparent.",
+							   NULL,
+							   &outbox_tracestate,
+							   "",
+							   PGC_USERSET,
+							   GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.batch_size",
 							"Sets the number of events claimed per relay pass.",

@@ -14,6 +14,8 @@
 extern char *outbox_databases;
 extern int	outbox_relays_per_database;
 extern int	outbox_max_destination_stats;
+extern char *outbox_traceparent;
+extern char *outbox_tracestate;
 extern int	outbox_batch_size;
 
 /* the largest outbox.batch_size, and outbox_relay()'s batch_size */

@@ -60,6 +60,7 @@
 #include "event.h"
 #include "headers.h"
 #include "size_limits.h"
+#include "trace_context.h"
 #include "signature.h"
 #include "validate.h"
 
@@ -152,6 +153,28 @@ restoring(Relation rel)
 }
 
 /*
+ * An event being inserted with its trace context settled
+ * (OutboxTraceContextSettle): its headers as given, or changed. Returns
+ * the tuple, changed or not.
+ */
+static HeapTuple
+settle_trace_context(Relation rel, HeapTuple tuple)
+{
+	int			attnum = SPI_fnumber(RelationGetDescr(rel), "headers");
+	bool		isnull;
+	Datum		d = column(rel, tuple, "headers", &isnull);
+	Jsonb	   *given = isnull ? NULL : DatumGetJsonbP(d);
+	Jsonb	   *settled = OutboxTraceContextSettle(given);
+	Datum		value;
+
+	if (settled == given)
+		return tuple;
+	value = JsonbPGetDatum(settled);
+	isnull = false;
+	return heap_modify_tuple_by_cols(tuple, RelationGetDescr(rel), 1, &attnum, &value, &isnull);
+}
+
+/*
  * _outbox_check_event() RETURNS trigger
  *
  * BEFORE INSERT OR UPDATE OF the event's columns, FOR EACH ROW, on outbox
@@ -182,6 +205,9 @@ _outbox_check_event(PG_FUNCTION_ARGS)
 	(void) column(rel, tuple, "dead_at", &isnull);
 	if (!isnull)
 		return PointerGetDatum(tuple);
+
+	if (TRIGGER_FIRED_BY_INSERT(((TriggerData *) fcinfo->context)->tg_event))
+		tuple = settle_trace_context(rel, tuple);
 
 	d = column(rel, tuple, "attempts", &isnull);
 	if (!isnull && DatumGetInt32(d) < 0)

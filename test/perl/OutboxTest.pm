@@ -21,9 +21,29 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
-  poison_scenario time_bound kind_check_module);
+  poison_scenario time_bound kind_check_module node_json);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
+
+# Runs test/$script (a Node.js reader) with $input (a hash) as JSON on its
+# stdin, with the npm packages ci/deps.sh installs (test/node/package.json)
+# on NODE_PATH, and returns its JSON output decoded. Dies, naming them, if
+# the packages @$packages are not installed, or if the script fails.
+sub node_json
+{
+	my ($script, $input, @packages) = @_;
+	my $modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
+	for my $p (@packages)
+	{
+		die "the npm package $p is not in $modules: run ci/deps.sh as root" unless -d "$modules/$p";
+	}
+	my ($out, $err) = ('', '');
+	local $ENV{NODE_PATH} = $modules;
+	IPC::Run::run([ 'node', "$test_dir/$script" ], '<', \JSON::PP::encode_json($input),
+		'>', \$out, '2>', \$err)
+	  or die "$script: $err";
+	return JSON::PP::decode_json($out);
+}
 
 # Builds test/kind_check.c, a module of test functions for the kind
 # interface, against the installed server's headers and this tree's src/,

@@ -327,12 +327,22 @@ http_room(void *state, const OutboxEvent *ev)
 	return -1;
 }
 
+/* Whether two events' own headers (jsonb, or NULL) are the same. */
+static bool
+same_headers(const Jsonb *a, const Jsonb *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return VARSIZE(a) == VARSIZE(b) && memcmp(a, b, VARSIZE(a)) == 0;
+}
+
 /*
- * Whether event ev can go in the batch whose first event is first: it has
- * no headers of its own (they are sent as HTTP headers, so such an event
- * goes alone), and its destination row was the same when each was claimed
- * (a row changed between two claims puts the events of each in requests
- * of their own).
+ * Whether event ev can go in the batch whose first event is first: its
+ * own headers are the first's (they are sent as the request's HTTP
+ * headers: events written in one transaction with its trace context, or
+ * with none, share a request), and its destination row was the same when
+ * each was claimed (a row changed between two claims puts the events of
+ * each in requests of their own).
  */
 static bool
 same_request(const OutboxEvent *first, const OutboxEvent *ev)
@@ -340,7 +350,7 @@ same_request(const OutboxEvent *first, const OutboxEvent *ev)
 	const HttpDestOptions *a = HTTP_OPTIONS(first);
 	const HttpDestOptions *b = HTTP_OPTIONS(ev);
 
-	if (ev->headers != NULL || strcmp(a->url, b->url) != 0 ||
+	if (!same_headers(first->headers, ev->headers) || strcmp(a->url, b->url) != 0 ||
 		a->timeout_ms != b->timeout_ms || a->retry_client_errors != b->retry_client_errors ||
 		a->format != b->format || a->events_per_request != b->events_per_request ||
 		(a->ce_source == NULL) != (b->ce_source == NULL) ||
@@ -362,8 +372,8 @@ same_request(const OutboxEvent *first, const OutboxEvent *ev)
  * Makes req, just taken from d's queue, a batch: moves into it the events
  * queued behind it that can share its request (same_request), in queue
  * order, up to its destination's events_per_request and while the body
- * stays within HTTP_BATCH_MAX_BYTES. An event with headers of its own
- * goes alone. An ordered destination has at most one event of a key in
+ * stays within HTTP_BATCH_MAX_BYTES. Only events with the same headers of
+ * their own share a request. An ordered destination has at most one event of a key in
  * flight (the claim holds the others), so a batch has at most one of each.
  */
 static void
@@ -374,7 +384,7 @@ gather_batch(HttpState *st, HttpRequest *req, HttpDest *d)
 	size_t		bytes = strlen(first->body) + 2;
 	dlist_mutable_iter iter;
 
-	if (max <= 1 || first->headers != NULL || d->queued == 0)
+	if (max <= 1 || d->queued == 0)
 		return;
 	req->events = MemoryContextAlloc(st->cxt, sizeof(OutboxEvent *) * Min(max, d->queued + 1));
 	req->events[0] = first;

@@ -277,8 +277,8 @@ request_id(const HttpRequest *req)
 /*
  * The header lines of req: the Standard Webhooks headers (signed when the
  * destination has a secret, timestamp: this attempt's), then the merged
- * headers of the destination and the event (a batch's events have none of
- * their own). On a problem that retrying cannot solve (an invalid header,
+ * headers of the destination and the event (a batch's events have the
+ * same: same_request). On a problem that retrying cannot solve (an invalid header,
  * a secret that cannot sign) the event fails permanently and false is
  * returned; false without an error: out of memory.
  */
