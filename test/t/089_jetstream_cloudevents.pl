@@ -6,8 +6,11 @@
 # receiver does; the source is the destination's cloudevents_source or
 # the database's; the aggregate becomes subject and partitionkey; the
 # message keeps its Nats-Msg-Id (the event_id), and a redelivery is the
-# same event. The binary mode is refused for JetStream (the binding has
-# none), and cloudevents_source for a kind that sends no CloudEvents.
+# same event. The writer's trace context (SET LOCAL outbox.traceparent)
+# reaches the consumer, read with the W3C propagator of npm
+# @opentelemetry/core (test/trace_check.js). The binary mode is refused for
+# JetStream (the binding has none), and cloudevents_source for a kind that
+# sends no CloudEvents.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -81,6 +84,24 @@ ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM out
 	'redelivered');
 my @again = grep { $_->{headers}{'Nats-Msg-Id'} eq $id1 } @{ $nats->messages('CE', 1) };
 is(scalar(@again), 1, 'the stream still holds it once (the same Nats-Msg-Id)');
+
+# the writer's trace context, as an OpenTelemetry consumer reads it from
+# the message: its traceparent header, and the CloudEvent's attribute
+my $trace_id = '4bf92f3577b34da6a3ce929d0e0e4736';
+my ($id3) = sql(qq{
+	BEGIN;
+	SET LOCAL outbox.traceparent = '00-$trace_id-00f067aa0ba902b7-01';
+	SELECT outbox_emit('order.traced', '{}', 'order', 'o-3');
+	COMMIT;}) =~ /([0-9a-f-]{36})/;
+ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM outbox WHERE event_id = '$id3'"),
+	'a traced event delivered');
+my ($m3) = grep { $_->{headers}{'Nats-Msg-Id'} eq $id3 } @{ $nats->messages('CE', 1) };
+my $seen = node_json('trace_check.js',
+	{ headers => { 'content-type' => $m3->{headers}{'Content-Type'},
+			traceparent => $m3->{headers}{traceparent} }, body => $m3->{data} },
+	'@opentelemetry/core', 'cloudevents');
+is($seen->{headers}, $trace_id, 'its traceparent message header holds the writer\'s trace');
+is_deeply($seen->{cloudevents}, [$trace_id], 'and so does the CloudEvent\'s traceparent attribute');
 
 # refused when written
 my ($rc, $out, $err) = $node->psql('postgres', qq{
