@@ -35,7 +35,7 @@ $node->safe_psql('postgres', q{
 	VALUES ('forced', '{}', '{"Authorization": "Bearer WRITER-CHOSEN"}'),
 	       ('forced', '{}', '{"proxy-authorization": "Basic eA==", "Cookie": "s=1", "Host": "evil"}');});
 my $ok = $node->safe_psql('postgres', q{
-	SELECT outbox_emit('ok', '{}', headers => '{"x-tenant": "from-the-app", "x-request-id": "r1", "traceparent": "00-ab-cd-01"}')},
+	SELECT outbox_emit('ok', '{}', headers => '{"x-tenant": "from-the-app", "x-request-id": "r1", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')},
 	extra_params => [ '-U', 'app' ]);
 ok($sink->wait_delivered(1), 'the valid event is delivered');
 ok($node->poll_query_until('postgres',
@@ -51,7 +51,7 @@ is($got[0]{webhook_id}, $ok, 'the valid event');
 is($got[0]{headers}{authorization}, $basic, 'the URL credentials are what the endpoint gets');
 is($got[0]{headers}{'x-tenant'}, 'from-the-admin', 'the destination header wins over the event\'s');
 is($got[0]{headers}{'x-request-id'}, 'r1', 'an x- header of the event is sent');
-is($got[0]{headers}{traceparent}, '00-ab-cd-01', 'traceparent is sent');
+is($got[0]{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'traceparent is sent');
 
 # an endpoint echoes the request's credentials in a 400: masked in last_error
 $sink->reset;
