@@ -21,9 +21,39 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
-  poison_scenario time_bound kind_check_module node_json);
+  poison_scenario time_bound kind_check_module node_json in_flight_sample);
 
 my $test_dir = File::Spec->rel2abs(dirname(__FILE__) . '/..');
+
+# Samples the journal of $node's database postgres every 20 ms for
+# $seconds: returns the number of samples, the most events of type $type
+# in flight at once, and the age in seconds of the oldest claim. Each
+# sample is one statement: the events still in flight by the journal (a
+# row per claim, with the attempt count each event was claimed at: one
+# whose outcome is recorded has moved past it), and the oldest claim's age,
+# both by the server's clock.
+sub in_flight_sample
+{
+	my ($node, $type, $seconds) = @_;
+	my $sql = qq{
+		SELECT (SELECT count(*)
+		          FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)
+		          JOIN outbox o ON o.id = f.id AND o.attempts = f.attempts
+		         WHERE o.event_type = '$type' AND o.delivered_at IS NULL),
+		       coalesce((SELECT extract(epoch FROM max(clock_timestamp() - j.claimed_at))
+		                   FROM outbox_in_flight j), 0)};
+	my ($samples, $most, $oldest) = (0, 0, 0);
+	my $until = time() + $seconds;
+	while (time() < $until)
+	{
+		my ($n, $age) = split /\|/, $node->safe_psql('postgres', $sql);
+		$samples++;
+		$most = $n if $n > $most;
+		$oldest = $age if $age > $oldest;
+		usleep(20_000);
+	}
+	return ($samples, $most, $oldest);
+}
 
 # Runs test/$script (a Node.js reader) with $input (a hash) as JSON on its
 # stdin, with the npm packages ci/deps.sh installs (test/node/package.json)

@@ -41,27 +41,9 @@ kill 'STOP', $nats->{pid};
 $node->safe_psql('postgres',
 	"SELECT count(outbox_emit('frozen.flow', jsonb_build_object('n', g))) FROM generate_series(1, 400) g");
 
-# Each sample, in one statement: the destination's events still in flight
-# by the journal (a row per claim, with the attempt count each event was
-# claimed at: one whose outcome is recorded has moved past it), and the
-# age of the oldest claim in the journal, both by the server's clock.
-my $sample_sql = q{
-	SELECT (SELECT count(*)
-	          FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)
-	          JOIN outbox o ON o.id = f.id AND o.attempts = f.attempts
-	         WHERE o.event_type = 'frozen.flow' AND o.delivered_at IS NULL),
-	       coalesce((SELECT extract(epoch FROM max(clock_timestamp() - j.claimed_at))
-	                   FROM outbox_in_flight j), 0)};
-my ($samples, $most, $oldest) = (0, 0, 0);
-my $until = time() + 6;
-while (time() < $until)
-{
-	my ($n, $age) = split /\|/, $node->safe_psql('postgres', $sample_sql);
-	$samples++;
-	$most = $n if $n > $most;
-	$oldest = $age if $age > $oldest;
-	usleep(20_000);
-}
+# the destination's events in flight by the journal, and the oldest
+# claim's age, sampled for 6 s
+my ($samples, $most, $oldest) = in_flight_sample($node, 'frozen.flow', 6);
 diag(sprintf('%d samples: at most %d events in flight, the oldest claim %.3f s old',
 	$samples, $most, $oldest));
 cmp_ok($most, '>', 0, 'events were in flight to the frozen broker');

@@ -12,7 +12,6 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
-use Time::HiRes qw(time usleep);
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -27,30 +26,6 @@ $node->safe_psql('postgres', sprintf(q{
 	    ('slow', 'slow.*', '%s', 1000), ('flip', 'flip.*', '%s', 1000)},
 	$sink->url('/slow'), $sink->url('/flip')));
 
-# At most how many events of type $type were in flight, and the oldest
-# claim's age in seconds, over $seconds of samples.
-sub sample
-{
-	my ($type, $seconds) = @_;
-	my $sql = qq{
-		SELECT (SELECT count(*)
-		          FROM outbox_in_flight j, unnest(j.ids, j.attempts) AS f(id, attempts)
-		          JOIN outbox o ON o.id = f.id AND o.attempts = f.attempts
-		         WHERE o.event_type = '$type' AND o.delivered_at IS NULL),
-		       coalesce((SELECT extract(epoch FROM max(clock_timestamp() - j.claimed_at))
-		                   FROM outbox_in_flight j), 0)};
-	my ($most, $oldest) = (0, 0);
-	my $until = time() + $seconds;
-	while (time() < $until)
-	{
-		my ($n, $age) = split /\|/, $node->safe_psql('postgres', $sql);
-		$most = $n if $n > $most;
-		$oldest = $age if $age > $oldest;
-		usleep(20_000);
-	}
-	return ($most, $oldest);
-}
-
 # a slow endpoint: 300 ms an answer, so 3 rounds a second on 4 connections;
 # measured first (a destination the relay has not measured yet has no
 # limit: what finds no connection within its time limit goes back)
@@ -61,7 +36,7 @@ ok( $node->poll_query_until('postgres',
 	'the relay measured the slow endpoint');
 $node->safe_psql('postgres',
 	"SELECT count(outbox_emit('slow.flow', jsonb_build_object('n', g))) FROM generate_series(1, 120) g");
-my ($most, $oldest) = sample('slow.flow', 5);
+my (undef, $most, $oldest) = in_flight_sample($node, 'slow.flow', 5);
 diag(sprintf('slow endpoint: at most %d events in flight, the oldest claim %.3f s old', $most, $oldest));
 cmp_ok($most, '>', 0, 'events were in flight to the slow endpoint');
 cmp_ok($most, '<=', $conns * 4,
@@ -87,7 +62,7 @@ ok( $node->poll_query_until('postgres',
 $sink->paths('/flip' => { delay_ms => 5000 });
 $node->safe_psql('postgres',
 	"SELECT count(outbox_emit('flip.flow', jsonb_build_object('n', g))) FROM generate_series(1, 100) g");
-($most, $oldest) = sample('flip.flow', 4);
+(undef, $most, $oldest) = in_flight_sample($node, 'flip.flow', 4);
 diag(sprintf('hung endpoint: at most %d events in flight, the oldest claim %.3f s old', $most, $oldest));
 cmp_ok($most, '>', $conns, "the claim before it hung took more than $conns events ($most)");
 $bound = time_bound(3);
