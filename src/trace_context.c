@@ -237,13 +237,31 @@ without(Jsonb *headers, char *const *keys, int n)
 	return JsonbValueToJsonb(res);
 }
 
-/* headers (or NULL: a new object) with name: value added */
-static Jsonb *
-with_header(Jsonb *headers, const char *name, const char *value)
+/* appends name: value to the object being built in *state */
+static void
+push_header(JsonbParseState **state, const char *name, const char *value)
 {
-	JsonbParseState *state = NULL;
 	JsonbValue	k;
 	JsonbValue	v;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) name;
+	k.val.string.len = strlen(name);
+	v.type = jbvString;
+	v.val.string.val = (char *) value;
+	v.val.string.len = strlen(value);
+	(void) pushJsonbValue(state, WJB_KEY, &k);
+	(void) pushJsonbValue(state, WJB_VALUE, &v);
+}
+
+/*
+ * headers (or NULL: a new object) with traceparent added, and tracestate
+ * unless it is NULL: one new object
+ */
+static Jsonb *
+with_trace(Jsonb *headers, const char *traceparent, const char *tracestate)
+{
+	JsonbParseState *state = NULL;
 	JsonbValue *res;
 
 	if (headers != NULL)
@@ -257,14 +275,9 @@ with_header(Jsonb *headers, const char *name, const char *value)
 	}
 	else
 		(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	k.type = jbvString;
-	k.val.string.val = (char *) name;
-	k.val.string.len = strlen(name);
-	v.type = jbvString;
-	v.val.string.val = (char *) value;
-	v.val.string.len = strlen(value);
-	(void) pushJsonbValue(&state, WJB_KEY, &k);
-	(void) pushJsonbValue(&state, WJB_VALUE, &v);
+	push_header(&state, "traceparent", traceparent);
+	if (tracestate != NULL)
+		push_header(&state, "tracestate", tracestate);
 	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
 	return JsonbValueToJsonb(res);
 }
@@ -324,15 +337,15 @@ OutboxTraceContextSettle(Jsonb *headers)
 		(JB_ROOT_COUNT(headers) + 2 > OUTBOX_MAX_HEADERS ||
 		 VARSIZE(headers) + TRACESTATE_MAX_BYTES + 128 > OUTBOX_MAX_HEADERS_BYTES))
 		return headers;
-	headers = with_header(headers, "traceparent", outbox_traceparent);
-	if (outbox_tracestate != NULL && outbox_tracestate[0] != '\0')
+	if (outbox_tracestate != NULL && outbox_tracestate[0] != '\0' &&
+		!OutboxTracestateValid(outbox_tracestate, strlen(outbox_tracestate)))
 	{
-		if (OutboxTracestateValid(outbox_tracestate, strlen(outbox_tracestate)))
-			headers = with_header(headers, "tracestate", outbox_tracestate);
-		else
-			warn_dropped("outbox.tracestate is not a W3C trace context", true);
+		warn_dropped("outbox.tracestate is not a W3C trace context", true);
+		return with_trace(headers, outbox_traceparent, NULL);
 	}
-	return headers;
+	return with_trace(headers, outbox_traceparent,
+					  outbox_tracestate != NULL && outbox_tracestate[0] != '\0' ?
+					  outbox_tracestate : NULL);
 }
 
 /*
