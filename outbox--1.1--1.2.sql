@@ -216,6 +216,110 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_destination_stats(boolean)
     TO outbox_admin, outbox_monitor;
 
 /*
+ * outbox_relay_stats() gets two last columns for a memory alert: held_bytes,
+ * what the events the relay holds in flight cost it now, and memory_budget,
+ * the most it holds (OUTBOX_RELAY_BYTES, src/event.h); a claim leaves events
+ * out while they would not fit. Dropped and created again as
+ * outbox_destination_stats() above; 1.1's C symbol stays.
+ */
+DROP FUNCTION @extschema@.outbox_relay_stats(boolean);
+
+CREATE FUNCTION @extschema@.outbox_relay_stats(
+    all_databases boolean DEFAULT false,
+    OUT database name,
+    OUT relay integer,
+    OUT pid integer,
+    OUT state text,
+    OUT reason text,
+    OUT next_start timestamptz,
+    OUT started_at timestamptz,
+    OUT restarts bigint,
+    OUT passes bigint,
+    OUT last_pass_at timestamptz,
+    OUT delivered bigint,
+    OUT failed bigint,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT failing_since timestamptz,
+    OUT stats_since timestamptz,
+    OUT held_bytes bigint,
+    OUT memory_budget bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_relay_stats_1_2'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.outbox_relay_stats(boolean) IS
+    'One row per relay of this database (all databases: needs pg_read_all_stats): state, passes, outcomes, last error, and the bytes of events it holds against its memory budget, from shared memory';
+
+REVOKE ALL ON FUNCTION @extschema@.outbox_relay_stats(boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_relay_stats(boolean)
+    TO outbox_admin, outbox_monitor;
+
+/*
+ * What waits, destination by destination, for a monitor: outbox_status
+ * reads events and is outbox_admin's; outbox_backlog() gives outbox_monitor
+ * counts and times only, never an event's content, an error or a
+ * destination's settings. A pending event counts at the destination that
+ * routing gives its type now (a disabled one too: its events wait for it),
+ * a dead letter at the destination of its last attempt (a cancelled event
+ * is an operator's decision, not counted). The row whose destination is
+ * NULL holds the rest: pending events that no destination takes, and dead
+ * letters of destinations deleted since. It reads every pending event
+ * (their number is what it says) and, through outbox_dead_idx, every dead
+ * letter: see docs/monitoring.md for what a scrape costs.
+ */
+CREATE INDEX outbox_dead_idx ON @extschema@.outbox (destination)
+    WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND cancelled_at IS NULL;
+
+CREATE FUNCTION @extschema@.outbox_backlog(
+    OUT destination text,
+    OUT kind text,
+    OUT enabled boolean,
+    OUT disabled_at timestamptz,
+    OUT pending bigint,
+    OUT oldest_pending_at timestamptz,
+    OUT dead bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH by_type AS (
+        SELECT o.event_type, count(*) AS n, min(o.created_at) AS oldest
+          FROM @extschema@.outbox o
+         WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
+         GROUP BY o.event_type),
+    routed AS (
+        SELECT r.name, sum(t.n)::bigint AS n, min(t.oldest) AS oldest
+          FROM by_type t
+          LEFT JOIN LATERAL @extschema@._outbox_route(t.event_type) r ON true
+         GROUP BY r.name),
+    dead AS (
+        SELECT o.destination AS name, count(*) AS n
+          FROM @extschema@.outbox o
+         WHERE o.dead_at IS NOT NULL AND o.delivered_at IS NULL AND o.cancelled_at IS NULL
+         GROUP BY o.destination)
+    SELECT d.name, d.kind, d.enabled, d.disabled_at,
+           coalesce(p.n, 0), p.oldest, coalesce(x.n, 0)
+      FROM @extschema@.outbox_destinations d
+      LEFT JOIN routed p ON p.name OPERATOR(pg_catalog.=) d.name
+      LEFT JOIN dead x ON x.name OPERATOR(pg_catalog.=) d.name
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL,
+           (SELECT coalesce(sum(p.n), 0)::bigint FROM routed p WHERE p.name IS NULL),
+           (SELECT min(p.oldest) FROM routed p WHERE p.name IS NULL),
+           (SELECT coalesce(sum(x.n), 0)::bigint FROM dead x
+             WHERE NOT EXISTS (SELECT FROM @extschema@.outbox_destinations d
+                                WHERE d.name OPERATOR(pg_catalog.=) x.name))
+    ORDER BY 1 NULLS LAST;
+END;
+
+COMMENT ON FUNCTION @extschema@.outbox_backlog() IS
+    'For monitoring: per destination, its kind and state, its pending events and the oldest one''s created_at, its dead letters (not cancelled); the row with a NULL destination holds events no destination takes';
+
+REVOKE ALL ON FUNCTION @extschema@.outbox_backlog() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_backlog() TO outbox_admin, outbox_monitor;
+
+/*
  * Which kinds sign is the kinds' to say (src/destination.h, signs), not a
  * list in SQL: the trigger on outbox_destination_secrets asks the library.
  * Anyone may call it: it only raises 23514 for a kind that does not sign.

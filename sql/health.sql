@@ -75,3 +75,46 @@ SET ROLE outbox_writer;
 SELECT regress.try($$SELECT * FROM outbox_relay_stats()$$);
 SELECT regress.try($$SELECT outbox_stats_reset()$$);
 RESET ROLE;
+
+-- the memory budget: what the events a relay holds cost it, against the
+-- most it holds (OUTBOX_RELAY_BYTES, 256 MB); TAP 073 sees it held
+SELECT held_bytes BETWEEN 0 AND memory_budget AS within, memory_budget FROM outbox_relay_stats();
+
+-- outbox_backlog(): what waits at each destination, for outbox_monitor.
+-- Read in a transaction that rolls back, which the relay never sees; the
+-- row with a NULL destination is compared with what it held before.
+BEGIN;
+CREATE TEMP TABLE backlog_before AS SELECT * FROM outbox_backlog() WHERE destination IS NULL;
+INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
+    ('backlog_notify', 'b.n.*', 'backlog_channel', true),
+    ('backlog_off', 'b.off', 'backlog_off', false);
+INSERT INTO outbox_destinations (name, event_types, url) VALUES
+    ('backlog_hook', 'b.hook', 'http://127.0.0.1:1/hook'),
+    ('backlog_idle', 'b.idle', 'http://127.0.0.1:1/idle');
+SELECT count(outbox_emit('b.n.' || i, '{}')) FROM generate_series(1, 3) i;
+SELECT count(outbox_emit('b.off', '{}')) FROM generate_series(1, 2);
+SELECT count(outbox_emit('b.hook', '{}')) FROM generate_series(1, 4);
+SELECT count(outbox_emit('b.nobody', '{}')) FROM generate_series(1, 5);
+-- dead letters as the relay records them (the destination of the last
+-- attempt), one of a destination deleted since, and one cancelled
+UPDATE outbox SET dead_at = now(), attempts = 1, destination = 'backlog_hook'
+ WHERE id IN (SELECT id FROM outbox WHERE event_type = 'b.hook' ORDER BY id LIMIT 2);
+UPDATE outbox SET dead_at = now(), attempts = 1, destination = 'backlog_deleted'
+ WHERE id IN (SELECT id FROM outbox WHERE event_type = 'b.hook' AND dead_at IS NULL ORDER BY id LIMIT 1);
+SELECT outbox_cancel((SELECT event_id FROM outbox WHERE event_type = 'b.n.1'), 'not wanted');
+CREATE ROLE regress_backlog_monitor IN ROLE outbox_monitor;
+GRANT SELECT ON backlog_before TO regress_backlog_monitor;
+SET ROLE regress_backlog_monitor;
+SELECT destination, kind, enabled, disabled_at IS NOT NULL AS disabled, pending,
+       oldest_pending_at = now() AS oldest_is_now, dead
+  FROM outbox_backlog() WHERE destination LIKE 'backlog_%' ORDER BY destination;
+SELECT b.pending - f.pending AS unroutable, b.oldest_pending_at = now() AS oldest_is_now,
+       b.dead - f.dead AS dead_elsewhere, b.kind, b.enabled
+  FROM outbox_backlog() b, backlog_before f WHERE b.destination IS NULL;
+-- counts and times, never an event
+SELECT regress.try($$SELECT count(*) FROM outbox$$);
+RESET ROLE;
+ROLLBACK;
+SET ROLE outbox_writer;
+SELECT regress.try($$SELECT * FROM outbox_backlog()$$);
+RESET ROLE;

@@ -80,9 +80,16 @@ SELECT count(*) AS emitted FROM (
     UNION ALL SELECT outbox_emit('js.sent', '{"n": 5}', 'order', '7')) e;
 UPDATE outbox SET dead_at = now(), attempts = 10, last_error = 'HTTP status 500'
  WHERE payload = '{"n": 5}';
+-- 1.1's definition of the relay statistics still works with this library
+SELECT count(*) >= 0 AS relay_stats_of_1_1 FROM outbox_relay_stats(true);
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 SELECT name, kind, ordered FROM outbox_destinations ORDER BY name;
+-- 1.2's: the memory budget; and the backlog of each destination (the dead
+-- letter's last attempt named no destination)
+SELECT bool_and(held_bytes >= 0 AND memory_budget > 0) IS NOT FALSE AS relay_stats_of_1_2
+  FROM outbox_relay_stats(true);
+SELECT destination, kind, enabled, pending, dead FROM outbox_backlog();
 SELECT event_type, payload, aggregate_type, aggregate_id, attempts, dead_at IS NOT NULL AS dead
   FROM outbox ORDER BY id;
 -- the rebuilt key index finds the event before another of its key (a NULL

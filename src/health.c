@@ -69,6 +69,7 @@
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay_stats);
+PG_FUNCTION_INFO_V1(outbox_relay_stats_1_2);
 PG_FUNCTION_INFO_V1(outbox_destination_stats);
 PG_FUNCTION_INFO_V1(outbox_destination_stats_1_2);
 PG_FUNCTION_INFO_V1(outbox_destination_latency);
@@ -135,6 +136,8 @@ typedef struct RelayHealth
 	int			horizon_pid;	/* holds the horizon back (horizon.c): its
 								 * pid, -1 a prepared transaction, 0 none */
 	TimestampTz horizon_since;	/* its transaction's start */
+	int64		held_bytes;		/* what the events it holds in flight cost
+								 * (OUTBOX_RELAY_BYTES) */
 } RelayHealth;
 
 typedef struct DestKey
@@ -439,6 +442,7 @@ OutboxHealthRelayStarted(Oid dboid, int relay_no)
 	r->reason[0] = '\0';
 	r->next_start = 0;
 	r->started_at = GetCurrentTimestamp();
+	r->held_bytes = 0;
 	SpinLockRelease(&r->mutex);
 	my_relay = r;
 	on_shmem_exit(relay_exit, (Datum) 0);
@@ -470,6 +474,22 @@ OutboxHealthRelayPass(void)
 	SpinLockAcquire(&my_relay->mutex);
 	my_relay->passes++;
 	my_relay->last_pass_at = now;
+	SpinLockRelease(&my_relay->mutex);
+}
+
+/*
+ * Notes what the events the calling relay holds in flight cost it now, in
+ * bytes (their cost, against OUTBOX_RELAY_BYTES): outbox_relay_stats shows
+ * it, for an alert on a relay whose memory budget stays full. Called by the
+ * relay whenever that changes; a no-op in a backend.
+ */
+void
+OutboxHealthRelayHeld(Size bytes)
+{
+	if (my_relay == NULL)
+		return;
+	SpinLockAcquire(&my_relay->mutex);
+	my_relay->held_bytes = (int64) bytes;
 	SpinLockRelease(&my_relay->mutex);
 }
 
@@ -932,21 +952,40 @@ database_name(Oid dboid, const char *kept, bool *isnull)
 	return NameGetDatum(result);
 }
 
+/* outbox_relay_stats's columns in 1.2; 1.1 has the first 16 */
+#define RELAY_COLS 18
+
 /*
- * outbox_relay_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
- *
- * SQL-callable: one row per relay of the current database (every database
- * with all_databases, which also lists names in outbox.databases that have
- * no relay): database, relay, pid, state, reason, next_start, started_at,
- * restarts, passes, last_pass_at, delivered, failed, last_error,
- * last_error_at, failing_since (set while its steps keep failing: a stall
- * to alert on), stats_since. For outbox_admin and outbox_monitor
- * (last_error NULL unless may_read_errors); errors in check_access.
+ * Adds a row to outbox_relay_stats for each name in outbox.databases that
+ * has no relay: state "not started", and why.
  */
-Datum
-outbox_relay_stats(PG_FUNCTION_ARGS)
+static void
+put_missing(ReturnSetInfo *rsinfo, const NameData *missing, int nmissing)
 {
-#define RELAY_COLS 16
+	for (int i = 0; i < nmissing; i++)
+	{
+		Datum		values[RELAY_COLS];
+		bool		nulls[RELAY_COLS];
+
+		memset(nulls, true, sizeof(nulls));
+		values[0] = NameGetDatum(&missing[i]);
+		nulls[0] = false;
+		values[3] = CStringGetTextDatum(relay_state_names[RELAY_NOT_STARTED]);
+		nulls[3] = false;
+		values[4] = CStringGetTextDatum(psprintf("no such database, it does not allow connections, or more than %d databases have relays",
+												 OUTBOX_MAX_RELAYS));
+		nulls[4] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/*
+ * The rows of outbox_relay_stats, with its 16 columns of 1.1 or, with
+ * memory, the 18 of 1.2 (held_bytes and memory_budget last).
+ */
+static Datum
+relay_stats(FunctionCallInfo fcinfo, bool memory)
+{
 	bool		all = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	RelayHealth *rows;
@@ -959,6 +998,9 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 
 	check_access(all);
 	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != (memory ? RELAY_COLS : RELAY_COLS - 2))
+		elog(ERROR, "outbox_relay_stats has %d columns, expected %d",
+			 rsinfo->setDesc->natts, memory ? RELAY_COLS : RELAY_COLS - 2);
 
 	rows = palloc(sizeof(RelayHealth) * MAX_RELAY_ROWS);
 	missing = palloc(sizeof(NameData) * OUTBOX_MAX_RELAYS);
@@ -1001,24 +1043,45 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 		values[13] = ts_or_null(r->last_error_at, &nulls[13]);
 		values[14] = ts_or_null(r->failing_since, &nulls[14]);
 		values[15] = ts_or_null(r->stats_since, &nulls[15]);
+		/* what a relay not running holds is nothing */
+		values[16] = Int64GetDatum(r->pid != 0 ? r->held_bytes : 0);
+		values[17] = Int64GetDatum((int64) OUTBOX_RELAY_BYTES);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	for (int i = 0; i < nmissing; i++)
-	{
-		Datum		values[RELAY_COLS];
-		bool		nulls[RELAY_COLS];
-
-		memset(nulls, true, sizeof(nulls));
-		values[0] = NameGetDatum(&missing[i]);
-		nulls[0] = false;
-		values[3] = CStringGetTextDatum(relay_state_names[RELAY_NOT_STARTED]);
-		nulls[3] = false;
-		values[4] = CStringGetTextDatum(psprintf("no such database, it does not allow connections, or more than %d databases have relays",
-												 OUTBOX_MAX_RELAYS));
-		nulls[4] = false;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+	put_missing(rsinfo, missing, nmissing);
 	return (Datum) 0;
+}
+
+/*
+ * outbox_relay_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
+ *
+ * SQL-callable, 1.1's definition (kept for a database not updated yet):
+ * one row per relay of the current database (every database with
+ * all_databases, which also lists names in outbox.databases that have no
+ * relay): database, relay, pid, state, reason, next_start, started_at,
+ * restarts, passes, last_pass_at, delivered, failed, last_error,
+ * last_error_at, failing_since (set while its steps keep failing: a stall
+ * to alert on), stats_since. For outbox_admin and outbox_monitor
+ * (last_error NULL unless may_read_errors); errors in check_access.
+ */
+Datum
+outbox_relay_stats(PG_FUNCTION_ARGS)
+{
+	return relay_stats(fcinfo, false);
+}
+
+/*
+ * outbox_relay_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
+ *
+ * SQL-callable, 1.2's definition: the columns of 1.1's, then held_bytes
+ * (what the events the relay holds in flight cost it now, 0 while it does
+ * not run) and memory_budget (OUTBOX_RELAY_BYTES, the most it holds).
+ * Runs in any backend; errors in check_access.
+ */
+Datum
+outbox_relay_stats_1_2(PG_FUNCTION_ARGS)
+{
+	return relay_stats(fcinfo, true);
 }
 
 /* Copies the destination rows to show (the current database's, or all). */

@@ -42,6 +42,7 @@ extern void OutboxHealthMissing(List *names);
 extern void OutboxHealthRelayStarted(Oid dboid, int relay_no);
 extern void OutboxHealthRelayIdle(bool idle);
 extern void OutboxHealthRelayPass(void);
+extern void OutboxHealthRelayHeld(Size bytes);
 extern void OutboxHealthRelayError(const char *what, const char *message);
 extern void OutboxHealthRelayStepOk(void);
 extern void OutboxHealthRelayHorizon(int pid, TimestampTz since);

@@ -232,6 +232,7 @@ batch_done(WorkerState *st, OutboxEvent *ev)
 
 	Assert(st->held_bytes >= ev->cost);
 	st->held_bytes -= ev->cost;
+	OutboxHealthRelayHeld(st->held_bytes);
 	OutboxStartLogEnded(ev);
 
 	if (!ev->recorded)
@@ -545,6 +546,7 @@ hand_over(WorkerState *st, OutboxDispatchResult *d, ClaimBatch *batch)
 		st->held_bytes += d->in_flight[i]->cost;
 		OutboxKindEnqueue(d->in_flight[i]);
 	}
+	OutboxHealthRelayHeld(st->held_bytes);
 	if (batch->open == 0)
 		MemoryContextDelete(batch->cxt);
 }

@@ -9,7 +9,8 @@
 # (its body twice, and its payload), so one is in flight at a time: the
 # test releases them one by one and sees exactly one more arrive each time.
 # Small events to another destination are delivered while a large one is
-# held. The relay's peak memory is a figure for bench/bench.py, not a test.
+# held, and outbox_relay_stats shows what the relay holds. The relay's peak
+# memory is a figure for bench/bench.py, not a test.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -61,6 +62,12 @@ for my $k (1 .. $nbig)
 				"SELECT count(*) = 0 FROM outbox WHERE event_type = 'small.created' AND delivered_at IS NULL"),
 			'small events delivered while a big one is held');
 		is(in_flight('big.created'), 1, 'still one big event in flight');
+		# what outbox_relay_stats shows for a memory alert: one big event's
+		# cost, over half of the budget and within it
+		is( $node->safe_psql('postgres', q{
+				SELECT held_bytes > memory_budget / 2 AND held_bytes <= memory_budget
+				  FROM outbox_relay_stats()}),
+			't', 'outbox_relay_stats: the big event held is over half of the memory budget');
 	}
 	$sink->control(release => '/big');
 }
@@ -73,6 +80,8 @@ is( $node->safe_psql('postgres', q{
 	'1/true', 'each in one attempt: none failed or dead-lettered for the budget');
 is($sink->stats('/big')->{requests}, $nbig, "$nbig requests, one per big event");
 is(relay_pid($node, 'postgres'), $pid, 'the same relay throughout');
+ok( $node->poll_query_until('postgres', 'SELECT held_bytes = 0 FROM outbox_relay_stats()'),
+	'outbox_relay_stats: nothing held once every event is delivered');
 
 $sink->stop;
 $node->stop;
