@@ -46,7 +46,7 @@ log=$LOG_DIR/cassert.log
 step "packages"
 # shellcheck disable=SC2046 # word splitting of the kinds' package list is wanted
 install_packages "$log" gcc make bison flex perl bzip2 libssl-dev zlib1g-dev \
-    $(kind_packages build) $(kind_packages test) openssl nodejs libipc-run-perl python3 git ca-certificates postgresql-15
+    $(kind_packages build) $(kind_packages test) $(monitoring_packages bookworm) openssl nodejs libipc-run-perl python3 git ca-certificates postgresql-15
 install_node_modules "$PWD" "$log" || exit 1
 
 step "source of postgresql-15"

@@ -51,6 +51,7 @@ declare -A RELEASE_SRC=() RELEASE_ERROR=()
 suite_for() { case $1 in 17) echo trixie ;; 18) echo sid ;; *) return 1 ;; esac; }
 packages_for() {
     echo "postgresql-$1 postgresql-server-dev-$1 $(kind_packages build) $(kind_packages test) libssl-dev openssl nodejs pkgconf" \
+        "$(monitoring_packages "$(suite_for "$1")")" \
         "libipc-run-perl make gcc python3 perl ca-certificates" \
         "build-essential debhelper dpkg-dev postgresql-server-dev-all lintian"
 }

@@ -3,7 +3,8 @@
 # Debian bookworm, as root: PostgreSQL 15 with its PGXS headers, the
 # destination kinds' libraries and test brokers (src/kinds/kinds.list:
 # libcurl, libnats, nats-server), libssl-dev (ed25519 signatures), openssl (the tests' certificates and
-# signature checks), the Perl modules of the TAP tests, Python for the test
+# signature checks), prometheus, promtool and postgres_exporter (the
+# monitoring test), the Perl modules of the TAP tests, Python for the test
 # webhook endpoint, Node.js (the tests' signature checks), debootstrap for
 # the PostgreSQL 17/18 chroots, what builds and lints the Debian package
 # (build-essential, debhelper, postgresql-server-dev-all for pg_buildext,
@@ -16,7 +17,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # shellcheck disable=SC2207 # word splitting of the kinds' package list is wanted
-packages=(postgresql-15 postgresql-server-dev-15 $(kind_packages build) $(kind_packages test) libssl-dev openssl nodejs
+packages=(postgresql-15 postgresql-server-dev-15 $(kind_packages build) $(kind_packages test) $(monitoring_packages bookworm) libssl-dev openssl nodejs
     libipc-run-perl make gcc python3 debootstrap ca-certificates build-essential debhelper dpkg-dev postgresql-server-dev-all lintian unzip)
 
 if [ "$(id -u)" != 0 ]; then

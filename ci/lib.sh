@@ -33,6 +33,17 @@ kind_packages() {
         "$(dirname "${BASH_SOURCE[0]}")/../src/kinds/kinds.list"
 }
 
+# monitoring_packages SUITE: the Debian packages the monitoring test
+# (test/t/104_monitoring.pl) runs: prometheus, promtool (in prometheus's
+# own package on bookworm, a package of its own from trixie on) and
+# postgres_exporter, for Debian suite SUITE (the host: bookworm).
+monitoring_packages() {
+    case $1 in
+    bookworm) echo "prometheus prometheus-postgres-exporter" ;;
+    *) echo "prometheus promtool prometheus-postgres-exporter" ;;
+    esac
+}
+
 step() { printf '==> %s\n' "$*"; }
 # note: a step line for the console even from inside quietly (fd 3).
 note() {

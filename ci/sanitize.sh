@@ -46,7 +46,7 @@ fi
 
 # -- packages -----------------------------------------------------------------
 # shellcheck disable=SC2207 # word splitting of the kinds' package list is wanted
-packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" $(kind_packages build) $(kind_packages test) libssl-dev openssl nodejs
+packages=("postgresql-$pgv" "postgresql-server-dev-$pgv" $(kind_packages build) $(kind_packages test) $(monitoring_packages bookworm) libssl-dev openssl nodejs
           libipc-run-perl make gcc libasan8 libubsan1 binutils python3)
 missing=()
 for p in "${packages[@]}"; do

@@ -101,11 +101,13 @@ sub require_kind
 	return;
 }
 
-# A started node with outbox preloaded and created in database postgres.
-# %conf: extra postgresql.conf lines, name => value.
+# A started node with outbox preloaded and created in database postgres
+# (in schema $conf{schema} if given, else in public). %conf: extra
+# postgresql.conf lines, name => value.
 sub outbox_node
 {
 	my ($name, %conf) = @_;
+	my $schema = delete $conf{schema};
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(allows_streaming => delete $conf{allows_streaming} // 0);
 	my %settings = (
@@ -118,7 +120,9 @@ sub outbox_node
 	$node->append_conf('postgresql.conf',
 		join('', map { "$_ = $settings{$_}\n" } sort keys %settings));
 	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+	$node->safe_psql('postgres', $schema
+		? "CREATE SCHEMA $schema; CREATE EXTENSION outbox SCHEMA $schema"
+		: 'CREATE EXTENSION outbox');
 	return $node;
 }
 
