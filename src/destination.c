@@ -29,6 +29,32 @@
 #include "destination.h"
 
 /*
+ * The number of column name in the row type of row (0 if it has none),
+ * from the row's cache when it has one; a column found is cached, so that
+ * each name costs one lookup per cache.
+ */
+static int
+column_attnum(const OutboxDestinationRow *row, const char *name)
+{
+	OutboxColumnCache *cache = row->cache;
+	int			attnum;
+
+	if (cache != NULL)
+		for (int i = 0; i < cache->n; i++)
+			if (cache->names[i] == name)
+				return cache->attnums[i];
+	attnum = SPI_fnumber(row->desc, name);
+	if (attnum <= 0)
+		return 0;
+	if (cache != NULL && cache->n < OUTBOX_COLUMN_CACHE_SIZE)
+	{
+		cache->names[cache->n] = name;
+		cache->attnums[cache->n++] = attnum;
+	}
+	return attnum;
+}
+
+/*
  * The value of column name of a destination row (for a kind's
  * check_destination and decode), or *isnull set. Runs in any process, in a
  * transaction. ERROR if the row type has no such column: a kind named a
@@ -37,24 +63,10 @@
 Datum
 OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool *isnull)
 {
-	OutboxColumnCache *cache = row->cache;
-	int			attnum = 0;
+	int			attnum = column_attnum(row, name);
 
-	if (cache != NULL)
-		for (int i = 0; i < cache->n; i++)
-			if (cache->names[i] == name)
-				attnum = cache->attnums[i];
 	if (attnum == 0)
-	{
-		attnum = SPI_fnumber(row->desc, name);
-		if (attnum <= 0)
-			elog(ERROR, "outbox_destinations has no column \"%s\"", name);
-		if (cache != NULL && cache->n < OUTBOX_COLUMN_CACHE_SIZE)
-		{
-			cache->names[cache->n] = name;
-			cache->attnums[cache->n++] = attnum;
-		}
-	}
+		elog(ERROR, "outbox_destinations has no column \"%s\"", name);
 	return heap_getattr(row->tuple, attnum, row->desc, isnull);
 }
 
@@ -65,11 +77,7 @@ OutboxDestinationColumn(const OutboxDestinationRow *row, const char *name, bool 
 static bool
 is_option(const OutboxDestinationRow *row, const char *name)
 {
-	if (row->cache != NULL)
-		for (int i = 0; i < row->cache->n; i++)
-			if (row->cache->names[i] == name)
-				return false;
-	return SPI_fnumber(row->desc, name) <= 0 && SPI_fnumber(row->desc, "options") > 0;
+	return column_attnum(row, name) == 0 && column_attnum(row, "options") > 0;
 }
 
 /*
@@ -174,7 +182,7 @@ OutboxDestinationColumnChanged(const OutboxDestinationRow *row, const char *name
 	old_d = OutboxDestinationColumn(&old, name, &old_isnull);
 	if (isnull || old_isnull)
 		return isnull != old_isnull;
-	attnum = SPI_fnumber(row->desc, name);
+	attnum = column_attnum(row, name);
 	return !datumIsEqual(d, old_d, TupleDescAttr(row->desc, attnum - 1)->attbyval,
 						 TupleDescAttr(row->desc, attnum - 1)->attlen);
 }

@@ -1084,22 +1084,30 @@ outbox_relay_stats_1_2(PG_FUNCTION_ARGS)
 	return relay_stats(fcinfo, true);
 }
 
-/* Copies the destination rows to show (the current database's, or all). */
+/*
+ * Copies the destination rows to show (the current database's, or all),
+ * into memory allocated under the lock for the rows there are (an
+ * out-of-memory ERROR releases the lock, as any error does).
+ */
 static DestHealth *
 copy_dests(bool all, int *n)
 {
-	DestHealth *rows = palloc_extended(sizeof(DestHealth) * dest_rows_max(), MCXT_ALLOC_HUGE);
+	DestHealth *rows;
 	HASH_SEQ_STATUS seq;
 	DestHealth *d;
+	long		cap;
 
 	*n = 0;
 	LWLockAcquire(health->lock, LW_SHARED);
+	/* the rows there are now, not the table's room (up to 100,064 rows) */
+	cap = Max(hash_get_num_entries(dest_hash), 1);
+	rows = palloc_extended(sizeof(DestHealth) * cap, MCXT_ALLOC_HUGE);
 	hash_seq_init(&seq, dest_hash);
 	while ((d = hash_seq_search(&seq)) != NULL)
 	{
 		if (!all && d->key.dboid != MyDatabaseId)
 			continue;
-		if (*n >= dest_rows_max())
+		if (*n >= cap)
 		{
 			hash_seq_term(&seq);
 			break;
