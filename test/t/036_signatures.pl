@@ -13,7 +13,6 @@ use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
 use Encode ();
-use File::Spec;
 use IPC::Run ();
 use JSON::PP;
 use MIME::Base64 qw(encode_base64 decode_base64);
@@ -21,11 +20,6 @@ use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $test_dir = File::Spec->rel2abs("$FindBin::RealBin/..");
-# the npm packages ci/deps.sh installs (test/node/package.json)
-my $node_modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
-die "the standardwebhooks package is not in $node_modules: run ci/deps.sh as root"
-  unless -d "$node_modules/standardwebhooks";
 my $node = outbox_node('signatures');
 my $sink = start_sink();
 ok(wait_relay($node, 'postgres'), 'relay runs');
@@ -40,11 +34,7 @@ sql(sprintf(q{INSERT INTO outbox_destinations (name, event_types, url, secret) V
 sub node_verdicts
 {
 	my ($msg, @keys) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'node', "$test_dir/verify_signature.js" ],
-		'<', \encode_json({ %$msg, keys => \@keys }), '>', \$out, '2>', \$err)
-	  or die "verify_signature.js: $err";
-	return join('', map { $_ ? 't' : 'f' } @{ decode_json($out) });
+	return join('', map { $_ ? 't' : 'f' } @{ node_json('verify_signature.js', { %$msg, keys => \@keys }) });
 }
 
 # For each v1 secret, whether the npm standardwebhooks package (the
@@ -52,14 +42,11 @@ sub node_verdicts
 sub library_verdicts
 {
 	my ($msg, @secrets) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{NODE_PATH} = $node_modules;
-	IPC::Run::run([ 'node', "$test_dir/standardwebhooks_check.js" ], '<', \encode_json({
-				headers => { 'webhook-id' => $msg->{id}, 'webhook-timestamp' => $msg->{timestamp},
-					'webhook-signature' => $msg->{signature} },
-				body => $msg->{body}, secrets => \@secrets }), '>', \$out, '2>', \$err)
-	  or die "standardwebhooks_check.js: $err";
-	return join('', map { $_ ? 't' : 'f' } @{ decode_json($out) });
+	my $verdicts = node_json('standardwebhooks_check.js', {
+			headers => { 'webhook-id' => $msg->{id}, 'webhook-timestamp' => $msg->{timestamp},
+				'webhook-signature' => $msg->{signature} },
+			body => $msg->{body}, secrets => \@secrets }, 'standardwebhooks');
+	return join('', map { $_ ? 't' : 'f' } @$verdicts);
 }
 
 # Whether the OpenSSL command line verifies $msg's v1a signature with

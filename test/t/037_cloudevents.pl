@@ -15,18 +15,11 @@ use lib "$FindBin::RealBin/../perl";
 
 use Digest::SHA qw(hmac_sha256_base64);
 use Encode qw(encode_utf8);
-use File::Spec;
-use IPC::Run ();
 use JSON::PP;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $test_dir = File::Spec->rel2abs("$FindBin::RealBin/..");
-# the npm packages ci/deps.sh installs (test/node/package.json)
-my $node_modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
-die "the cloudevents package is not in $node_modules: run ci/deps.sh as root"
-  unless -d "$node_modules/cloudevents";
 
 my $node = outbox_node('cloudevents', timezone => "'Pacific/Chatham'", datestyle => "'SQL, DMY'");
 my $sink = start_sink();
@@ -45,12 +38,8 @@ sql(sprintf(q{
 sub sdk
 {
 	my ($req) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{NODE_PATH} = $node_modules;
-	IPC::Run::run([ 'node', "$test_dir/cloudevents_check.js" ],
-		'<', \encode_json({ headers => $req->{headers}, body => $req->{body} }), '>', \$out, '2>', \$err)
-	  or die "cloudevents_check.js: $err";
-	return decode_json($out);
+	return node_json('cloudevents_check.js', { headers => $req->{headers}, body => $req->{body} },
+		'cloudevents');
 }
 
 # Emits one event (its payload and aggregate fields SQL expressions) and

@@ -16,18 +16,12 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
-use File::Spec;
-use IPC::Run ();
 use JSON::PP;
 use OutboxNats;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $test_dir = File::Spec->rel2abs("$FindBin::RealBin/..");
-my $node_modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
-die "the cloudevents package is not in $node_modules: run ci/deps.sh as root"
-  unless -d "$node_modules/cloudevents";
 
 my $nats = start_nats();
 $nats->add_stream('CE', 'ce.>', duplicates_ms => 15 * 60 * 1000);
@@ -44,13 +38,9 @@ sql(qq{
 sub sdk
 {
 	my ($msg) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{NODE_PATH} = $node_modules;
-	IPC::Run::run([ 'node', "$test_dir/cloudevents_check.js" ],
-		'<', \encode_json({ headers => { 'content-type' => $msg->{headers}{'Content-Type'} },
-			body => $msg->{data} }), '>', \$out, '2>', \$err)
-	  or die "cloudevents_check.js: $err";
-	return decode_json($out);
+	return node_json('cloudevents_check.js',
+		{ headers => { 'content-type' => $msg->{headers}{'Content-Type'} }, body => $msg->{data} },
+		'cloudevents');
 }
 
 my $id1 = sql(q{SELECT outbox_emit('order.created', '{"total": 12.5, "note": "café"}', 'order', 'o-1')});
