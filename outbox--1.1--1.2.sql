@@ -183,9 +183,13 @@ COMMENT ON COLUMN @extschema@.outbox.destination IS
     'Destination of the latest attempt; NULL for a delivery whose destination was replaced (deleted, and another created under its name) while it was in flight';
 
 /*
- * outbox_destination_stats() gets a last column, deduplicated: deliveries
- * the receiver already had (a JetStream PubAck flagged duplicate), counted
- * among delivered too. Its OUT columns change, so it is dropped and created
+ * outbox_destination_stats() gets two last columns: deduplicated,
+ * deliveries the receiver already had (a JetStream PubAck flagged
+ * duplicate), counted among delivered too; and dead_lettered, the failed
+ * attempts that dead-lettered their event, among failed (a counter for
+ * alerts: the number of dead letters in the table falls when they are
+ * redelivered or purged, and moves when a destination is deleted). Its
+ * OUT columns change, so it is dropped and created
  * again, with 1.1's comment, revoke and grants; 1.1's C symbol stays in the
  * library for a database not updated yet.
  */
@@ -203,23 +207,25 @@ CREATE FUNCTION @extschema@.outbox_destination_stats(
     OUT latency_p50_ms double precision,
     OUT latency_p99_ms double precision,
     OUT stats_since timestamptz,
-    OUT deduplicated bigint)
+    OUT deduplicated bigint,
+    OUT dead_lettered bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'outbox_destination_stats_1_2'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.outbox_destination_stats(boolean) IS
-    'One row per destination of this database (all databases: needs pg_read_all_stats): outcomes, deliveries the receiver already had, last success and failure, latency from created_at to delivery';
+    'One row per destination of this database (all databases: needs pg_read_all_stats): outcomes, deliveries the receiver already had, dead letters, last success and failure, latency from created_at to delivery';
 
 REVOKE ALL ON FUNCTION @extschema@.outbox_destination_stats(boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.outbox_destination_stats(boolean)
     TO outbox_admin, outbox_monitor;
 
 /*
- * outbox_relay_stats() gets two last columns for a memory alert: held_bytes,
- * what the events the relay holds in flight cost it now, and memory_budget,
- * the most it holds (OUTBOX_RELAY_BYTES, src/event.h); a claim leaves events
- * out while they would not fit. Dropped and created again as
+ * outbox_relay_stats() gets three last columns on the relay's memory:
+ * held_bytes, what the events it holds in flight cost it now;
+ * memory_budget, the most it holds (OUTBOX_RELAY_BYTES, src/event.h); and
+ * memory_full_since, since when its claims leave events out because they
+ * would not fit (NULL when the last claim did not), for an alert. Dropped and created again as
  * outbox_destination_stats() above; 1.1's C symbol stays.
  */
 DROP FUNCTION @extschema@.outbox_relay_stats(boolean);
@@ -243,7 +249,8 @@ CREATE FUNCTION @extschema@.outbox_relay_stats(
     OUT failing_since timestamptz,
     OUT stats_since timestamptz,
     OUT held_bytes bigint,
-    OUT memory_budget bigint)
+    OUT memory_budget bigint,
+    OUT memory_full_since timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'outbox_relay_stats_1_2'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
@@ -261,15 +268,17 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_relay_stats(boolean)
  * counts and times only, never an event's content, an error or a
  * destination's settings. A pending event counts at the destination that
  * routing gives its type now (a disabled one too: its events wait for it),
- * a dead letter at the destination of its last attempt (a cancelled event
- * is an operator's decision, not counted). The row whose destination is
+ * from its created_at or, redelivered, from then; a dead letter at the
+ * destination of its last attempt, until an operator decides on it
+ * (cancelled, or skipped so that its key goes on, it is not counted). The row whose destination is
  * NULL holds the rest: pending events that no destination takes, and dead
  * letters of destinations deleted since. It reads every pending event
  * (their number is what it says) and, through outbox_dead_idx, every dead
  * letter: see docs/monitoring.md for what a scrape costs.
  */
 CREATE INDEX outbox_dead_idx ON @extschema@.outbox (destination)
-    WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND cancelled_at IS NULL;
+    WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND cancelled_at IS NULL
+      AND skipped_at IS NULL;
 
 CREATE FUNCTION @extschema@.outbox_backlog(
     OUT destination text,
@@ -284,7 +293,8 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH by_type AS (
-        SELECT o.event_type, count(*) AS n, min(o.created_at) AS oldest
+        SELECT o.event_type, count(*) AS n,
+               min(greatest(o.created_at, o.redelivered_at)) AS oldest
           FROM @extschema@.outbox o
          WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
          GROUP BY o.event_type),
@@ -297,6 +307,7 @@ BEGIN ATOMIC
         SELECT o.destination AS name, count(*) AS n
           FROM @extschema@.outbox o
          WHERE o.dead_at IS NOT NULL AND o.delivered_at IS NULL AND o.cancelled_at IS NULL
+           AND o.skipped_at IS NULL
          GROUP BY o.destination)
     SELECT d.name, d.kind, d.enabled, d.disabled_at,
            coalesce(p.n, 0), p.oldest, coalesce(x.n, 0)
@@ -314,7 +325,7 @@ BEGIN ATOMIC
 END;
 
 COMMENT ON FUNCTION @extschema@.outbox_backlog() IS
-    'For monitoring: per destination, its kind and state, its pending events and the oldest one''s created_at, its dead letters (not cancelled); the row with a NULL destination holds events no destination takes';
+    'For monitoring: per destination, its kind and state, its pending events and when the oldest became pending (created or redelivered), its dead letters not cancelled or skipped; the row with a NULL destination holds events no destination takes';
 
 REVOKE ALL ON FUNCTION @extschema@.outbox_backlog() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.outbox_backlog() TO outbox_admin, outbox_monitor;

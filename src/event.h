@@ -168,6 +168,8 @@ typedef struct OutboxEvent
 	bool		duplicate;		/* ok, but the receiver already had it (a
 								 * broker's deduplication): counted apart */
 	bool		permanent;		/* dead-letter now, retrying cannot help */
+	bool		dead_lettered;	/* the failure recorded dead-lettered it
+								 * (statistics) */
 	bool		not_sent;		/* nothing went out (a full NOTIFY queue): a
 								 * failure, but no attempt is counted */
 	char	   *error;			/* for last_error and the log: never a value */

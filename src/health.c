@@ -138,6 +138,9 @@ typedef struct RelayHealth
 	TimestampTz horizon_since;	/* its transaction's start */
 	int64		held_bytes;		/* what the events it holds in flight cost
 								 * (OUTBOX_RELAY_BYTES) */
+	TimestampTz memory_full_since;	/* the first of the claims in a row that
+									 * left events out for that budget; 0:
+									 * the last claim did not */
 } RelayHealth;
 
 typedef struct DestKey
@@ -151,6 +154,7 @@ typedef struct DestCounts
 	int64		delivered;
 	int64		failed;
 	int64		deduplicated;	/* of delivered, those the receiver had already */
+	int64		dead_lettered;	/* of failed, those that dead-lettered the event */
 	TimestampTz last_success_at;
 	TimestampTz last_failure_at;
 	char		last_error[OUTBOX_HEALTH_ERROR_BYTES];
@@ -443,6 +447,7 @@ OutboxHealthRelayStarted(Oid dboid, int relay_no)
 	r->next_start = 0;
 	r->started_at = GetCurrentTimestamp();
 	r->held_bytes = 0;
+	r->memory_full_since = 0;
 	SpinLockRelease(&r->mutex);
 	my_relay = r;
 	on_shmem_exit(relay_exit, (Datum) 0);
@@ -462,9 +467,14 @@ OutboxHealthRelayIdle(bool idle)
 	SpinLockRelease(&my_relay->mutex);
 }
 
-/* Counts a pass (a claim that committed) of the calling relay. */
+/*
+ * Counts a pass (a claim that committed) of the calling relay;
+ * budget_limited: the claim left events out for the relay's memory budget
+ * (OUTBOX_RELAY_BYTES), which memory_full_since tells from the first such
+ * claim in a row on.
+ */
 void
-OutboxHealthRelayPass(void)
+OutboxHealthRelayPass(bool budget_limited)
 {
 	TimestampTz now;
 
@@ -474,6 +484,10 @@ OutboxHealthRelayPass(void)
 	SpinLockAcquire(&my_relay->mutex);
 	my_relay->passes++;
 	my_relay->last_pass_at = now;
+	if (!budget_limited)
+		my_relay->memory_full_since = 0;
+	else if (my_relay->memory_full_since == 0)
+		my_relay->memory_full_since = now;
 	SpinLockRelease(&my_relay->mutex);
 }
 
@@ -618,6 +632,7 @@ add_counts(DestCounts *dst, const DestCounts *src)
 	dst->delivered += src->delivered;
 	dst->failed += src->failed;
 	dst->deduplicated += src->deduplicated;
+	dst->dead_lettered += src->dead_lettered;
 	dst->last_success_at = Max(dst->last_success_at, src->last_success_at);
 	if (src->last_failure_at >= dst->last_failure_at && src->failed > 0)
 	{
@@ -841,6 +856,8 @@ OutboxHealthNote(const OutboxEvent *ev, const char *error)
 		else
 		{
 			p->counts.failed++;
+			if (ev->dead_lettered)
+				p->counts.dead_lettered++;
 			p->counts.last_failure_at = now;
 			clip_copy(p->counts.last_error, error, sizeof(p->counts.last_error));
 		}
@@ -953,7 +970,7 @@ database_name(Oid dboid, const char *kept, bool *isnull)
 }
 
 /* outbox_relay_stats's columns in 1.2; 1.1 has the first 16 */
-#define RELAY_COLS 18
+#define RELAY_COLS 19
 
 /*
  * Adds a row to outbox_relay_stats for each name in outbox.databases that
@@ -981,7 +998,8 @@ put_missing(ReturnSetInfo *rsinfo, const NameData *missing, int nmissing)
 
 /*
  * The rows of outbox_relay_stats, with its 16 columns of 1.1 or, with
- * memory, the 18 of 1.2 (held_bytes and memory_budget last).
+ * memory, the 19 of 1.2 (held_bytes, memory_budget and memory_full_since
+ * last).
  */
 static Datum
 relay_stats(FunctionCallInfo fcinfo, bool memory)
@@ -998,9 +1016,9 @@ relay_stats(FunctionCallInfo fcinfo, bool memory)
 
 	check_access(all);
 	InitMaterializedSRF(fcinfo, 0);
-	if (rsinfo->setDesc->natts != (memory ? RELAY_COLS : RELAY_COLS - 2))
+	if (rsinfo->setDesc->natts != (memory ? RELAY_COLS : RELAY_COLS - 3))
 		elog(ERROR, "outbox_relay_stats has %d columns, expected %d",
-			 rsinfo->setDesc->natts, memory ? RELAY_COLS : RELAY_COLS - 2);
+			 rsinfo->setDesc->natts, memory ? RELAY_COLS : RELAY_COLS - 3);
 
 	rows = palloc(sizeof(RelayHealth) * MAX_RELAY_ROWS);
 	missing = palloc(sizeof(NameData) * OUTBOX_MAX_RELAYS);
@@ -1046,6 +1064,7 @@ relay_stats(FunctionCallInfo fcinfo, bool memory)
 		/* what a relay not running holds is nothing */
 		values[16] = Int64GetDatum(r->pid != 0 ? r->held_bytes : 0);
 		values[17] = Int64GetDatum((int64) OUTBOX_RELAY_BYTES);
+		values[18] = ts_or_null(r->pid != 0 ? r->memory_full_since : 0, &nulls[18]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	put_missing(rsinfo, missing, nmissing);
@@ -1075,7 +1094,9 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
  *
  * SQL-callable, 1.2's definition: the columns of 1.1's, then held_bytes
  * (what the events the relay holds in flight cost it now, 0 while it does
- * not run) and memory_budget (OUTBOX_RELAY_BYTES, the most it holds).
+ * not run), memory_budget (OUTBOX_RELAY_BYTES, the most it holds) and
+ * memory_full_since (since when its claims leave events out for that
+ * budget; NULL when the last one did not).
  * Runs in any backend; errors in check_access.
  */
 Datum
@@ -1158,12 +1179,12 @@ latency_quantile(const int64 *buckets, double q, double *ms)
 
 /*
  * The rows of outbox_destination_stats, with its 10 columns of 1.1 or,
- * with deduplicated, the 11 of 1.2 (the new one last).
+ * with deduplicated, the 12 of 1.2 (deduplicated and dead_lettered last).
  */
 static Datum
 destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 {
-#define DEST_COLS 11
+#define DEST_COLS 12
 	bool		all = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DestHealth *rows;
@@ -1172,9 +1193,9 @@ destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 
 	check_access(all);
 	InitMaterializedSRF(fcinfo, 0);
-	if (rsinfo->setDesc->natts != (deduplicated ? DEST_COLS : DEST_COLS - 1))
+	if (rsinfo->setDesc->natts != (deduplicated ? DEST_COLS : DEST_COLS - 2))
 		elog(ERROR, "outbox_destination_stats has %d columns, expected %d",
-			 rsinfo->setDesc->natts, deduplicated ? DEST_COLS : DEST_COLS - 1);
+			 rsinfo->setDesc->natts, deduplicated ? DEST_COLS : DEST_COLS - 2);
 	rows = copy_dests(all, &n);
 	for (int i = 0; i < n; i++)
 	{
@@ -1198,6 +1219,7 @@ destination_stats(FunctionCallInfo fcinfo, bool deduplicated)
 		values[8] = Float8GetDatum(nulls[8] ? 0.0 : ms);
 		values[9] = ts_or_null(d->stats_since, &nulls[9]);
 		values[10] = Int64GetDatum(d->counts.deduplicated);
+		values[11] = Int64GetDatum(d->counts.dead_lettered);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -1223,7 +1245,9 @@ outbox_destination_stats(PG_FUNCTION_ARGS)
  * outbox_destination_stats(all_databases boolean DEFAULT false) RETURNS SETOF record
  *
  * SQL-callable, 1.2's definition: the columns of 1.1's, then
- * deduplicated (deliveries the receiver already had, among delivered).
+ * deduplicated (deliveries the receiver already had, among delivered) and
+ * dead_lettered (failed attempts that dead-lettered their event, among
+ * failed).
  * Runs in any backend; errors in check_access.
  */
 Datum

@@ -380,7 +380,8 @@ record_failures(OutboxEvent **events, int n)
 							 ev->response ? ": " : "",
 							 ev->response ? ev->response : "");
 		errs[i] = CStringGetTextDatum(errors[i]);
-		dead[i] = BoolGetDatum(failed_attempt(ev, DatumGetInt32(attempts[i]), &delay));
+		ev->dead_lettered = failed_attempt(ev, DatumGetInt32(attempts[i]), &delay);
+		dead[i] = BoolGetDatum(ev->dead_lettered);
 		delays[i] = Float8GetDatum(delay);
 		dest_nulls[i] = ev->dest.name == NULL;
 		dests[i] = dest_nulls[i] ? (Datum) 0 : CStringGetTextDatum(ev->dest.name);

@@ -602,7 +602,7 @@ worker_claim(WorkerState *st)
 	st->error_backoff_ms = 0;
 	if (c.d.claimed > 0)
 		st->flush_lsn = XactLastCommitEnd;
-	OutboxHealthRelayPass();
+	OutboxHealthRelayPass(c.d.budget_limited);
 	if (st->isolate > 0)
 		st->isolate--;
 	hand_over(st, &c.d, batch);

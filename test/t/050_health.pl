@@ -63,6 +63,18 @@ is(sql(q{SET ROLE outbox_admin; SELECT last_error FROM outbox_destination_stats(
 is(sql(q{SET ROLE outbox_monitor; SELECT failed > 0, last_failure_at IS NOT NULL, last_error IS NULL
            FROM outbox_destination_stats() WHERE destination = 'hooks'}),
 	't|t|t', 'outbox_monitor reads the counts and times, without the error text');
+
+# dead letters are counted apart, among the failures: a 400 dead-letters at
+# once, while the 503s above are retried
+$sink->paths('/hook' => { status => 503 }, '/bad' => { status => 400 });
+sql(sprintf(q{INSERT INTO outbox_destinations (name, event_types, url) VALUES ('bad', 'bad.*', '%s')},
+	$sink->url('/bad')));
+emit($node, 'postgres', 'bad.request', 2);
+ok( $node->poll_query_until('postgres', q{
+		SELECT failed = 2 AND dead_lettered = 2 FROM outbox_destination_stats() WHERE destination = 'bad'}),
+	'two failed attempts that dead-lettered their events are counted as dead letters');
+is(sql(q{SELECT dead_lettered FROM outbox_destination_stats() WHERE destination = 'hooks'}), '0',
+	'failed attempts that are retried are not');
 $sink->control(echo => []);
 sql(q{DELETE FROM outbox_destinations; DELETE FROM outbox});
 $sink->paths();
