@@ -1,12 +1,17 @@
 # The monitoring setup of monitoring/, run: promtool checks the alerting
 # rules and runs their unit tests (outbox.rules.test.yml), then the real
 # postgres_exporter (Debian's prometheus-postgres-exporter, with the
-# queries file and a role that is only outbox_monitor and
-# pg_read_all_stats) and the real prometheus, both on 127.0.0.1, watch
-# this cluster. An endpoint that answers 503 makes OutboxBacklogOld fire
-# for its destination, and one that answers 410 Gone makes
-# OutboxDestinationDisabled fire; once the first answers 200 again and its
-# events are delivered, its alert resolves while the other stays.
+# queries file, a role that is only outbox_monitor, and its own
+# built-in metrics, over two databases with the extension as
+# docs/monitoring.md says)
+# and the real prometheus, both on 127.0.0.1, watch this cluster. The
+# exporter's scrapes succeed (postgres_exporter 0.11 fails the whole
+# scrape when one query fails) and carry both databases. An endpoint that
+# no longer answers makes OutboxBacklogOld fire for its destination, and
+# one that answers 410 Gone makes OutboxDestinationDisabled fire (and not
+# OutboxBacklogOld: its events wait for it); once the first endpoint is
+# back and its events are delivered, its alert resolves while the other
+# stays.
 #
 # Prometheus waits minutes before the backlog alert fires in production
 # (an event older than 600 s, for 5 minutes): this test runs the same
@@ -40,10 +45,11 @@ command_ok([ 'promtool', 'test', 'rules', "$monitoring/outbox.rules.test.yml" ],
 
 # retries every second at most, and no dead letter while the test runs
 my $node = outbox_node('monitoring', schema => 'outbox', 'outbox.backoff_max' => "'1s'",
-	'outbox.max_attempts' => 1000);
+	'outbox.max_attempts' => 1000, 'outbox.databases' => "'postgres, app2'");
 my $sink = start_sink();
-ok(wait_relay($node, 'postgres'), 'relay runs');
-$node->safe_psql('postgres', 'CREATE ROLE exporter LOGIN IN ROLE outbox_monitor, pg_read_all_stats');
+$node->safe_psql('postgres', 'CREATE DATABASE app2; CREATE ROLE exporter LOGIN IN ROLE outbox_monitor');
+$node->safe_psql('app2', 'CREATE SCHEMA outbox; CREATE EXTENSION outbox SCHEMA outbox');
+ok(wait_relay($node, 'postgres') && wait_relay($node, 'app2'), 'the relays of both databases run');
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
 my @running;
@@ -57,14 +63,14 @@ my $exporter_port = PostgreSQL::Test::Cluster::get_free_port();
 	push @running, IPC::Run::start(
 		[ 'prometheus-postgres-exporter', "--web.listen-address=127.0.0.1:$exporter_port",
 		  "--extend.query-path=$monitoring/postgres_exporter.yml",
-		  '--disable-default-metrics', '--disable-settings-metrics' ],
+		  '--auto-discover-databases', '--include-databases=postgres,app2' ],
 		'>', "$tmp/exporter.log", '2>&1');
 }
 
 # the rules, with OutboxBacklogOld's threshold and duration in seconds
 my $rules = slurp_file("$monitoring/outbox.rules.yml");
 my $replaced = 0;
-$rules =~ s{(- alert: OutboxBacklogOld\n.*?)> 600\n(\s+)for: 5m\n}{$replaced++; "$1> 2\n$2for: 2s\n"}se;
+$rules =~ s{(- alert: OutboxBacklogOld\n.*?)> 600\n(.*?\n)(\s+)for: 5m\n}{$replaced++; "$1> 2\n$2$3for: 2s\n"}se;
 is($replaced, 1, 'the live test cuts OutboxBacklogOld to seconds, and nothing else');
 append_to_file("$tmp/rules.yml", $rules);
 
@@ -93,11 +99,11 @@ sub api
 	return undef unless $res->{success};
 	return decode_json($res->{content})->{data};
 }
-# the firing alerts, as "name destination" strings, sorted
+# the firing alerts, as "name severity database destination" strings, sorted
 sub firing
 {
 	my $data = api('alerts') or return '(prometheus not answering)';
-	return join(', ', sort map { "$_->{labels}{alertname} " . ($_->{labels}{destination} // '-') }
+	return join(', ', sort map { join(' ', map { $_ // '-' } @{ $_->{labels} }{qw(alertname severity database destination)}) }
 		  grep { $_->{state} eq 'firing' } @{ $data->{alerts} });
 }
 # the value of an instant query's single result, undef if none
@@ -109,26 +115,35 @@ sub value
 	return @$r == 1 ? $r->[0]{value}[1] : undef;
 }
 
-$sink->paths('/orders' => { status => 503 }, '/gone' => { status => 410 });
+$sink->paths('/gone' => { status => 410 });
+# orders' endpoint is a closed port until it is back
+my $closed = PostgreSQL::Test::Cluster::get_free_port();
 $node->safe_psql('postgres', sprintf(q{
 	INSERT INTO outbox.outbox_destinations (name, event_types, url)
-	VALUES ('orders', 'orders.*', '%s'), ('gone', 'gone.*', '%s');
+	VALUES ('orders', 'orders.*', 'http://127.0.0.1:%d/orders'), ('gone', 'gone.*', '%s');
 	SELECT outbox.outbox_emit('orders.created', '{}') FROM generate_series(1, 3);
-	SELECT outbox.outbox_emit('gone.created', '{}');}, $sink->url('/orders'), $sink->url('/gone')));
+	SELECT outbox.outbox_emit('gone.created', '{}');}, $closed, $sink->url('/gone')));
 
-ok(wait_until(sub { (value('outbox_backlog_pending{destination="orders"}') // '') eq '3' }),
+ok(wait_until(sub { (value('outbox_backlog_pending{database="postgres",destination="orders",kind="http"}') // '') eq '3' }),
 	'Prometheus has the backlog from the exporter: 3 events wait for orders')
   or diag(slurp_file("$tmp/exporter.log"));
-ok(wait_until(sub { (value('outbox_relay_up') // '') eq '1' }), 'and the relay is up');
+is(value('pg_exporter_last_scrape_error'), '0', "the exporter's scrapes succeed: every query runs");
+is(value('pg_exporter_user_queries_load_error'), '0', 'and it loaded the queries file');
+is(value('count(outbox_relay_up == 1)'), '2', 'the relays of both databases are up');
+is(value('count(count by (database) (outbox_backlog_pending{destination=""}))'), '2',
+	'both databases report their backlog');
+ok(wait_until(sub { defined value('outbox_latency_bucket{destination="gone",le="+Inf"}') }),
+	'the latency buckets are there');
 
-my $want = 'OutboxBacklogOld gone, OutboxBacklogOld orders, OutboxDestinationDisabled gone';
+my $want = 'OutboxBacklogOld critical postgres orders, OutboxDestinationDisabled warning postgres gone';
 ok(wait_until(sub { firing() eq $want }), "the alerts fire: $want") or diag('firing: ' . firing());
 
-$sink->paths('/orders' => { status => 200 }, '/gone' => { status => 410 });
+$node->safe_psql('postgres', sprintf(q{UPDATE outbox.outbox_destinations SET url = '%s' WHERE name = 'orders'},
+	$sink->url('/orders')));
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 3 FROM outbox.outbox WHERE event_type = 'orders.created' AND delivered_at IS NOT NULL"),
 	'orders takes its events again');
-$want = 'OutboxBacklogOld gone, OutboxDestinationDisabled gone';
+$want = 'OutboxDestinationDisabled warning postgres gone';
 ok(wait_until(sub { firing() eq $want }), "the backlog alert of orders resolves; $want stay")
   or diag('firing: ' . firing());
 is(value('outbox_backlog_pending{destination="orders"}'), '0', 'nothing waits for orders');
