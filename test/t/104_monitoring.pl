@@ -62,7 +62,7 @@ my $exporter_port = PostgreSQL::Test::Cluster::get_free_port();
 		$node->host, $node->port);
 	push @running, IPC::Run::start(
 		[ 'prometheus-postgres-exporter', "--web.listen-address=127.0.0.1:$exporter_port",
-		  "--extend.query-path=$monitoring/postgres_exporter.yml",
+		  "--extend.query-path=$monitoring/exporter_queries.yml",
 		  '--auto-discover-databases', '--include-databases=postgres,app2' ],
 		'>', "$tmp/exporter.log", '2>&1');
 }
