@@ -222,7 +222,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_destination_stats(boolean)
 
 /*
  * outbox_relay_stats() gets three last columns on the relay's memory:
- * held_bytes, what the events it holds in flight cost it now;
+ * held_bytes, what the events it holds in flight cost it at its last claim;
  * memory_budget, the most it holds (OUTBOX_RELAY_BYTES, src/event.h); and
  * memory_full_since, since when its claims leave events out because they
  * would not fit (NULL when the last claim did not), for an alert. Dropped and created again as

@@ -468,13 +468,16 @@ OutboxHealthRelayIdle(bool idle)
 }
 
 /*
- * Counts a pass (a claim that committed) of the calling relay;
- * budget_limited: the claim left events out for the relay's memory budget
- * (OUTBOX_RELAY_BYTES), which memory_full_since tells from the first such
- * claim in a row on.
+ * Counts a pass (a claim that committed) of the calling relay, once its
+ * events are handed over. budget_limited: the claim left events out for
+ * the relay's memory budget (OUTBOX_RELAY_BYTES), which memory_full_since
+ * tells from the first such claim in a row on; held_bytes: what the
+ * events the relay holds in flight cost it now. A relay claims at least
+ * once per outbox.poll_interval, so these are that fresh for
+ * outbox_relay_stats, without a write to shared memory per outcome.
  */
 void
-OutboxHealthRelayPass(bool budget_limited)
+OutboxHealthRelayPass(bool budget_limited, Size held_bytes)
 {
 	TimestampTz now;
 
@@ -484,26 +487,11 @@ OutboxHealthRelayPass(bool budget_limited)
 	SpinLockAcquire(&my_relay->mutex);
 	my_relay->passes++;
 	my_relay->last_pass_at = now;
+	my_relay->held_bytes = (int64) held_bytes;
 	if (!budget_limited)
 		my_relay->memory_full_since = 0;
 	else if (my_relay->memory_full_since == 0)
 		my_relay->memory_full_since = now;
-	SpinLockRelease(&my_relay->mutex);
-}
-
-/*
- * Notes what the events the calling relay holds in flight cost it now, in
- * bytes (their cost, against OUTBOX_RELAY_BYTES): outbox_relay_stats shows
- * it, for an alert on a relay whose memory budget stays full. Called by the
- * relay whenever that changes; a no-op in a backend.
- */
-void
-OutboxHealthRelayHeld(Size bytes)
-{
-	if (my_relay == NULL)
-		return;
-	SpinLockAcquire(&my_relay->mutex);
-	my_relay->held_bytes = (int64) bytes;
 	SpinLockRelease(&my_relay->mutex);
 }
 

@@ -41,8 +41,7 @@ extern void OutboxHealthMissing(List *names);
 /* a relay */
 extern void OutboxHealthRelayStarted(Oid dboid, int relay_no);
 extern void OutboxHealthRelayIdle(bool idle);
-extern void OutboxHealthRelayPass(bool budget_limited);
-extern void OutboxHealthRelayHeld(Size bytes);
+extern void OutboxHealthRelayPass(bool budget_limited, Size held_bytes);
 extern void OutboxHealthRelayError(const char *what, const char *message);
 extern void OutboxHealthRelayStepOk(void);
 extern void OutboxHealthRelayHorizon(int pid, TimestampTz since);

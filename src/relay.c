@@ -232,7 +232,6 @@ batch_done(WorkerState *st, OutboxEvent *ev)
 
 	Assert(st->held_bytes >= ev->cost);
 	st->held_bytes -= ev->cost;
-	OutboxHealthRelayHeld(st->held_bytes);
 	OutboxStartLogEnded(ev);
 
 	if (!ev->recorded)
@@ -546,7 +545,6 @@ hand_over(WorkerState *st, OutboxDispatchResult *d, ClaimBatch *batch)
 		st->held_bytes += d->in_flight[i]->cost;
 		OutboxKindEnqueue(d->in_flight[i]);
 	}
-	OutboxHealthRelayHeld(st->held_bytes);
 	if (batch->open == 0)
 		MemoryContextDelete(batch->cxt);
 }
@@ -602,10 +600,10 @@ worker_claim(WorkerState *st)
 	st->error_backoff_ms = 0;
 	if (c.d.claimed > 0)
 		st->flush_lsn = XactLastCommitEnd;
-	OutboxHealthRelayPass(c.d.budget_limited);
 	if (st->isolate > 0)
 		st->isolate--;
 	hand_over(st, &c.d, batch);
+	OutboxHealthRelayPass(c.d.budget_limited, st->held_bytes);
 	st->room_limited = c.d.room_limited;
 	st->budget_limited = c.d.budget_limited;
 	st->kind_limited = c.d.kind_limited;
