@@ -53,32 +53,69 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.options IS
     'The destination kind''s own settings that have no column: a JSON object whose keys the kind declares (see its page in docs/); {} for none';
 
 /*
- * Routing: an event goes to the destination with the first name whose
- * pattern matches its type, enabled or not; if that one is disabled, the
- * event waits for it (parked, as an event no destination takes), never
- * going to another. In 1.1 only enabled destinations were candidates, so a
- * webhook that answered 410 Gone, disabled by the relay, sent its events
- * on to the next match, such as a catch-all NOTIFY channel that any
- * consumer may read. The claim view takes the destination only while it is
- * enabled; outbox_status counts an event whose destination is disabled as
- * unroutable, as the relay parks it. The same single SELECT as 1.1's, so
- * the planner still inlines it; created again after event_headers above,
- * as its d.* is expanded when it is created. _outbox_pending needs nothing
- * for the new column: its dest is the whole row of _outbox_route's result.
+ * A destination's filter: a jsonpath predicate over the event (its type,
+ * aggregate_type, aggregate_id and payload, as the envelope names them),
+ * so that a destination takes only some events of the types it matches:
+ * one webhook per customer, each taking its customer's events. NULL takes
+ * every event its pattern matches, as in 1.1. The validation trigger
+ * refuses a path that is not a predicate or that names variables (see
+ * src/route_filter.c): either would make every claim fail.
  */
-CREATE OR REPLACE FUNCTION @extschema@._outbox_route(event_type text)
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN filter jsonpath;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.filter IS
+    'A jsonpath predicate over the event''s type, aggregate_type, aggregate_id and payload: the destination takes the events of its event_types for which it is true; NULL: all of them';
+
+/*
+ * Routing: an event goes to the destination with the first name whose
+ * pattern matches its type and whose filter takes it, enabled or not; if
+ * that one is disabled, the event waits for it (parked, as an event no
+ * destination takes), never sent on to the next match: a webhook that
+ * answered 410 Gone, disabled by the relay, sent its events on to the
+ * next match, such as a catch-all NOTIFY channel that any consumer may
+ * read. The claim view takes the destination only while it is enabled;
+ * outbox_status counts an event whose destination is disabled as
+ * unroutable, as the relay parks it.
+ *
+ * It takes the event's fields, no longer its type only, as a filter reads
+ * them: 1.1's _outbox_route(text) is dropped below, once the views are
+ * created again on this one. Still a single SELECT, so the planner
+ * inlines it; the document a filter reads is built only for a
+ * destination whose pattern matched and that has a filter (a CASE, as the
+ * planner orders the terms of an AND by their estimated cost, and OR
+ * evaluates left to right and stops at the first true). silent: a filter that cannot be evaluated on an event (a
+ * string compared with a number, a datetime without a time zone) does not
+ * take it, rather than failing the claim of every event. Its d.* is
+ * expanded when it is created: the columns added above are in it.
+ */
+CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
+                                          aggregate_id text, payload jsonb)
 RETURNS SETOF @extschema@.outbox_destinations
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT d.*
       FROM @extschema@.outbox_destinations d
-     WHERE _outbox_route.event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(d.event_types)
+     WHERE CASE WHEN _outbox_route.event_type OPERATOR(pg_catalog.~~)
+                     @extschema@._outbox_like_pattern(d.event_types)
+                THEN d.filter IS NULL
+                     OR pg_catalog.jsonb_path_match(
+                            pg_catalog.jsonb_build_object(
+                                'type', _outbox_route.event_type,
+                                'aggregate_type', _outbox_route.aggregate_type,
+                                'aggregate_id', _outbox_route.aggregate_id,
+                                'payload', _outbox_route.payload),
+                            d.filter, '{}', true) IS TRUE
+                ELSE false END
      ORDER BY d.name
      LIMIT 1;
 END;
 
-COMMENT ON FUNCTION @extschema@._outbox_route(text) IS
-    'Internal: the destination that events of this type go to, if any (a disabled one keeps them waiting)';
+COMMENT ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb) IS
+    'Internal: the destination that this event goes to, if any (a disabled one keeps it waiting)';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb) TO outbox_admin;
 
 /*
  * What a relay found holding back the removal of old row versions for
@@ -103,7 +140,8 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL AND o.attempts > 0) AS retrying,
        count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead,
        count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
-           SELECT FROM @extschema@._outbox_route(o.event_type) r WHERE r.enabled)) AS unroutable,
+           SELECT FROM @extschema@._outbox_route(o.event_type, o.aggregate_type, o.aggregate_id, o.payload) r
+            WHERE r.enabled)) AS unroutable,
        min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending,
        count(*) FILTER (WHERE o.dead_at IS NULL AND (o.id, o.attempts) IN (
            SELECT f.id, f.attempts
@@ -171,13 +209,40 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
            AND coalesce(e.aggregate_type, '') OPERATOR(pg_catalog.=) coalesce(o.aggregate_type, '')
            AND e.id OPERATOR(pg_catalog.<) o.id
            AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
-           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type) r
+           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type, e.aggregate_type,
+                                                              e.aggregate_id, e.payload) r
                         WHERE r.name OPERATOR(pg_catalog.=) d.name)
          ORDER BY e.id DESC
          LIMIT 1) AS blocked_by
   FROM @extschema@.outbox o
-  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type) d ON d.enabled
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type,
+                                              o.aggregate_id, o.payload) d ON d.enabled
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
+
+-- 1.1's view, routing each event with its fields (a filter reads them)
+CREATE OR REPLACE VIEW @extschema@.outbox_blocked_keys AS
+SELECT w.destination, h.aggregate_type, h.aggregate_id,
+       h.event_id AS blocking_event_id, h.event_type AS blocking_event_type,
+       CASE WHEN h.dead_at IS NOT NULL THEN 'dead'
+            WHEN (h.id, h.attempts) IN (
+                SELECT f.id, f.attempts
+                  FROM @extschema@.outbox_in_flight j,
+                       unnest(j.ids, j.attempts) AS f(id, attempts)) THEN 'in flight'
+            WHEN h.next_attempt_at > now() THEN 'backing off'
+            ELSE 'due' END AS state,
+       h.attempts, now() - h.created_at AS age, w.waiting
+  FROM (SELECT r.name AS destination, min(o.id) AS head, count(*) - 1 AS waiting
+          FROM @extschema@.outbox o
+          CROSS JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type,
+                                                       o.aggregate_id, o.payload) r
+         WHERE o.aggregate_id IS NOT NULL AND o.delivered_at IS NULL
+           AND o.cancelled_at IS NULL AND o.skipped_at IS NULL AND r.ordered
+         GROUP BY r.name, o.aggregate_id, coalesce(o.aggregate_type, '')
+        HAVING count(*) > 1) w
+  JOIN @extschema@.outbox h ON h.id = w.head;
+
+-- nothing calls 1.1's routing function any more
+DROP FUNCTION @extschema@._outbox_route(text);
 
 COMMENT ON COLUMN @extschema@.outbox.destination IS
     'Destination of the latest attempt; NULL for a delivery whose destination was replaced (deleted, and another created under its name) while it was in flight';
@@ -274,7 +339,9 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_relay_stats(boolean)
  * NULL holds the rest: pending events that no destination takes, and dead
  * letters of destinations deleted since. It reads every pending event
  * (their number is what it says) and, through outbox_dead_idx, every dead
- * letter: see docs/monitoring.md for what a scrape costs.
+ * letter: see docs/monitoring.md for what a scrape costs. Events are routed
+ * by type, once per type, until a destination has a filter; then each
+ * pending event is routed.
  */
 CREATE INDEX outbox_dead_idx ON @extschema@.outbox (destination)
     WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND cancelled_at IS NULL
@@ -298,10 +365,23 @@ BEGIN ATOMIC
           FROM @extschema@.outbox o
          WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
          GROUP BY o.event_type),
+    -- by type while no destination has a filter; event by event otherwise
+    filtered AS (
+        SELECT EXISTS (SELECT FROM @extschema@.outbox_destinations d
+                        WHERE d.filter IS NOT NULL) AS any),
     routed AS (
         SELECT r.name, sum(t.n)::bigint AS n, min(t.oldest) AS oldest
           FROM by_type t
-          LEFT JOIN LATERAL @extschema@._outbox_route(t.event_type) r ON true
+          LEFT JOIN LATERAL @extschema@._outbox_route(t.event_type, NULL, NULL, NULL) r ON true
+         WHERE NOT (SELECT f.any FROM filtered f)
+         GROUP BY r.name
+        UNION ALL
+        SELECT r.name, count(*), min(greatest(o.created_at, o.redelivered_at))
+          FROM @extschema@.outbox o
+          LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type,
+                                                      o.aggregate_id, o.payload) r ON true
+         WHERE (SELECT f.any FROM filtered f)
+           AND o.delivered_at IS NULL AND o.dead_at IS NULL
          GROUP BY r.name),
     dead AS (
         SELECT o.destination AS name, count(*) AS n

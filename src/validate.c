@@ -60,6 +60,7 @@
 #include "event.h"
 #include "headers.h"
 #include "size_limits.h"
+#include "route_filter.h"
 #include "trace_context.h"
 #include "signature.h"
 #include "validate.h"
@@ -462,7 +463,7 @@ check_own_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind *ki
  * a kind that signs: OutboxKindSigningCheck), cloudevents_source (only for
  * a kind with a CloudEvents format: OutboxCloudEventSourceCheck),
  * event_headers (OutboxEventHeadersListCheck: 22023, 54000, 23514),
- * timeout_ms, format (one of kind's formats). Only webhooks send headers and have a time limit,
+ * filter (OutboxFilterCheck: 23514, 54000), timeout_ms, format (one of kind's formats). Only webhooks send headers and have a time limit,
  * but 1.0 accepted both on channels (which ignore them), so a channel may
  * keep them: a restore or an upgrade keeps its rows. Raises 23514, or
  * 54000 for a size over a limit.
@@ -504,6 +505,14 @@ check_shared_columns(Relation rel, HeapTuple tuple, const OutboxDestinationKind 
 	{
 		d = column(rel, tuple, "event_headers", &isnull);
 		if (!isnull && !OutboxEventHeadersListCheck(DatumGetArrayTypeP(d), &p))
+			OutboxRaiseProblem(&p);
+	}
+
+	/* from 1.2, as event_headers */
+	if (SPI_fnumber(RelationGetDescr(rel), "filter") > 0)
+	{
+		d = column(rel, tuple, "filter", &isnull);
+		if (!isnull && !OutboxFilterCheck(DatumGetJsonPathP(d), &p))
 			OutboxRaiseProblem(&p);
 	}
 

@@ -43,7 +43,8 @@ sub as_role
 is( as_role('app_owner', q{
 	CREATE FUNCTION public._outbox_like_pattern(pattern text, x text DEFAULT '') RETURNS text
 		LANGUAGE sql IMMUTABLE AS $$ SELECT '%' $$;
-	CREATE FUNCTION public._outbox_route(event_type text, x integer DEFAULT 0) RETURNS text
+	CREATE FUNCTION public._outbox_route(event_type text, aggregate_type text,
+		aggregate_id text, payload jsonb, x integer DEFAULT 0) RETURNS text
 		LANGUAGE sql AS $$ SELECT 'captured' $$;
 	CREATE FUNCTION public._outbox_route(VARIADIC event_type text[]) RETURNS text
 		LANGUAGE sql AS $$ SELECT 'captured' $$;
@@ -58,7 +59,7 @@ is( as_role('app_owner', q{
 	'created', 'the owner of app creates overloads and operators in public');
 like(as_role('app_owner', 'CREATE VIEW public._outbox_pending AS SELECT 1 AS id'),
 	qr/already exists/, 'but cannot take the name of a relation the relay reads');
-like(as_role('ops', "SELECT * FROM public._outbox_route('hook.x')"),
+like(as_role('ops', "SELECT * FROM public._outbox_route('hook.x', NULL, NULL, '{}'::jsonb)"),
 	qr/is not unique/, 'a call of _outbox_route by name is now ambiguous');
 
 # A new relay prepares its statements with these in place.
