@@ -68,54 +68,140 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.filter IS
     'A jsonpath predicate over the event''s type, aggregate_type, aggregate_id and payload: the destination takes the events of its event_types for which it is true; NULL: all of them';
 
 /*
- * Routing: an event goes to the destination with the first name whose
- * pattern matches its type and whose filter takes it, enabled or not; if
- * that one is disabled, the event waits for it (parked, as an event no
- * destination takes), never sent on to the next match: a webhook that
- * answered 410 Gone, disabled by the relay, sent its events on to the
- * next match, such as a catch-all NOTIFY channel that any consumer may
- * read. The claim view takes the destination only while it is enabled;
- * outbox_status counts an event whose destination is disabled as
- * unroutable, as the relay parks it.
+ * Fan-out. Through 1.1 an event went to one destination, the first by
+ * name that takes it, and its delivery state (attempts, backoff, dead
+ * letter, hold) is on its row. From 1.2 an event goes to every destination
+ * that takes it: when the relay claims an event that more than one takes,
+ * it replaces the event's row by one row per destination, in the claim's
+ * transaction (src/fan_out.c), each with the event's event_id, content
+ * and created_at, its own delivery state, destination_id naming its
+ * destination and origin_id the row it came from; the next claims take
+ * them as any row. So every rule of a delivery (backoff, Retry-After, dead
+ * letters, 410 Gone, holds, the in-flight journal) applies to each
+ * destination apart, and an event that one destination takes keeps the
+ * one row it has, with no write added. docs/fan-out.md says why rows, and
+ * what they cost.
  *
- * It takes the event's fields, no longer its type only, as a filter reads
- * them: 1.1's _outbox_route(text) is dropped below, once the views are
- * created again on this one. Still a single SELECT, so the planner
- * inlines it; the document a filter reads is built only for a
- * destination whose pattern matched and that has a filter (a CASE, as the
- * planner orders the terms of an AND by their estimated cost, and OR
- * evaluates left to right and stops at the first true). silent: a filter that cannot be evaluated on an event (a
- * string compared with a number, a datetime without a time zone) does not
+ * outbox_destinations.id names a destination for good: one deleted and
+ * created again under its name is another, whose rows these are not.
+ */
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY UNIQUE;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.id IS
+    'The destination''s number, never reused: the rows of a fanned-out event name it in outbox.destination_id';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_destinations_id_seq', '');
+
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN destination_id bigint,
+    ADD COLUMN origin_id bigint;
+
+COMMENT ON COLUMN @extschema@.outbox.destination_id IS
+    'The destination (outbox_destinations.id) that this row of a fanned-out event goes to; NULL: routing chooses at each claim';
+COMMENT ON COLUMN @extschema@.outbox.origin_id IS
+    'For a row of a fanned-out event, the id of the row it replaced: its place in its aggregate''s order';
+
+/*
+ * The rows of a fanned-out event carry content that was checked when it
+ * was written: the relay's claim checks its limits again, and dead-letters
+ * a row over one, but an error here would fail the claim of every event.
+ * Writers cannot set origin_id (they may insert only the event's own
+ * columns).
+ */
+DROP TRIGGER outbox_check ON @extschema@.outbox;
+CREATE TRIGGER outbox_check
+    BEFORE INSERT OR UPDATE OF event_type, aggregate_type, aggregate_id, payload, headers
+    ON @extschema@.outbox
+    FOR EACH ROW WHEN (NEW.origin_id IS NULL)
+    EXECUTE FUNCTION @extschema@._outbox_check_event();
+
+/*
+ * event_id stays unique among the rows writers make (destination_id NULL)
+ * and per destination among those of a fanned-out event. The constraint's
+ * index is replaced by one with NULLS NOT DISTINCT (PostgreSQL 15).
+ */
+ALTER TABLE @extschema@.outbox DROP CONSTRAINT outbox_event_id_key;
+CREATE UNIQUE INDEX outbox_event_id_key ON @extschema@.outbox (event_id, destination_id)
+    NULLS NOT DISTINCT;
+
+/*
+ * Which routing a database has: 'all' (fan-out) or 'first', 1.1's first
+ * match by name. No row means 'all', as in a new installation; the update
+ * from 1.1 writes 'first' where there are destinations, so that no
+ * delivery changes until the DBA switches (outbox_set_routing). A table of
+ * the extension's, dumped by pg_dump with its row.
+ */
+CREATE TABLE @extschema@.outbox_config (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    routing text NOT NULL CHECK (routing IN ('first', 'all'))
+);
+
+COMMENT ON TABLE @extschema@.outbox_config IS
+    'This database''s routing: all (fan-out, the default without a row) or first (1.1''s first match by name); set with outbox_set_routing()';
+
+INSERT INTO @extschema@.outbox_config (routing)
+SELECT 'first' WHERE EXISTS (SELECT FROM @extschema@.outbox_destinations);
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_config', '');
+REVOKE ALL ON @extschema@.outbox_config FROM PUBLIC;
+GRANT SELECT ON @extschema@.outbox_config TO outbox_admin;
+
+/*
+ * Routing: the destinations a row goes to. A row of a fanned-out event
+ * goes to its destination_id's, whatever it is now. Any other row goes to
+ * each destination whose pattern matches its type and whose filter takes
+ * it, enabled or not, under 'all'; under 'first', to the first of them by
+ * name. A disabled one keeps its events waiting (parked, as events no
+ * destination takes), never sent on to the next match: a webhook that
+ * answered 410 Gone, disabled by the relay, would otherwise send its
+ * events to a catch-all NOTIFY channel that any consumer may read.
+ *
+ * It takes the event's fields, as a filter reads them (1.1's
+ * _outbox_route(text) is dropped below, once the views are created again
+ * on this one). A single SELECT, so the planner inlines it; the document a
+ * filter reads is built only for a destination whose pattern matched and
+ * that has a filter (a CASE: the planner orders the terms of an AND by
+ * their estimated cost; OR evaluates left to right and stops at the first
+ * true). silent: a filter that cannot be evaluated on an event does not
  * take it, rather than failing the claim of every event. Its d.* is
  * expanded when it is created: the columns added above are in it.
  */
-CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
-                                          aggregate_id text, payload jsonb)
+CREATE FUNCTION @extschema@._outbox_routes(event_type text, aggregate_type text,
+                                           aggregate_id text, payload jsonb,
+                                           destination_id bigint)
 RETURNS SETOF @extschema@.outbox_destinations
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT d.*
       FROM @extschema@.outbox_destinations d
-     WHERE CASE WHEN _outbox_route.event_type OPERATOR(pg_catalog.~~)
-                     @extschema@._outbox_like_pattern(d.event_types)
-                THEN d.filter IS NULL
-                     OR pg_catalog.jsonb_path_match(
-                            pg_catalog.jsonb_build_object(
-                                'type', _outbox_route.event_type,
-                                'aggregate_type', _outbox_route.aggregate_type,
-                                'aggregate_id', _outbox_route.aggregate_id,
-                                'payload', _outbox_route.payload),
-                            d.filter, '{}', true) IS TRUE
-                ELSE false END
-     ORDER BY d.name
-     LIMIT 1;
+     WHERE d.id OPERATOR(pg_catalog.=) _outbox_routes.destination_id
+    UNION ALL
+    SELECT (m.d).*
+      FROM (SELECT d, pg_catalog.row_number() OVER (ORDER BY d.name) AS n
+              FROM @extschema@.outbox_destinations d
+             WHERE _outbox_routes.destination_id IS NULL
+               AND CASE WHEN _outbox_routes.event_type OPERATOR(pg_catalog.~~)
+                             @extschema@._outbox_like_pattern(d.event_types)
+                        THEN d.filter IS NULL
+                             OR pg_catalog.jsonb_path_match(
+                                    pg_catalog.jsonb_build_object(
+                                        'type', _outbox_routes.event_type,
+                                        'aggregate_type', _outbox_routes.aggregate_type,
+                                        'aggregate_id', _outbox_routes.aggregate_id,
+                                        'payload', _outbox_routes.payload),
+                                    d.filter, '{}', true) IS TRUE
+                        ELSE false END) m
+     WHERE m.n OPERATOR(pg_catalog.=) 1
+        OR coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
+           OPERATOR(pg_catalog.=) 'all';
 END;
 
-COMMENT ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb) IS
-    'Internal: the destination that this event goes to, if any (a disabled one keeps it waiting)';
+COMMENT ON FUNCTION @extschema@._outbox_routes(text, text, text, jsonb, bigint) IS
+    'Internal: the destinations that this event (or this row of a fanned-out event, by its destination_id) goes to; a disabled one keeps it waiting';
 
-REVOKE ALL ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb) TO outbox_admin;
+REVOKE ALL ON FUNCTION @extschema@._outbox_routes(text, text, text, jsonb, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_routes(text, text, text, jsonb, bigint) TO outbox_admin;
 
 /*
  * What a relay found holding back the removal of old row versions for
@@ -140,7 +226,8 @@ SELECT o.event_type,
        count(*) FILTER (WHERE o.dead_at IS NULL AND o.attempts > 0) AS retrying,
        count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead,
        count(*) FILTER (WHERE o.dead_at IS NULL AND NOT EXISTS (
-           SELECT FROM @extschema@._outbox_route(o.event_type, o.aggregate_type, o.aggregate_id, o.payload) r
+           SELECT FROM @extschema@._outbox_routes(o.event_type, o.aggregate_type, o.aggregate_id,
+                                                  o.payload, o.destination_id) r
             WHERE r.enabled)) AS unroutable,
        min(o.created_at) FILTER (WHERE o.dead_at IS NULL) AS oldest_pending,
        count(*) FILTER (WHERE o.dead_at IS NULL AND (o.id, o.attempts) IN (
@@ -183,43 +270,90 @@ COMMENT ON FUNCTION @extschema@._outbox_aggregate_key(text, text) IS
 GRANT EXECUTE ON FUNCTION @extschema@._outbox_aggregate_key(text, text) TO PUBLIC;
 
 DROP INDEX @extschema@.outbox_key_idx;
+-- keyed by the event's place in its aggregate's order: a row of a
+-- fanned-out event takes the place of the row it replaced (origin_id)
 CREATE INDEX outbox_key_idx
-    ON @extschema@.outbox (@extschema@._outbox_aggregate_key(aggregate_type, aggregate_id), id)
+    ON @extschema@.outbox (@extschema@._outbox_aggregate_key(aggregate_type, aggregate_id),
+                           coalesce(origin_id, id))
     WHERE aggregate_id IS NOT NULL AND delivered_at IS NULL
       AND cancelled_at IS NULL AND skipped_at IS NULL;
 
--- the same view as 1.1's, its probe on the new key, the destination only
--- while it is enabled (see _outbox_route above)
+/*
+ * The first by name of the destinations a row goes to, with their number:
+ * what the claim needs of its routes. A function rather than a subquery
+ * in the view, so that the claim's FOR UPDATE OF p does not reach it (it
+ * is on the nullable side of the view's outer join); inlined all the same.
+ */
+CREATE FUNCTION @extschema@._outbox_first_route(event_type text, aggregate_type text,
+                                                aggregate_id text, payload jsonb,
+                                                destination_id bigint,
+                                                OUT dest @extschema@.outbox_destinations,
+                                                OUT routes bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT r, pg_catalog.count(*) OVER ()
+      FROM @extschema@._outbox_routes(_outbox_first_route.event_type,
+                                      _outbox_first_route.aggregate_type,
+                                      _outbox_first_route.aggregate_id,
+                                      _outbox_first_route.payload,
+                                      _outbox_first_route.destination_id) r
+     ORDER BY r.name
+     LIMIT 1;
+END;
+
+COMMENT ON FUNCTION @extschema@._outbox_first_route(text, text, text, jsonb, bigint) IS
+    'Internal: the first by name of the destinations this row goes to, and how many there are';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_first_route(text, text, text, jsonb, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_first_route(text, text, text, jsonb, bigint) TO outbox_admin;
+
+/*
+ * What the relay reads, as in 1.1, with its routes: dest, the first by
+ * name of the destinations the row goes to while it is enabled (or
+ * whatever its state when there are several), and fan_out, true when
+ * there are several: the claim then replaces the row by one per
+ * destination (src/fan_out.c) and sends nothing from it. The probe of
+ * ordered delivery looks for the row before this one, by place in the
+ * aggregate's order, that goes to the same ordered destination: one
+ * backward probe of outbox_key_idx. A subquery in the select list, not a
+ * lateral join, so that the claim's FOR UPDATE OF p locks the event only,
+ * never that one; not run for a row to be fanned out.
+ */
 CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       d.name AS dest_name, d AS dest, o.cut_off_attempts,
-       -- the event before this one of its key that goes to the same
-       -- ordered destination: one backward probe of outbox_key_idx. A
-       -- subquery in the select list, not a lateral join, so that the
-       -- claim's FOR UPDATE OF p locks the event only, never this one.
+       (d.dest).name AS dest_name, d.dest, o.cut_off_attempts,
        (SELECT e.id
           FROM @extschema@.outbox e
-         WHERE d.ordered
+         WHERE (d.dest).ordered AND d.routes OPERATOR(pg_catalog.=) 1
            AND @extschema@._outbox_aggregate_key(e.aggregate_type, e.aggregate_id)
                OPERATOR(pg_catalog.=)
                @extschema@._outbox_aggregate_key(o.aggregate_type, o.aggregate_id)
            AND e.aggregate_id OPERATOR(pg_catalog.=) o.aggregate_id
            AND coalesce(e.aggregate_type, '') OPERATOR(pg_catalog.=) coalesce(o.aggregate_type, '')
-           AND e.id OPERATOR(pg_catalog.<) o.id
+           AND coalesce(e.origin_id, e.id) OPERATOR(pg_catalog.<) coalesce(o.origin_id, o.id)
            AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
-           AND EXISTS (SELECT FROM @extschema@._outbox_route(e.event_type, e.aggregate_type,
-                                                              e.aggregate_id, e.payload) r
-                        WHERE r.name OPERATOR(pg_catalog.=) d.name)
-         ORDER BY e.id DESC
-         LIMIT 1) AS blocked_by
+           AND EXISTS (SELECT FROM @extschema@._outbox_routes(e.event_type, e.aggregate_type,
+                                                               e.aggregate_id, e.payload,
+                                                               e.destination_id) r
+                        WHERE r.id OPERATOR(pg_catalog.=) (d.dest).id)
+         ORDER BY coalesce(e.origin_id, e.id) DESC
+         LIMIT 1) AS blocked_by,
+       d.routes OPERATOR(pg_catalog.>) 1 AS fan_out
   FROM @extschema@.outbox o
-  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type,
-                                              o.aggregate_id, o.payload) d ON d.enabled
+  LEFT JOIN LATERAL @extschema@._outbox_first_route(o.event_type, o.aggregate_type,
+                                                    o.aggregate_id, o.payload,
+                                                    o.destination_id) d
+         ON (d.dest).enabled OR d.routes OPERATOR(pg_catalog.>) 1
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
 
--- 1.1's view, routing each event with its fields (a filter reads them)
+/*
+ * 1.1's view, routing each row with its fields (a filter reads them) and
+ * its destination_id; the first of a key is the first by place in its
+ * aggregate's order.
+ */
 CREATE OR REPLACE VIEW @extschema@.outbox_blocked_keys AS
 SELECT w.destination, h.aggregate_type, h.aggregate_id,
        h.event_id AS blocking_event_id, h.event_type AS blocking_event_type,
@@ -231,10 +365,13 @@ SELECT w.destination, h.aggregate_type, h.aggregate_id,
             WHEN h.next_attempt_at > now() THEN 'backing off'
             ELSE 'due' END AS state,
        h.attempts, now() - h.created_at AS age, w.waiting
-  FROM (SELECT r.name AS destination, min(o.id) AS head, count(*) - 1 AS waiting
+  FROM (SELECT r.name AS destination,
+               (pg_catalog.array_agg(o.id ORDER BY coalesce(o.origin_id, o.id)))[1] AS head,
+               count(*) - 1 AS waiting
           FROM @extschema@.outbox o
-          CROSS JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type,
-                                                       o.aggregate_id, o.payload) r
+          CROSS JOIN LATERAL @extschema@._outbox_routes(o.event_type, o.aggregate_type,
+                                                        o.aggregate_id, o.payload,
+                                                        o.destination_id) r
          WHERE o.aggregate_id IS NOT NULL AND o.delivered_at IS NULL
            AND o.cancelled_at IS NULL AND o.skipped_at IS NULL AND r.ordered
          GROUP BY r.name, o.aggregate_id, coalesce(o.aggregate_type, '')
@@ -243,6 +380,25 @@ SELECT w.destination, h.aggregate_type, h.aggregate_id,
 
 -- nothing calls 1.1's routing function any more
 DROP FUNCTION @extschema@._outbox_route(text);
+
+/*
+ * The routes of every undelivered row, for the statement that fans an
+ * event out (src/fan_out.c): the relay's statements name relations, never
+ * functions (see _outbox_pending in outbox--1.0--1.1.sql). Under 'all'
+ * routing, as fan-out happens only then.
+ */
+CREATE VIEW @extschema@._outbox_routes_of WITH (security_invoker = true) AS
+SELECT o.id, r.id AS destination_id, r.name AS destination
+  FROM @extschema@.outbox o
+ CROSS JOIN LATERAL @extschema@._outbox_routes(o.event_type, o.aggregate_type, o.aggregate_id,
+                                               o.payload, o.destination_id) r
+ WHERE o.delivered_at IS NULL;
+
+COMMENT ON VIEW @extschema@._outbox_routes_of IS
+    'Internal: each undelivered row with each destination it goes to, as the relay fans events out';
+
+REVOKE ALL ON @extschema@._outbox_routes_of FROM PUBLIC;
+GRANT SELECT ON @extschema@._outbox_routes_of TO outbox_admin;
 
 COMMENT ON COLUMN @extschema@.outbox.destination IS
     'Destination of the latest attempt; NULL for a delivery whose destination was replaced (deleted, and another created under its name) while it was in flight';
@@ -341,7 +497,8 @@ GRANT EXECUTE ON FUNCTION @extschema@.outbox_relay_stats(boolean)
  * (their number is what it says) and, through outbox_dead_idx, every dead
  * letter: see docs/monitoring.md for what a scrape costs. Events are routed
  * by type, once per type, until a destination has a filter; then each
- * pending event is routed.
+ * pending event is routed. An event that several destinations take and
+ * that no claim has fanned out yet counts at each.
  */
 CREATE INDEX outbox_dead_idx ON @extschema@.outbox (destination)
     WHERE dead_at IS NOT NULL AND delivered_at IS NULL AND cancelled_at IS NULL
@@ -360,29 +517,31 @@ LANGUAGE sql STABLE SECURITY DEFINER PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH by_type AS (
-        SELECT o.event_type, count(*) AS n,
+        SELECT o.event_type, o.destination_id, count(*) AS n,
                min(greatest(o.created_at, o.redelivered_at)) AS oldest
           FROM @extschema@.outbox o
          WHERE o.delivered_at IS NULL AND o.dead_at IS NULL
-         GROUP BY o.event_type),
+         GROUP BY o.event_type, o.destination_id),
     -- by type while no destination has a filter; event by event otherwise
+    -- (a row of a fanned-out event goes to its destination_id's either way)
     filtered AS (
         SELECT EXISTS (SELECT FROM @extschema@.outbox_destinations d
                         WHERE d.filter IS NOT NULL) AS any),
     routed AS (
-        SELECT r.name, sum(t.n)::bigint AS n, min(t.oldest) AS oldest
-          FROM by_type t
-          LEFT JOIN LATERAL @extschema@._outbox_route(t.event_type, NULL, NULL, NULL) r ON true
-         WHERE NOT (SELECT f.any FROM filtered f)
-         GROUP BY r.name
-        UNION ALL
-        SELECT r.name, count(*), min(greatest(o.created_at, o.redelivered_at))
-          FROM @extschema@.outbox o
-          LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type,
-                                                      o.aggregate_id, o.payload) r ON true
-         WHERE (SELECT f.any FROM filtered f)
-           AND o.delivered_at IS NULL AND o.dead_at IS NULL
-         GROUP BY r.name),
+        SELECT u.name, sum(u.n)::bigint AS n, min(u.oldest) AS oldest
+          FROM (SELECT r.name, t.n, t.oldest
+                  FROM by_type t
+                  LEFT JOIN LATERAL @extschema@._outbox_routes(t.event_type, NULL, NULL, NULL,
+                                                               t.destination_id) r ON true
+                 WHERE NOT (SELECT f.any FROM filtered f) OR t.destination_id IS NOT NULL
+                UNION ALL
+                SELECT r.name, 1, greatest(o.created_at, o.redelivered_at)
+                  FROM @extschema@.outbox o
+                  LEFT JOIN LATERAL @extschema@._outbox_routes(o.event_type, o.aggregate_type,
+                                                               o.aggregate_id, o.payload, NULL) r ON true
+                 WHERE (SELECT f.any FROM filtered f) AND o.destination_id IS NULL
+                   AND o.delivered_at IS NULL AND o.dead_at IS NULL) u
+         GROUP BY u.name),
     dead AS (
         SELECT o.destination AS name, count(*) AS n
           FROM @extschema@.outbox o
@@ -519,3 +678,203 @@ BEGIN
     END LOOP;
 END
 $roles$;
+
+/*
+ * Fan-out, the SQL surface: redelivering, cancelling and skipping act on
+ * an event's rows, one per destination once it is fanned out, so each
+ * takes the destination to act at (NULL: every one). outbox_redeliver(uuid)
+ * acts on every row of the event, as it is (a second argument would make
+ * 1.1's calls of outbox_redeliver(since, until) ambiguous); the range form
+ * outbox_redeliver(since, until, event_type, destination) takes one. A row is at
+ * destination d when it is a fanned-out row of d; or, if delivered or
+ * dead, when its last attempt went to d; or, pending, when routing sends
+ * it to d now. A pending event that several destinations take and that no
+ * claim has fanned out yet has one row for all of them: it cannot be acted
+ * on for one of them (55000) until the relay has claimed it.
+ */
+CREATE FUNCTION @extschema@._outbox_at(o @extschema@.outbox, destination text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    here boolean;
+BEGIN
+    IF destination IS NULL THEN
+        RETURN true;
+    ELSIF o.destination_id IS NOT NULL THEN
+        RETURN EXISTS (SELECT FROM @extschema@.outbox_destinations d
+                        WHERE d.id = o.destination_id AND d.name = _outbox_at.destination);
+    ELSIF o.delivered_at IS NOT NULL OR o.dead_at IS NOT NULL THEN
+        RETURN o.destination IS NOT DISTINCT FROM _outbox_at.destination;
+    END IF;
+    SELECT count(*), bool_or(r.name = _outbox_at.destination) INTO n, here
+      FROM @extschema@._outbox_routes(o.event_type, o.aggregate_type, o.aggregate_id,
+                                      o.payload, NULL) r;
+    IF n > 1 THEN
+        RAISE EXCEPTION 'event % has not been fanned out to its destinations yet', o.event_id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Give no destination to act at every one, or try again once the relay has claimed the event.';
+    END IF;
+    RETURN coalesce(here, false);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@._outbox_at(@extschema@.outbox, text) IS
+    'Internal: whether this row of an event is its delivery at that destination (NULL: any)';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_at(@extschema@.outbox, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_at(@extschema@.outbox, text) TO outbox_admin;
+
+DROP FUNCTION @extschema@.outbox_redeliver_dead();
+CREATE FUNCTION @extschema@.outbox_redeliver_dead(destination text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH r AS (
+        UPDATE @extschema@.outbox o
+           SET dead_at = NULL, next_attempt_at = now(), redelivered_at = now()
+         WHERE o.dead_at IS NOT NULL AND o.cancelled_at IS NULL AND o.skipped_at IS NULL
+           AND @extschema@._outbox_at(o, outbox_redeliver_dead.destination)
+        RETURNING 1)
+    SELECT count(*) FROM r
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_redeliver_dead(text) IS
+    'Makes every dead-lettered event due again, at one destination or (NULL) every one, except cancelled and skipped ones; returns how many';
+
+DROP FUNCTION @extschema@.outbox_cancel(uuid, text);
+CREATE FUNCTION @extschema@.outbox_cancel(event_id uuid, reason text, destination text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cancelled bigint[];
+BEGIN
+    IF event_id IS NULL OR reason IS NULL THEN
+        RAISE EXCEPTION 'event_id and reason must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF reason = '' THEN
+        RAISE EXCEPTION 'reason must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF octet_length(reason) > 1024 THEN
+        RAISE EXCEPTION 'reason must be at most 1024 bytes'
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    WITH c AS (
+        UPDATE @extschema@.outbox o
+           SET dead_at = now(), cancelled_at = now(),
+               last_error = 'cancelled by ' || current_user || ': ' || reason
+         WHERE o.event_id = outbox_cancel.event_id
+           AND o.delivered_at IS NULL AND o.dead_at IS NULL
+           AND @extschema@._outbox_at(o, outbox_cancel.destination)
+        RETURNING o.id)
+    SELECT array_agg(c.id) INTO cancelled FROM c;
+    IF cancelled IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.outbox o
+       SET held_by = NULL, next_attempt_at = now()
+     WHERE o.held_by = ANY (cancelled) AND o.delivered_at IS NULL AND o.next_attempt_at > now();
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_cancel(uuid, text, text) IS
+    'Dead-letters a pending event by hand, at one destination or (NULL) every one, with the reason in last_error; returns false if it was not pending there';
+
+DROP FUNCTION @extschema@.outbox_skip_dead(uuid);
+CREATE FUNCTION @extschema@.outbox_skip_dead(event_id uuid, destination text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    skipped bigint[];
+BEGIN
+    IF event_id IS NULL THEN
+        RAISE EXCEPTION 'event_id must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    WITH s AS (
+        UPDATE @extschema@.outbox o
+           SET skipped_at = now(), skipped_by = current_user
+         WHERE o.event_id = outbox_skip_dead.event_id
+           AND o.dead_at IS NOT NULL AND o.delivered_at IS NULL
+           AND o.cancelled_at IS NULL AND o.skipped_at IS NULL
+           AND @extschema@._outbox_at(o, outbox_skip_dead.destination)
+        RETURNING o.id)
+    SELECT array_agg(s.id) INTO skipped FROM s;
+    IF skipped IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE @extschema@.outbox o
+       SET held_by = NULL, next_attempt_at = now()
+     WHERE o.held_by = ANY (skipped) AND o.delivered_at IS NULL AND o.next_attempt_at > now();
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_skip_dead(uuid, text) IS
+    'Lets the later events of a dead-lettered event''s aggregate go on without it (ordered destinations), at one destination or (NULL) every one, recording who and when; returns false if it is not dead there, or cancelled or skipped already';
+
+REVOKE ALL ON FUNCTION
+    @extschema@.outbox_redeliver_dead(text),
+    @extschema@.outbox_cancel(uuid, text, text),
+    @extschema@.outbox_skip_dead(uuid, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@.outbox_redeliver_dead(text),
+    @extschema@.outbox_cancel(uuid, text, text),
+    @extschema@.outbox_skip_dead(uuid, text)
+TO outbox_admin;
+
+/*
+ * The routing of this database, set by its DBA: 'all' (fan-out) or
+ * 'first'. Switching to 'all' says in a NOTICE how many pending events
+ * more than one destination takes now: each of them goes to all of them
+ * from its next claim on. Rows already fanned out keep their destinations
+ * under 'first'. Routing changes as destinations do: parked events are
+ * due again (the trigger on outbox_destinations does the same).
+ */
+CREATE FUNCTION @extschema@.outbox_set_routing(routing text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF routing IS NULL OR routing NOT IN ('first', 'all') THEN
+        RAISE EXCEPTION 'routing must be ''all'' or ''first''' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO @extschema@.outbox_config AS c (routing) VALUES (outbox_set_routing.routing)
+        ON CONFLICT (one) DO UPDATE SET routing = excluded.routing;
+    IF routing = 'all' THEN
+        SELECT count(*) INTO n
+          FROM @extschema@.outbox o
+         WHERE o.delivered_at IS NULL AND o.dead_at IS NULL AND o.destination_id IS NULL
+           AND (SELECT count(*) FROM @extschema@._outbox_routes(o.event_type, o.aggregate_type,
+                                                                o.aggregate_id, o.payload, NULL)) > 1;
+        RAISE NOTICE '% pending event(s) go to more than one destination from now on', n;
+    END IF;
+    UPDATE @extschema@.outbox
+       SET next_attempt_at = now()
+     WHERE delivered_at IS NULL AND dead_at IS NULL
+       AND next_attempt_at > now()
+       AND last_error = @extschema@._outbox_unroutable_error();
+    RETURN routing;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_set_routing(text) IS
+    'Sets this database''s routing: all (every destination that takes an event gets it) or first (the first by name, as in 1.1); returns it';
+
+REVOKE ALL ON FUNCTION @extschema@.outbox_set_routing(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_set_routing(text) TO outbox_admin;
+GRANT INSERT, UPDATE ON @extschema@.outbox_config TO outbox_admin;

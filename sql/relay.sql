@@ -62,6 +62,9 @@ SELECT regress.try($$SELECT * FROM outbox_relay(10001)$$);
 -- nothing to do
 SELECT * FROM outbox_relay();
 
+-- one destination per event, the first by name (1.1's routing): fan-out
+-- has its own test (fanout.sql)
+SELECT outbox_set_routing('first');
 BEGIN;
 INSERT INTO outbox_destinations (name, event_types, channel) VALUES
     ('a_notify', 'task.*', 'task_events'),
@@ -122,3 +125,5 @@ SELECT event_type, attempts, delivered_at IS NOT NULL AS delivered, dead_at IS N
   FROM outbox WHERE event_type IN ('task.created', 'billing.failed') ORDER BY id;
 ROLLBACK;
 RESET client_min_messages;
+
+SELECT outbox_set_routing('all');

@@ -39,7 +39,7 @@ SELECT count(*) >= 0 AS buckets FROM outbox_destination_latency();
 SELECT count(*) FROM outbox_status;
 SELECT count(*) FROM outbox;
 SELECT count(*) FROM outbox_destinations;
-SELECT count(*) FROM _outbox_route('task.created', NULL, NULL, NULL);
+SELECT count(*) FROM _outbox_routes('task.created', NULL, NULL, NULL, NULL);
 SELECT outbox_stats_reset();
 SELECT * FROM outbox_relay();
 RESET ROLE;

@@ -26,21 +26,28 @@ SELECT s, _outbox_valid_secret(s) AS valid
  ORDER BY 1;
 SELECT regress.try($$INSERT INTO outbox_destinations (name, url, secret) VALUES ('x', 'http://127.0.0.1:1/', 'whsec_abc')$$);
 
--- routing: the destination with the first name whose pattern matches;
--- '*' is the only wildcard; a disabled one keeps its types' events, which
--- wait for it (unroutable meanwhile), even where another would match
+-- routing: under 'first', the destination with the first name whose
+-- pattern matches; '*' is the only wildcard; a disabled one keeps its
+-- types' events, which wait for it (unroutable meanwhile), even where
+-- another would match. Under 'all' (fan-out), every one that matches
 BEGIN;
+SELECT outbox_set_routing('first');
 INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
     ('b_tasks', 'task.*', 'c1', true),
     ('a_created', 'task.created', 'c2', true),
     ('0_disabled', 'other', 'c3', false),
     ('z_other', 'oth*', 'c5', true),
     ('c_literal', '100%_*', 'c4', true);
-SELECT t, (SELECT name FROM _outbox_route(t, NULL, NULL, NULL)) AS destination
+SELECT t, (SELECT string_agg(name, ', ' ORDER BY name) FROM _outbox_routes(t, NULL, NULL, NULL, NULL)) AS destination
   FROM (VALUES ('task.created'), ('task.done'), ('other'), ('100%_x'), ('100ab_x')) v(t)
  ORDER BY 1;
 -- the status view counts unroutable events with the same rule
 INSERT INTO outbox (event_type, payload) VALUES ('task.done', '{}'), ('other', '{}'), ('100ab_x', '{}');
+SELECT event_type, pending, unroutable FROM outbox_status ORDER BY 1;
+SELECT outbox_set_routing('all');
+SELECT t, (SELECT string_agg(name, ', ' ORDER BY name) FROM _outbox_routes(t, NULL, NULL, NULL, NULL)) AS destinations
+  FROM (VALUES ('task.created'), ('task.done'), ('other'), ('100%_x'), ('100ab_x')) v(t)
+ ORDER BY 1;
 SELECT event_type, pending, unroutable FROM outbox_status ORDER BY 1;
 ROLLBACK;
 
@@ -197,12 +204,13 @@ SELECT col_description('outbox_destinations'::regclass,
        (SELECT attnum FROM pg_attribute WHERE attrelid = 'outbox_destinations'::regclass AND attname = 'options'));
 ROLLBACK;
 -- filters: a jsonpath predicate over the event's type, aggregate_type,
--- aggregate_id and payload; the first destination by name whose pattern
--- matches and whose filter is true takes the event. A filter that cannot
+-- aggregate_id and payload; (under 'first') the first destination by name
+-- whose pattern matches and whose filter is true takes the event. A filter that cannot
 -- be evaluated on an event (a string compared with a number, a payload
 -- that is not an object, a key missing in strict mode, a payload nested
 -- 13,000 deep) does not take it
 BEGIN;
+SELECT outbox_set_routing('first');
 INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
     ('f_a', 'f.*', 'c', '$.payload.customer == "a"'),
     ('f_big', 'f.*', 'c', '$.payload.amount > 100 && $.aggregate_type == "order"'),
@@ -211,7 +219,7 @@ INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
     ('f_time', 'f.*', 'c', '$.payload.at < "2026-01-01"'),
     ('f_type', 'f.*', 'c', '$.type like_regex "^f\\.late"'),
     ('g_rest', 'f.*', 'c', NULL);
-SELECT e.n, (SELECT name FROM _outbox_route(e.t, e.at, e.ai, e.p)) AS destination
+SELECT e.n, (SELECT name FROM _outbox_routes(e.t, e.at, e.ai, e.p, NULL)) AS destination
   FROM (VALUES (1, 'f.x', NULL, NULL, '{"customer": "a"}'::jsonb),
                (2, 'f.x', NULL, NULL, '{"customer": "b"}'),
                (3, 'f.x', 'order', NULL, '{"amount": 101}'),
@@ -263,6 +271,7 @@ ROLLBACK;
 -- key that goes to the same destination: one that a filter sends
 -- elsewhere does not hold it
 BEGIN;
+SELECT outbox_set_routing('first');
 INSERT INTO outbox_destinations (name, event_types, channel, ordered, filter) VALUES
     ('k_paid', 'k.*', 'c', true, '$.payload.paid == true'),
     ('k_rest', 'k.*', 'c', true, NULL);

@@ -189,7 +189,8 @@ typedef enum AdmitResult
 
 /*
  * Takes decoded event e, whose columns take cost bytes, into the claim, or
- * leaves it out (see OutboxClaim). An event that is not its key's turn is
+ * leaves it out (see OutboxClaim). An event to be fanned out is taken as
+ * it is, to be replaced by its rows; one that is not its key's turn is
  * taken without a body, to be held; one the limits admit is prepared and
  * counted against them. first: it would be the claim's first event.
  */
@@ -199,6 +200,12 @@ admit_one(OutboxEvent *e, Size cost, OutboxPrepareFn prepare, OutboxAdmission *a
 {
 	DestTaken  *t = NULL;
 
+	if (e->fan_out)
+	{
+		/* replaced by its rows, which later claims take (fan_out.c) */
+		e->cost = 0;
+		return ADMIT_TAKEN;
+	}
 	if (e->blocked_by != 0)
 	{
 		/* not its key's turn: held, nothing built (OutboxHold) */

@@ -29,6 +29,7 @@
 
 #include "claim.h"
 #include "destination.h"
+#include "fan_out.h"
 #include "kind_registry.h"
 #include "guc.h"
 #include "journal.h"
@@ -100,8 +101,10 @@ publish_claimed(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 /*
  * Sorts the kept events of a claim: sends those of kinds that send at
  * COMMIT, marks them delivered (or failed), fails those that cannot be
- * sent, parks those without a destination, and lists the rest in
- * d->in_flight, journaled under a new claim number for a relay.
+ * sent, parks those without a destination, holds those that are not their
+ * key's turn, fans out those that several destinations take, and lists
+ * the rest in d->in_flight, journaled under a new claim number for a
+ * relay.
  */
 static void
 send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
@@ -111,6 +114,8 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 	OutboxEvent **failed = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	OutboxEvent **unroutable = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	OutboxEvent **held = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	OutboxEvent **fanned = palloc(sizeof(OutboxEvent *) * Max(n, 1));
+	int			nfanned = 0;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -119,7 +124,9 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 		CHECK_FOR_INTERRUPTS();
 		if (!keep[i])
 			continue;
-		if (ev->blocked_by != 0)
+		if (ev->fan_out)
+			fanned[nfanned++] = ev;
+		else if (ev->blocked_by != 0)
 			held[d->held++] = ev;
 		else if (ev->error != NULL || (ev->dest.name != NULL && ev->body == NULL))
 			failed[d->failed++] = ev;
@@ -160,6 +167,16 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 		if (OutboxHold(held, d->held, mine, nmine, d->routing_locked,
 					   d->routing_locked || req->run == 0) > 0)
 			d->due_again = true;
+	}
+	/*
+	 * Last: the rows held above for an event fanned out here are released
+	 * by it, and the next claim, at once, takes its new rows.
+	 */
+	if (nfanned > 0)
+	{
+		OutboxFanOut(fanned, nfanned);
+		d->fanned_out = nfanned;
+		d->due_again = true;
 	}
 	if (req->run != 0 && d->nin_flight > 0)
 	{

@@ -250,8 +250,12 @@ OutboxDecodeEvent(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecodi
 	if (isnull)
 		ev->blocked_by = 0;
 
+	ev->fan_out = DatumGetBool(SPI_getbinval(tuple, desc, Anum_claim_fan_out, &isnull));
+	if (isnull)
+		ev->fan_out = false;
+
 	ev->dest.name = text_or_null(tuple, desc, Anum_claim_dest_name);
-	if (ev->dest.name != NULL)
+	if (ev->dest.name != NULL && !ev->fan_out)
 		bytes += decode_destination(tuple, desc, ev, dd);
 
 	sizes.event_type = value_size(tuple, desc, Anum_claim_event_type);
@@ -261,10 +265,14 @@ OutboxDecodeEvent(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecodi
 	sizes.headers = value_size(tuple, desc, Anum_claim_headers);
 	if (!OutboxEventSizesCheck(&sizes, &p))
 	{
+		/* dead-lettered as it is, at every destination: nothing is copied */
+		ev->fan_out = false;
 		ev->permanent = true;
 		ev->error = p.detail ? psprintf("%s (%s)", p.message, p.detail) : p.message;
 		return bytes;
 	}
+	if (ev->fan_out)
+		return bytes;			/* replaced by its rows (fan_out.c): nothing read */
 	ev->event_type = text_or_null(tuple, desc, Anum_claim_event_type);
 	ev->aggregate_type = text_or_null(tuple, desc, Anum_claim_aggregate_type);
 	ev->aggregate_id = text_or_null(tuple, desc, Anum_claim_aggregate_id);

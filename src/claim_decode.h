@@ -24,7 +24,7 @@
 #define OUTBOX_CLAIM_COLUMNS \
 	"p.id, p.tid, p.event_id::text, p.attempts, p.event_type," \
 	"       p.aggregate_type, p.aggregate_id, p.created_at, p.payload, p.headers," \
-	"       p.dest_name, p.dest, p.cut_off_attempts, p.blocked_by"
+	"       p.dest_name, p.dest, p.cut_off_attempts, p.blocked_by, p.fan_out"
 enum
 {
 	Anum_claim_id = 1,
@@ -41,7 +41,8 @@ enum
 	Anum_claim_dest,
 	Anum_claim_cut_off_attempts,
 	Anum_claim_blocked_by,
-	Natts_claim = Anum_claim_blocked_by
+	Anum_claim_fan_out,
+	Natts_claim = Anum_claim_fan_out
 };
 
 /*

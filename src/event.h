@@ -93,7 +93,7 @@ struct OutboxCloudEventBinding;
 
 /*
  * Where an event goes: the row of outbox_destinations that routing chose
- * (_outbox_route() in SQL). The claim decodes the columns every kind
+ * (_outbox_routes() in SQL). The claim decodes the columns every kind
  * reads; the kind's own (its target and options) are decoded by the kind
  * (destination.h, decode) into options, which only the kind reads.
  */
@@ -144,6 +144,9 @@ typedef struct OutboxEvent
 	char	   *aggregate_id;	/* or NULL */
 	int64		blocked_by;		/* not the head of its key: the event before
 								 * it, which it is held for; 0: none */
+	bool		fan_out;		/* several destinations take it: the claim
+								 * replaces its row by one per destination
+								 * (fan_out.c) and sends nothing */
 	TimestampTz created_at;
 	Jsonb	   *payload;
 	Jsonb	   *headers;		/* the event's own headers, or NULL */

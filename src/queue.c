@@ -15,7 +15,7 @@
  * walk outbox_pending_idx in its order, marks and outcomes fetch rows by
  * TID, failures by primary key, whatever ANALYZE last saw in the table.
  *
- * Routing has one home, the SQL function _outbox_route(), which the view
+ * Routing has one home, the SQL function _outbox_routes(), which the view
  * _outbox_pending (read by the statements here) and the outbox_status view
  * call. So has the text that marks a parked event: the trigger on
  * outbox_destinations reads it with _outbox_unroutable_error().
@@ -64,7 +64,8 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
  * The claim: due, live events in due order, each with the destination that
  * routing chooses for its type, or NULLs when none does (the view
  * _outbox_pending); $2 names destinations to leave alone for now (their
- * queue in the relay is full), $3 the events in flight (the set in shared
+ * queue in the relay is full: an event to be fanned out is taken all the
+ * same, as the others it goes to must not wait for that one), $3 the events in flight (the set in shared
  * memory), which it tests with a hashed subplan, one hash table per claim.
  * It returns each row's ctid: the rows stay locked until the claim's
  * transaction ends, and marking them by TID scan costs about a third less
@@ -79,7 +80,7 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
 	"SELECT " OUTBOX_CLAIM_COLUMNS \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
-	"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($2))" \
+	"   AND (p.dest_name IS NULL OR p.fan_out OR p.dest_name <> ALL ($2))" \
 	"   AND p.id NOT IN (SELECT unnest($3::bigint[]))"
 #define CLAIM_LOCK \
 	" ORDER BY p.next_attempt_at, p.id" \
@@ -203,7 +204,7 @@ static OutboxStatement next_pending_stmt = {
 		"SELECT p.id, p.attempts"
 		"  FROM %1$s._outbox_pending p"
 		" WHERE p.next_attempt_at <= now()"
-		"   AND (p.dest_name IS NULL OR p.dest_name <> ALL ($1))"
+		"   AND (p.dest_name IS NULL OR p.fan_out OR p.dest_name <> ALL ($1))"
 		"   AND p.id NOT IN (SELECT unnest($2::bigint[]))"
 		" ORDER BY p.next_attempt_at, p.id"
 		" LIMIT 1",

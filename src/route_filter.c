@@ -2,7 +2,7 @@
  *
  * route_filter.c
  *	  The rules of a destination's filter: a jsonpath predicate that
- *	  routing (_outbox_route() in SQL) evaluates on each event.
+ *	  routing (_outbox_routes() in SQL) evaluates on each event.
  *
  * Routing calls jsonb_path_match(document, filter, '{}', silent => true):
  * silent turns most errors of evaluating a path on one event (a string

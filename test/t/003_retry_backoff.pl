@@ -140,6 +140,8 @@ $node->safe_psql('postgres', q{
 	CREATE TRIGGER reject_mark BEFORE UPDATE ON outbox FOR EACH ROW
 	    WHEN (NEW.event_type = 'poison.pill') EXECUTE FUNCTION reject_mark();
 	INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('a_poison', 'poison.*', 'poison');
+	-- the poison's one destination: the webhook takes task events only
+	UPDATE outbox_destinations SET event_types = 'task.*' WHERE name = 'hook';
 });
 my $poison = $node->safe_psql('postgres', q{SELECT outbox_emit('poison.pill', '{}')});
 ok( $node->poll_query_until('postgres',

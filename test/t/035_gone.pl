@@ -31,6 +31,10 @@ sql(sprintf(q{
 	INSERT INTO outbox_destinations (name, event_types, url) VALUES
 		('gone', 'g.*', '%s'), ('other', 'o.*', '%s'), ('moved', 'm.*', '%s'), ('locked', 'l.*', '%s')},
 	$sink->url('/gone'), $sink->url('/ok'), $sink->url('/old'), $sink->url('/gone')));
+# 1.1's routing, the first match by name, under which the catch-all takes
+# only what no other destination takes: with fan-out it takes every event,
+# as any destination whose pattern matches (046_fan_out.pl)
+sql(q{SELECT outbox_set_routing('first')});
 sql(q{INSERT INTO outbox_destinations (name, event_types, channel, notify_mode)
       VALUES ('zz_all', '*', 'outbox_all', 'full')});
 

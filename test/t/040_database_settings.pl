@@ -115,6 +115,7 @@ is( $as_ops->(q{
 is( $as_ops->(q{
 		BEGIN;
 		INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('a_notify', 'a_b.*', 'ch');
+		UPDATE outbox_destinations SET event_types = 'axb.*' WHERE name = 'hooks';
 		INSERT INTO outbox (event_type, payload) VALUES ('a_b.one', '{}'), ('axb.two', '{}');
 		SELECT event_type, pending, unroutable FROM outbox_status ORDER BY 1;
 		SELECT * FROM outbox_relay();

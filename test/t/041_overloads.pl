@@ -43,10 +43,10 @@ sub as_role
 is( as_role('app_owner', q{
 	CREATE FUNCTION public._outbox_like_pattern(pattern text, x text DEFAULT '') RETURNS text
 		LANGUAGE sql IMMUTABLE AS $$ SELECT '%' $$;
-	CREATE FUNCTION public._outbox_route(event_type text, aggregate_type text,
-		aggregate_id text, payload jsonb, x integer DEFAULT 0) RETURNS text
+	CREATE FUNCTION public._outbox_routes(event_type text, aggregate_type text,
+		aggregate_id text, payload jsonb, destination_id bigint, x integer DEFAULT 0) RETURNS text
 		LANGUAGE sql AS $$ SELECT 'captured' $$;
-	CREATE FUNCTION public._outbox_route(VARIADIC event_type text[]) RETURNS text
+	CREATE FUNCTION public._outbox_routes(VARIADIC event_type text[]) RETURNS text
 		LANGUAGE sql AS $$ SELECT 'captured' $$;
 	CREATE FUNCTION public.now() RETURNS timestamptz
 		LANGUAGE sql AS $$ SELECT timestamptz '2000-01-01 00:00:00+00' $$;
@@ -59,8 +59,8 @@ is( as_role('app_owner', q{
 	'created', 'the owner of app creates overloads and operators in public');
 like(as_role('app_owner', 'CREATE VIEW public._outbox_pending AS SELECT 1 AS id'),
 	qr/already exists/, 'but cannot take the name of a relation the relay reads');
-like(as_role('ops', "SELECT * FROM public._outbox_route('hook.x', NULL, NULL, '{}'::jsonb)"),
-	qr/is not unique/, 'a call of _outbox_route by name is now ambiguous');
+like(as_role('ops', "SELECT * FROM public._outbox_routes('hook.x', NULL, NULL, '{}'::jsonb, NULL::bigint)"),
+	qr/is not unique/, 'a call of _outbox_routes by name is now ambiguous');
 
 # A new relay prepares its statements with these in place.
 my $offset = -s $node->logfile;

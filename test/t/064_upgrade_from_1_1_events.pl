@@ -72,8 +72,8 @@ ok( wait_until(sub {
 		grep { $_->{webhook_id} eq $a1[0] } @{ $sink->arrivals('/ordered') } }),
 	'the first event of key a-1 is sent');
 like($node->safe_psql('postgres', q{SELECT pg_get_indexdef('outbox.outbox_key_idx'::regclass)}),
-	qr/USING btree \(outbox\._outbox_aggregate_key\(aggregate_type, aggregate_id\), id\)/,
-	'outbox_key_idx is keyed by _outbox_aggregate_key');
+	qr/USING btree \(outbox\._outbox_aggregate_key\(aggregate_type, aggregate_id\), COALESCE\(origin_id, id\)\)/,
+	'outbox_key_idx is keyed by _outbox_aggregate_key, and by place in the order');
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg(o.event_id || '<' || coalesce(b.event_id::text, '-'), ',' ORDER BY o.id)
 		  FROM outbox._outbox_pending p JOIN outbox.outbox o ON o.id = p.id
