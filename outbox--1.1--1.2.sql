@@ -279,55 +279,102 @@ CREATE INDEX outbox_key_idx
       AND cancelled_at IS NULL AND skipped_at IS NULL;
 
 /*
- * The first by name of the destinations a row goes to, with their number:
- * what the claim needs of its routes. A function rather than a subquery
- * in the view, so that the claim's FOR UPDATE OF p does not reach it (it
- * is on the nullable side of the view's outer join); inlined all the same.
+ * What the claim needs of a row's routes, in two functions that the
+ * planner inlines into _outbox_pending (a single SELECT each, as 1.1's
+ * _outbox_route), cheaper than _outbox_routes' union and window:
+ * _outbox_route, the first of them by name (its destination_id's for a
+ * fanned-out row), and _outbox_routes_after, the next one after a name,
+ * under 'all' routing only: a row with one is to be fanned out.
  */
-CREATE FUNCTION @extschema@._outbox_first_route(event_type text, aggregate_type text,
-                                                aggregate_id text, payload jsonb,
-                                                destination_id bigint,
-                                                OUT dest @extschema@.outbox_destinations,
-                                                OUT routes bigint)
-RETURNS SETOF record
+CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
+                                          aggregate_id text, payload jsonb,
+                                          destination_id bigint)
+RETURNS SETOF @extschema@.outbox_destinations
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT r, pg_catalog.count(*) OVER ()
-      FROM @extschema@._outbox_routes(_outbox_first_route.event_type,
-                                      _outbox_first_route.aggregate_type,
-                                      _outbox_first_route.aggregate_id,
-                                      _outbox_first_route.payload,
-                                      _outbox_first_route.destination_id) r
-     ORDER BY r.name
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE CASE WHEN _outbox_route.destination_id IS NOT NULL
+                THEN d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id
+                ELSE CASE WHEN _outbox_route.event_type OPERATOR(pg_catalog.~~)
+                             @extschema@._outbox_like_pattern(d.event_types)
+                        THEN d.filter IS NULL
+                             OR pg_catalog.jsonb_path_match(
+                                    pg_catalog.jsonb_build_object(
+                                        'type', _outbox_route.event_type,
+                                        'aggregate_type', _outbox_route.aggregate_type,
+                                        'aggregate_id', _outbox_route.aggregate_id,
+                                        'payload', _outbox_route.payload),
+                                    d.filter, '{}', true) IS TRUE
+                        ELSE false END END
+     ORDER BY d.name
      LIMIT 1;
 END;
 
-COMMENT ON FUNCTION @extschema@._outbox_first_route(text, text, text, jsonb, bigint) IS
-    'Internal: the first by name of the destinations this row goes to, and how many there are';
+COMMENT ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb, bigint) IS
+    'Internal: the first by name of the destinations this row goes to';
 
-REVOKE ALL ON FUNCTION @extschema@._outbox_first_route(text, text, text, jsonb, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@._outbox_first_route(text, text, text, jsonb, bigint) TO outbox_admin;
+CREATE FUNCTION @extschema@._outbox_routes_after(event_type text, aggregate_type text,
+                                                 aggregate_id text, payload jsonb,
+                                                 after text)
+RETURNS SETOF @extschema@.outbox_destinations
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
+       AND coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
+           OPERATOR(pg_catalog.=) 'all'
+       AND CASE WHEN _outbox_routes_after.event_type OPERATOR(pg_catalog.~~)
+                             @extschema@._outbox_like_pattern(d.event_types)
+                        THEN d.filter IS NULL
+                             OR pg_catalog.jsonb_path_match(
+                                    pg_catalog.jsonb_build_object(
+                                        'type', _outbox_routes_after.event_type,
+                                        'aggregate_type', _outbox_routes_after.aggregate_type,
+                                        'aggregate_id', _outbox_routes_after.aggregate_id,
+                                        'payload', _outbox_routes_after.payload),
+                                    d.filter, '{}', true) IS TRUE
+                        ELSE false END
+     ORDER BY d.name
+     LIMIT 1;
+END;
+
+COMMENT ON FUNCTION @extschema@._outbox_routes_after(text, text, text, jsonb, text) IS
+    'Internal: under all routing, the first destination after that name that takes this event';
+
+REVOKE ALL ON FUNCTION
+    @extschema@._outbox_route(text, text, text, jsonb, bigint),
+    @extschema@._outbox_routes_after(text, text, text, jsonb, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@._outbox_route(text, text, text, jsonb, bigint),
+    @extschema@._outbox_routes_after(text, text, text, jsonb, text)
+TO outbox_admin;
 
 /*
  * What the relay reads, as in 1.1, with its routes: dest, the first by
- * name of the destinations the row goes to while it is enabled (or
- * whatever its state when there are several), and fan_out, true when
- * there are several: the claim then replaces the row by one per
- * destination (src/fan_out.c) and sends nothing from it. The probe of
+ * name of the destinations the row goes to, while it is enabled, and
+ * fan_out, true when there are several (enabled or not): the claim then
+ * replaces the row by one per destination (src/fan_out.c) and sends
+ * nothing from it (the probe below runs for it all the same, and is not
+ * read). The probe of
  * ordered delivery looks for the row before this one, by place in the
  * aggregate's order, that goes to the same ordered destination: one
  * backward probe of outbox_key_idx. A subquery in the select list, not a
  * lateral join, so that the claim's FOR UPDATE OF p locks the event only,
- * never that one; not run for a row to be fanned out.
+ * never that one.
  */
 CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       (d.dest).name AS dest_name, d.dest, o.cut_off_attempts,
+       CASE WHEN d.enabled THEN d.name END AS dest_name,
+       CASE WHEN d.enabled THEN d END AS dest,
+       o.cut_off_attempts,
        (SELECT e.id
           FROM @extschema@.outbox e
-         WHERE (d.dest).ordered AND d.routes OPERATOR(pg_catalog.=) 1
+         WHERE d.enabled AND d.ordered
            AND @extschema@._outbox_aggregate_key(e.aggregate_type, e.aggregate_id)
                OPERATOR(pg_catalog.=)
                @extschema@._outbox_aggregate_key(o.aggregate_type, o.aggregate_id)
@@ -338,15 +385,16 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
            AND EXISTS (SELECT FROM @extschema@._outbox_routes(e.event_type, e.aggregate_type,
                                                                e.aggregate_id, e.payload,
                                                                e.destination_id) r
-                        WHERE r.id OPERATOR(pg_catalog.=) (d.dest).id)
+                        WHERE r.id OPERATOR(pg_catalog.=) d.id)
          ORDER BY coalesce(e.origin_id, e.id) DESC
          LIMIT 1) AS blocked_by,
-       d.routes OPERATOR(pg_catalog.>) 1 AS fan_out
+       o.destination_id IS NULL AND d.name IS NOT NULL
+           AND EXISTS (SELECT FROM @extschema@._outbox_routes_after(o.event_type, o.aggregate_type,
+                                                                   o.aggregate_id, o.payload,
+                                                                   d.name)) AS fan_out
   FROM @extschema@.outbox o
-  LEFT JOIN LATERAL @extschema@._outbox_first_route(o.event_type, o.aggregate_type,
-                                                    o.aggregate_id, o.payload,
-                                                    o.destination_id) d
-         ON (d.dest).enabled OR d.routes OPERATOR(pg_catalog.>) 1
+  LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type, o.aggregate_id,
+                                              o.payload, o.destination_id) d ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
 
 /*
