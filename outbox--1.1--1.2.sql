@@ -389,6 +389,8 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
          ORDER BY coalesce(e.origin_id, e.id) DESC
          LIMIT 1) AS blocked_by,
        o.destination_id IS NULL AND d.name IS NOT NULL
+           -- once per statement: with one destination, nothing to look for
+           AND (SELECT count(*) FROM @extschema@.outbox_destinations) OPERATOR(pg_catalog.>) 1
            AND EXISTS (SELECT FROM @extschema@._outbox_routes_after(o.event_type, o.aggregate_type,
                                                                    o.aggregate_id, o.payload,
                                                                    d.name)) AS fan_out
