@@ -175,7 +175,6 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 	if (nfanned > 0)
 	{
 		OutboxFanOut(fanned, nfanned);
-		d->fanned_out = nfanned;
 		d->due_again = true;
 	}
 	if (req->run != 0 && d->nin_flight > 0)

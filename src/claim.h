@@ -38,7 +38,6 @@ typedef struct OutboxDispatchResult
 	int			failed;
 	int			unroutable;
 	int			held;			/* not their key's turn (ordered destinations) */
-	int			fanned_out;		/* replaced by a row per destination */
 	bool		due_again;		/* events became due in the claim: claim again */
 	bool		routing_locked; /* outbox_destinations cannot change until COMMIT */
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */

@@ -45,6 +45,10 @@
  * $1: the claimed rows, by TID. The routes are read through the view
  * _outbox_routes_of, which sees the rows as the statement's snapshot
  * does, before the DELETE. The relay's statements name relations only.
+ * This statement's snapshot is newer than the claim's: a row whose routes
+ * all went meanwhile (its destinations deleted or changed, when the claim
+ * could not lock outbox_destinations) is not deleted, and the next claim
+ * parks it as unroutable rather than losing it.
  */
 static const Oid fan_out_argtypes[] = {TIDARRAYOID};
 static OutboxStatement fan_out_stmt = {
@@ -52,6 +56,7 @@ static OutboxStatement fan_out_stmt = {
 		"WITH gone AS ("
 		"    DELETE FROM %1$s.outbox o"
 		"     WHERE o.ctid = ANY ($1) AND o.destination_id IS NULL"
+		"       AND EXISTS (SELECT FROM %1$s._outbox_routes_of r WHERE r.id = o.id)"
 		"    RETURNING o.*),"
 		"  made AS ("
 		"    INSERT INTO %1$s.outbox (event_id, event_type, aggregate_type, aggregate_id,"
