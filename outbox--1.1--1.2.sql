@@ -928,3 +928,103 @@ COMMENT ON FUNCTION @extschema@.outbox_set_routing(text) IS
 REVOKE ALL ON FUNCTION @extschema@.outbox_set_routing(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.outbox_set_routing(text) TO outbox_admin;
 GRANT INSERT, UPDATE ON @extschema@.outbox_config TO outbox_admin;
+
+/*
+ * Purge waits for the slowest destination: a row of a fanned-out event
+ * (origin_id set) goes only once every row of its event was delivered
+ * before the cut-off. A delivery pending, dead-lettered or cancelled at
+ * one destination keeps the event's other rows, so that its deliveries
+ * stay together (outbox_deliveries) and a redelivery of the event finds
+ * every one. The other rows take nothing more: their origin_id is NULL.
+ * The sibling lookup is a scalar subquery, one probe of
+ * outbox_event_id_key per row, never a hashed scan of the table; the
+ * relay's batches (src/purge.c) apply the same rule.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.outbox_purge(retention interval DEFAULT '7 days')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cut timestamptz;
+    dest text;
+    k bigint;
+    n bigint := 0;
+BEGIN
+    IF retention IS NULL OR retention < interval '0' THEN
+        RAISE EXCEPTION 'retention must be a non-negative interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    cut := now() - make_interval(secs => extract(epoch FROM retention));
+    -- a range scan of outbox_delivered_idx per destination, each found
+    -- from the previous one: pending events are not in that index
+    SELECT min(o.destination) INTO dest
+      FROM @extschema@.outbox o WHERE o.delivered_at IS NOT NULL;
+    WHILE dest IS NOT NULL LOOP
+        DELETE FROM @extschema@.outbox o
+         WHERE o.destination = dest AND o.delivered_at < cut
+           AND (o.origin_id IS NULL
+                OR (SELECT 1 FROM @extschema@.outbox s
+                     WHERE s.event_id = o.event_id
+                       AND (s.delivered_at IS NULL OR s.delivered_at >= cut)
+                     LIMIT 1) IS NULL);
+        GET DIAGNOSTICS k = ROW_COUNT;
+        n := n + k;
+        SELECT min(o.destination) INTO dest
+          FROM @extschema@.outbox o
+         WHERE o.delivered_at IS NOT NULL AND o.destination > dest;
+    END LOOP;
+    DELETE FROM @extschema@.outbox o
+     WHERE o.destination IS NULL AND o.delivered_at < cut
+       AND (o.origin_id IS NULL
+            OR (SELECT 1 FROM @extschema@.outbox s
+                 WHERE s.event_id = o.event_id
+                   AND (s.delivered_at IS NULL OR s.delivered_at >= cut)
+                 LIMIT 1) IS NULL);
+    GET DIAGNOSTICS k = ROW_COUNT;
+    n := n + k;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_purge(interval) IS
+    'Deletes events delivered longer ago than retention (an event fanned out to several destinations once every one delivered it before then); returns how many rows';
+
+/*
+ * An event's deliveries, one row per destination: a row of a fanned-out
+ * event is its delivery at destination_id's destination (at the last one
+ * it was attempted to, if that destination was deleted). Another row is
+ * one delivery: to the destination of its last attempt once final; while
+ * pending, to each destination that routing sends it to now (the claim
+ * fans it out to them), none ('unroutable') when no destination takes it.
+ * For operators: WHERE event_id = ... reads one range of
+ * outbox_event_id_key. security_invoker: the caller's own rights on outbox
+ * apply, which outbox_admin has.
+ */
+CREATE VIEW @extschema@.outbox_deliveries WITH (security_invoker = true) AS
+SELECT o.event_id, o.event_type,
+       coalesce(d.name, r.name, o.destination) AS destination,
+       CASE WHEN o.delivered_at IS NOT NULL THEN 'delivered'
+            WHEN o.cancelled_at IS NOT NULL THEN 'cancelled'
+            WHEN o.skipped_at IS NOT NULL THEN 'skipped'
+            WHEN o.dead_at IS NOT NULL THEN 'dead'
+            WHEN o.destination_id IS NULL AND r.name IS NULL THEN 'unroutable'
+            WHEN o.held_by IS NOT NULL THEN 'held'
+            WHEN o.attempts > 0 THEN 'retrying'
+            ELSE 'pending' END AS state,
+       o.attempts, o.next_attempt_at, o.last_error, o.delivered_at, o.dead_at,
+       o.created_at, o.id
+  FROM @extschema@.outbox o
+  LEFT JOIN @extschema@.outbox_destinations d ON d.id = o.destination_id
+  LEFT JOIN LATERAL (
+       SELECT r.name
+         FROM @extschema@._outbox_routes(o.event_type, o.aggregate_type, o.aggregate_id,
+                                         o.payload, NULL) r
+        WHERE o.destination_id IS NULL AND o.delivered_at IS NULL AND o.dead_at IS NULL) r
+    ON true;
+
+COMMENT ON VIEW @extschema@.outbox_deliveries IS
+    'Each event''s deliveries, one row per destination: state (pending, retrying, held, delivered, dead, cancelled, skipped, unroutable), attempts, next attempt, last error';
+
+REVOKE ALL ON @extschema@.outbox_deliveries FROM PUBLIC;
+GRANT SELECT ON @extschema@.outbox_deliveries TO outbox_admin;

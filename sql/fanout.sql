@@ -81,10 +81,15 @@ UPDATE outbox SET dead_at = now(), last_error = 'HTTP status 500'
 SELECT outbox_redeliver_dead('a_all') AS redelivered_at_a, outbox_redeliver_dead('c_down') AS redelivered_at_c;
 SELECT outbox_redeliver(:'e1') AS redelivered_everywhere;
 SELECT * FROM regress.rows WHERE n IN ('1', '2');
+-- outbox_deliveries: an event's deliveries, one row per destination
+SELECT destination, state, attempts, last_error FROM outbox_deliveries
+ WHERE event_id IN (:'e1', :'e2') ORDER BY event_type, destination;
+SELECT event_type, destination, state FROM outbox_deliveries WHERE event_type = 'other';
 
 -- an event that several destinations take and no claim has fanned out yet
 -- has one row for all: it is acted on for all of them, or not at all
 SELECT outbox_emit('task.created', '{"n": 4}') AS e4 \gset
+SELECT destination, state, attempts FROM outbox_deliveries WHERE event_id = :'e4' ORDER BY 1;
 SELECT replace(regress.try(format($$SELECT outbox_cancel(%L, 'r', 'a_all')$$, :'e4')), :'e4', '<e4>') AS try;
 SELECT outbox_cancel(:'e4', 'not wanted') AS cancelled_unsplit;
 
@@ -138,12 +143,44 @@ SELECT outbox_set_routing('all');
 SELECT payload->>'n' AS n, dest_name, fan_out FROM _outbox_pending ORDER BY id;
 SELECT routing FROM outbox_config;
 
+-- purge waits for the slowest destination: an event's rows go once every
+-- destination delivered it before the retention; an event delivered
+-- through its one route before fan-out goes as before
+DELETE FROM outbox;
+DELETE FROM outbox_destinations;
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES
+    ('q_fast', 'job.*', 'regress_q'),
+    ('r_slow', 'job.*', 'regress_r');
+SELECT outbox_emit('job.done', jsonb_build_object('n', g)) IS NOT NULL AS emitted
+  FROM generate_series(9, 11) g;
+INSERT INTO outbox (event_type, payload, destination, delivered_at, attempts)
+VALUES ('job.done', '{"n": 12}', 'q_fast', now() - interval '2 days', 1);
+SELECT * FROM outbox_relay();
+SELECT * FROM outbox_relay();
+UPDATE outbox SET delivered_at = now() - interval '2 days' WHERE delivered_at IS NOT NULL;
+-- 9 is still pending at r_slow, 10 was delivered there within the retention,
+-- 11 is dead there
+UPDATE outbox SET delivered_at = NULL, next_attempt_at = now() + interval '1 hour'
+ WHERE payload->>'n' = '9' AND destination = 'r_slow';
+UPDATE outbox SET delivered_at = now() - interval '1 hour'
+ WHERE payload->>'n' = '10' AND destination = 'r_slow';
+UPDATE outbox SET delivered_at = NULL, dead_at = now(), last_error = 'HTTP status 500'
+ WHERE payload->>'n' = '11' AND destination = 'r_slow';
+SELECT outbox_purge('1 day') AS purged;
+SELECT * FROM regress.rows;
+-- once the last destination's delivery is older than the retention, both go
+UPDATE outbox SET delivered_at = now() - interval '2 days' WHERE payload->>'n' IN ('9', '10');
+SELECT outbox_purge('1 day') AS purged;
+SELECT * FROM regress.rows;
+SELECT destination, state FROM outbox_deliveries ORDER BY 1;
+
 -- a writer cannot choose the rows' destination or origin, nor read them
 RESET ROLE;
 SET ROLE regress_fan_writer;
 SELECT regress.try($$INSERT INTO outbox (event_type, payload, destination_id) VALUES ('order.paid', '{}', 1)$$);
 SELECT regress.try($$INSERT INTO outbox (event_type, payload, origin_id) VALUES ('order.paid', '{}', 1)$$);
 SELECT regress.try($$SELECT * FROM outbox_config$$);
+SELECT regress.try($$SELECT * FROM outbox_deliveries$$);
 SELECT regress.try($$SELECT outbox_set_routing('first')$$);
 RESET ROLE;
 

@@ -22,9 +22,9 @@
  * so the outbox phase takes one destination after the other, each found
  * from the last with one probe of that index, then the events without a
  * destination; inbox rows are indexed by processed_at. Within a
- * destination, batches resume after the last row deleted (keyset), so they
+ * destination, batches resume after the last row walked (keyset), so they
  * do not walk the dead index entries the previous batches left before
- * vacuum.
+ * vacuum, nor the rows of fanned-out events kept for a slower destination.
  *
  * Time. Cut-offs are absolute: now minus the retention in microseconds,
  * computed in C, so the same rows go under any TimeZone and across clock
@@ -51,30 +51,45 @@
 
 /*
  * One batch of delivered events of destination $5, oldest first, after
- * ($2, $3) in (delivered_at, id) order. The inner SELECT walks
- * outbox_delivered_idx; the outer DELETE finds the rows by TID and checks
- * the cut-off again, so an event redelivered meanwhile (delivered_at now
- * NULL) stays. Returns the last row deleted and how many were.
+ * ($2, $3) in (delivered_at, id) order. The batch CTE walks
+ * outbox_delivered_idx; the DELETE finds its rows by TID and checks the
+ * cut-off again, so an event redelivered meanwhile (delivered_at now NULL)
+ * stays. A row of a fanned-out event (origin_id set) goes only once every
+ * row of its event was delivered before the cut-off (outbox_purge in
+ * outbox--1.1--1.2.sql): a scalar subquery, one probe of
+ * outbox_event_id_key for such a row only, never a join over the table.
+ * Returns where the walk stopped, how many rows it walked and how many it
+ * deleted: the keyset follows the walk, so rows kept for a slower
+ * destination are passed over, not read again by every batch.
  * outbox_null_stmt does the same for events without a destination. The
  * ORDER BY names the destination too: "destination IS NULL" does not make
  * the index's order that of (delivered_at, id) to the planner, and without
  * it the walk would need a sort.
  */
 #define OUTBOX_BATCH(dest_test) \
-		"WITH doomed AS (" \
+		"WITH batch AS MATERIALIZED (" \
+		"  SELECT p.ctid, p.delivered_at, p.id, p.event_id, p.origin_id" \
+		"    FROM %1$s.outbox p" \
+		"   WHERE " dest_test " AND p.delivered_at < $1" \
+		"     AND (p.delivered_at, p.id) > ($2, $3)" \
+		"   ORDER BY p.destination, p.delivered_at, p.id" \
+		"   LIMIT $4)," \
+		" doomed AS (" \
 		"  DELETE FROM %1$s.outbox o" \
 		"   WHERE o.ctid = ANY (ARRAY(" \
-		"           SELECT p.ctid FROM %1$s.outbox p" \
-		"            WHERE " dest_test " AND p.delivered_at < $1" \
-		"              AND (p.delivered_at, p.id) > ($2, $3)" \
-		"            ORDER BY p.destination, p.delivered_at, p.id" \
-		"            LIMIT $4))" \
+		"           SELECT b.ctid FROM batch b" \
+		"            WHERE b.origin_id IS NULL" \
+		"               OR (SELECT 1 FROM %1$s.outbox s" \
+		"                    WHERE s.event_id = b.event_id" \
+		"                      AND (s.delivered_at IS NULL OR s.delivered_at >= $1)" \
+		"                    LIMIT 1) IS NULL))" \
 		"     AND o.delivered_at < $1" \
-		"  RETURNING o.delivered_at, o.id)" \
-		" SELECT d.delivered_at, d.id, (count(*) OVER ())::int4" \
-		"   FROM doomed d" \
-		"  ORDER BY d.delivered_at DESC, d.id DESC" \
-		"  LIMIT 1"
+		"  RETURNING 1)" \
+		" SELECT l.delivered_at, l.id," \
+		"        (SELECT count(*) FROM batch)::int4," \
+		"        (SELECT count(*) FROM doomed)::int4" \
+		"   FROM (SELECT b.delivered_at, b.id FROM batch b" \
+		"          ORDER BY b.delivered_at DESC, b.id DESC LIMIT 1) l"
 
 static const Oid outbox_argtypes[] = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID};
 static OutboxStatement outbox_stmt = {
@@ -149,7 +164,7 @@ static char *dest = NULL;		/* in TopMemoryContext */
 static bool dest_next = true;	/* look up the destination after dest */
 static TimestampTz after_at = DT_NOBEGIN;	/* keyset within the destination */
 static int64 after_id = 0;
-static bool batch_full = false; /* the last batch deleted a whole batch */
+static bool batch_full = false; /* the last batch walked a whole batch */
 static int	seen_retention = -1;
 static int	seen_inbox_retention = -1;
 
@@ -229,6 +244,7 @@ OutboxPurgeStep(void *arg pg_attribute_unused())
 	Datum		values[5];
 	int			rc;
 	int			deleted = 0;
+	int			walked = 0;	/* rows the outbox batch read, kept ones too */
 	bool		more = false;
 
 	batch_full = false;
@@ -260,10 +276,11 @@ OutboxPurgeStep(void *arg pg_attribute_unused())
 
 			after_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 1, &isnull));
 			after_id = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-			deleted = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			walked = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			deleted = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
 		}
 		/* this destination is done: the next one, if any, comes next */
-		if (named && deleted < outbox_purge_batch_size)
+		if (named && walked < outbox_purge_batch_size)
 			dest_next = true;
 		more = named;
 	}
@@ -279,8 +296,9 @@ OutboxPurgeStep(void *arg pg_attribute_unused())
 			elog(ERROR, "could not purge inbox rows: %s", SPI_result_code_string(rc));
 		deleted = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull));
+		walked = deleted;
 	}
-	batch_full = more || deleted >= outbox_purge_batch_size;
+	batch_full = more || walked >= outbox_purge_batch_size;
 	if (deleted > 0)
 		elog(DEBUG1, "outbox relay purged %d %s", deleted,
 			 phase == PHASE_OUTBOX ? "delivered events" : "inbox rows");

@@ -3,7 +3,8 @@
 # than that, a batch per transaction, by the first relay of the database
 # only, never a pending or dead-lettered event; the cut-off is absolute
 # time, so a server in America/New_York purges the same rows across a
-# clock change as one in UTC.
+# clock change as one in UTC. An event fanned out to several destinations
+# goes once every one delivered it.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -105,6 +106,37 @@ sql(q{UPDATE outbox SET delivered_at = delivered_at - interval '1 hour' WHERE ev
 ok($node->poll_query_until('postgres',
 		q{SELECT NOT EXISTS (SELECT FROM outbox WHERE event_type = 'after_cutoff')}),
 	'a row that aged past the cut-off is purged at the next round');
+
+# Fan-out: a fanned-out event's rows go once every destination delivered
+# it before the cut-off. The first 150 events of the fast destination's
+# order, more than a batch, are still pending at the slow one: the purge
+# walks past them to the 50 events both delivered, and keeps the 150.
+sql(qq{
+	INSERT INTO outbox_destinations (name, event_types, channel) VALUES
+		('fast', 'fan.*', 'fan_fast'), ('slow', 'fan.*', 'fan_slow');
+	INSERT INTO outbox (event_id, event_type, payload, destination, destination_id, origin_id,
+						delivered_at, attempts, next_attempt_at)
+	SELECT e.event_id, 'fan.x', jsonb_build_object('n', e.g), d.name, d.id, -e.g,
+		   CASE WHEN d.name = 'slow' AND e.g <= 150 THEN NULL
+				ELSE now() - make_interval(secs => $days * 86400 + 7200 - e.g) END,
+		   1, now() + interval '1 day'
+	  FROM (SELECT g, gen_random_uuid() AS event_id FROM generate_series(1, 200) g) e
+	 CROSS JOIN outbox_destinations d
+	 WHERE d.name IN ('fast', 'slow');
+});
+ok($node->poll_query_until('postgres',
+		q{SELECT NOT EXISTS (SELECT FROM outbox WHERE event_type = 'fan.x' AND (payload->>'n')::int > 150)}),
+	'the events every destination delivered are purged');
+is(sql(q{SELECT destination, count(*), min((payload->>'n')::int), max((payload->>'n')::int),
+				count(delivered_at)
+		   FROM outbox WHERE event_type = 'fan.x' GROUP BY destination ORDER BY destination}),
+	"fast|150|1|150|150\nslow|150|1|150|0",
+	'an event pending at one destination keeps its delivered row at the other');
+sql(qq{UPDATE outbox SET delivered_at = now() - make_interval(secs => $days * 86400 + 3600)
+		WHERE event_type = 'fan.x' AND delivered_at IS NULL});
+ok($node->poll_query_until('postgres',
+		q{SELECT NOT EXISTS (SELECT FROM outbox WHERE event_type = 'fan.x')}),
+	'once the slow destination delivered them too, they are purged');
 
 $node->stop;
 done_testing();
