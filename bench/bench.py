@@ -47,6 +47,12 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      at 100 alternately, with the server's fdatasync() and fsync() as they
      are and made 2 ms slower (bench/slow_fsync.c, preloaded into the
      server)
+ 14. fan-out: one NOTIFY destination and one webhook, then three of each
+     taking every event (deliveries per second against the one
+     destination's events per second); 1,000 NOTIFY destinations each
+     taking one customer's events, by a pattern of its own or by a filter
+     on the aggregate id, against one destination; a pass that finds
+     nothing due with 1 and with 1,000 destinations
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
@@ -963,18 +969,100 @@ def bench_jetstream(c, tmp, n, runs):
         nats.wait()
 
 
+# 14 -----------------------------------------------------------------------
+def fan_drain(c, n, fill_sql, dest_sql, label):
+    """Fills n events with the relay stopped, adds the destinations, then
+    starts the relay and times it. Returns (events/s, deliveries/s)."""
+    c.set(databases="")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.sql(fill_sql, (n,))
+    c.sql("VACUUM ANALYZE outbox")
+    c.sql(dest_sql)
+    t, cpu = start_and_drain(c)
+    rows = c.sql("SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL")[0][0]
+    print(f"  {label:34s} {n / t:8.0f} events/s, {rows / t:8.0f} deliveries/s "
+          f"({rows} in {t:.2f} s); relay CPU {1e6 * cpu / max(rows, 1):.1f} us per delivery")
+    return n / t, rows / t
+
+
+def idle_pass_ms(c, runs):
+    """Median milliseconds of a pass (outbox_relay() in a session, the
+    relay stopped) that finds nothing due."""
+    conn = c.connect()
+    cur = conn.cursor()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        cur.execute("SELECT * FROM outbox_relay()")
+        cur.fetchall()
+        times.append(1000 * (time.perf_counter() - t0))
+    conn.close()
+    return statistics.median(times)
+
+
+def bench_fan_out(c, n, n_many, nginx_port):
+    section("14. fan-out")
+    c.set(batch_size=1000, http_max_connections=32, poll_interval="10ms")
+    print(f"parameters: {n} events for one and three destinations, {n_many} over 1,000 "
+          f"customers for 1,000; outbox.batch_size = 1000, outbox.http_max_connections = 32, "
+          f"one relay, no listener")
+    fill = ("INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)"
+            " SELECT 'bench.fan', jsonb_build_object('n', i, 'title', 'task number ' || i),"
+            "        'task', i::text FROM generate_series(1, %s) i")
+    one_n, _ = fan_drain(c, n, fill, "INSERT INTO outbox_destinations (name, event_types, channel)"
+                         " VALUES ('n1', 'bench.*', 'bench_1')", "NOTIFY, one destination")
+    _, three_n = fan_drain(c, n, fill, "INSERT INTO outbox_destinations (name, event_types, channel)"
+                           " SELECT 'n' || k, 'bench.*', 'bench_' || k FROM generate_series(1, 3) k",
+                           "NOTIFY, three taking every event")
+    print(f"  three NOTIFY destinations: {three_n / one_n:.2f}x the one destination's events/s "
+          f"in deliveries/s (target: at least 2)")
+    url = f"http://127.0.0.1:{nginx_port}/hook"
+    one_h, _ = fan_drain(c, n, fill, "INSERT INTO outbox_destinations (name, event_types, url)"
+                         f" VALUES ('h1', 'bench.*', '{url}')", "HTTP, one destination")
+    _, three_h = fan_drain(c, n, fill, "INSERT INTO outbox_destinations (name, event_types, url)"
+                           f" SELECT 'h' || k, 'bench.*', '{url}?d=' || k FROM generate_series(1, 3) k",
+                           "HTTP, three taking every event")
+    print(f"  three webhooks: {three_h / one_h:.2f}x the one destination's events/s "
+          f"in deliveries/s (target: at least 2)")
+    # 1,000 customers: each event is one customer's (aggregate id c1..c1000)
+    fill_c = ("INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)"
+              " SELECT 'cust.' || (i % 1000 + 1), jsonb_build_object('n', i, 'customer', i % 1000 + 1),"
+              "        'customer', 'c' || (i % 1000 + 1) FROM generate_series(1, %s) i")
+    base, _ = fan_drain(c, n_many, fill_c, "INSERT INTO outbox_destinations (name, event_types, channel)"
+                        " VALUES ('all', 'cust.*', 'bench_c')", "NOTIFY, one destination")
+    c.set(databases="")
+    one_ms = idle_pass_ms(c, 200)
+    by_type, _ = fan_drain(c, n_many, fill_c, "INSERT INTO outbox_destinations (name, event_types, channel)"
+                           " SELECT 'c' || k, 'cust.' || k, 'bench_c' || k FROM generate_series(1, 1000) k",
+                           "1,000 destinations, a type each")
+    by_filter, _ = fan_drain(c, n_many, fill_c,
+                             "INSERT INTO outbox_destinations (name, event_types, channel, filter)"
+                             " SELECT 'c' || k, 'cust.*', 'bench_c' || k,"
+                             "        format('$.aggregate_id == \"c%s\"', k)::jsonpath"
+                             "   FROM generate_series(1, 1000) k",
+                             "1,000 destinations, a filter each")
+    c.set(databases="")
+    many_ms = idle_pass_ms(c, 200)
+    print(f"  1,000 destinations against one: {by_type / base:.2f}x by type, "
+          f"{by_filter / base:.2f}x by filter (target: at least 0.7)")
+    print(f"  a pass finding nothing due: {one_ms:.2f} ms with one destination, "
+          f"{many_ms:.2f} ms with 1,000 filters (target: at most 2 ms)")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.set(batch_size=1000, http_max_connections=16, poll_interval="1s")
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14",
                     help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
     # "10" is section 10; other digits are one section each; commas optional
-    only = set(re.findall(r"1[0-3]|[1-9]", args.only))
+    only = set(re.findall(r"1[0-4]|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -1018,6 +1106,8 @@ def main():
             bench_https(c, 5000 if q else 50000, nginx_port, tls_port, h2_port, ca)
         if "13" in only:
             bench_slow_flush(c, tmp, 5000 if q else 50000, 2 if q else 4, nginx_port)
+        if "14" in only:
+            bench_fan_out(c, 5000 if q else 50000, 2000 if q else 20000, nginx_port)
     finally:
         for p in (sink, nginx):
             if p:
