@@ -1026,8 +1026,8 @@ def bench_fan_out(c, n, n_many, nginx_port):
           f"in deliveries/s (target: at least 2)")
     # 1,000 customers: each event is one customer's (aggregate id c1..c1000)
     fill_c = ("INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)"
-              " SELECT 'cust.' || (i % 1000 + 1), jsonb_build_object('n', i, 'customer', i % 1000 + 1),"
-              "        'customer', 'c' || (i % 1000 + 1) FROM generate_series(1, %s) i")
+              " SELECT 'cust.' || (i %% 1000 + 1), jsonb_build_object('n', i, 'customer', i %% 1000 + 1),"
+              "        'customer', 'c' || (i %% 1000 + 1) FROM generate_series(1, %s) i")
     base, _ = fan_drain(c, n_many, fill_c, "INSERT INTO outbox_destinations (name, event_types, channel)"
                         " VALUES ('all', 'cust.*', 'bench_c')", "NOTIFY, one destination")
     c.set(databases="")
