@@ -19,7 +19,7 @@ SHLIB_LINK   = $(KIND_LIBS) $(filter -lcrypto, $(LIBS))
 
 
 # the core's tests, then sql/<kind>.sql of each kind built
-REGRESS      = setup emit roles owners security inbox purge relay health rules guc databases upgrade time_zones redeliver ordered fanout secrets trace_context versions
+REGRESS      = setup emit roles owners security inbox purge relay health rules guc databases upgrade time_zones redeliver ordered fanout route_keys secrets trace_context versions
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=test/outbox.conf
 # a kind left out of the build: its pg_regress test is replaced by one of
 # the refusal, and its TAP tests skip themselves (require_kind in

@@ -93,6 +93,159 @@ COMMENT ON COLUMN @extschema@.outbox_destinations.id IS
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_destinations_id_seq', '');
 
+/*
+ * Routing by key (src/route_key.c): what lets 1,000 destinations, one per
+ * customer, route an event with a few index probes instead of evaluating
+ * 1,000 patterns and filters. route_type is the one type a pattern without
+ * '*' matches; route_path and route_value the field and literal of a
+ * filter that is one equality ($.aggregate_id == "c42",
+ * $.payload.tenant == 7). Generated: nobody writes them, and they follow
+ * every change of event_types and filter.
+ */
+CREATE FUNCTION @extschema@._outbox_filter_key_path(filter jsonpath)
+RETURNS text[]
+AS 'MODULE_PATHNAME', '_outbox_filter_key_path'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._outbox_filter_key_value(filter jsonpath)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', '_outbox_filter_key_value'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@._outbox_route_keys(payload jsonb, fields text[],
+                                               OUT field text, OUT value jsonb)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', '_outbox_route_keys'
+LANGUAGE C STABLE PARALLEL SAFE ROWS 8;
+
+COMMENT ON FUNCTION @extschema@._outbox_filter_key_path(jsonpath) IS
+    'Internal: the field a filter that is one equality with a literal compares (type, aggregate_type, aggregate_id, or payload and one of its fields); NULL for any other filter';
+COMMENT ON FUNCTION @extschema@._outbox_filter_key_value(jsonpath) IS
+    'Internal: the literal a filter that is one equality compares its field with, as jsonb; NULL for any other filter';
+COMMENT ON FUNCTION @extschema@._outbox_route_keys(jsonb, text[]) IS
+    'Internal: the (field, value) keys an event''s payload presents on the fields destinations use (NULL: all); (NULL, NULL) for a payload with too many';
+
+-- whoever writes a destination computes its generated columns
+REVOKE ALL ON FUNCTION
+    @extschema@._outbox_filter_key_path(jsonpath),
+    @extschema@._outbox_filter_key_value(jsonpath)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @extschema@._outbox_filter_key_path(jsonpath),
+    @extschema@._outbox_filter_key_value(jsonpath)
+TO outbox_admin;
+REVOKE ALL ON FUNCTION @extschema@._outbox_route_keys(jsonb, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_route_keys(jsonb, text[]) TO outbox_admin;
+
+ALTER TABLE @extschema@.outbox_destinations
+    ADD COLUMN route_type text
+        GENERATED ALWAYS AS (CASE WHEN pg_catalog.strpos(event_types, '*') = 0
+                                  THEN event_types END) STORED,
+    ADD COLUMN route_path text[]
+        GENERATED ALWAYS AS (@extschema@._outbox_filter_key_path(filter)) STORED,
+    ADD COLUMN route_value jsonb
+        GENERATED ALWAYS AS (@extschema@._outbox_filter_key_value(filter)) STORED;
+
+COMMENT ON COLUMN @extschema@.outbox_destinations.route_type IS
+    'Generated: the one event type event_types matches, when it has no *; routing finds the destination by it';
+COMMENT ON COLUMN @extschema@.outbox_destinations.route_path IS
+    'Generated: the field a filter of one equality compares; routing finds the destination by it and route_value';
+COMMENT ON COLUMN @extschema@.outbox_destinations.route_value IS
+    'Generated: the literal a filter of one equality compares route_path with';
+
+CREATE INDEX outbox_destinations_type_idx ON @extschema@.outbox_destinations (route_type)
+    WHERE route_type IS NOT NULL;
+CREATE INDEX outbox_destinations_key_idx ON @extschema@.outbox_destinations (route_path, route_value)
+    WHERE route_type IS NULL AND route_path IS NOT NULL;
+CREATE INDEX outbox_destinations_unkeyed_idx ON @extschema@.outbox_destinations (id)
+    WHERE route_type IS NULL AND route_path IS NULL;
+
+/*
+ * The destinations that may take an event: with up to 32 destinations all
+ * of them (a scan of a few rows costs less than the probes); with more,
+ * those found by key (its type, its keys) and those without one. Routing
+ * (below) then evaluates each one's pattern and filter. The count is an
+ * uncorrelated subquery: evaluated once per statement, whatever the
+ * number of events it routes. d.id = ANY (ARRAY(...)): the candidates are
+ * found before outbox_destinations is read, each once. The keys' probes
+ * are a lateral subquery kept apart (OFFSET 0): one index probe per key,
+ * where a join of the keys with the table could hash the whole table. The
+ * envelope's keys are probed as they are, and the payload's read
+ * (_outbox_route_keys), only on the fields that destinations use (fields:
+ * uncorrelated, once per statement), so a field no destination keys on
+ * costs no probe.
+ */
+CREATE FUNCTION @extschema@._outbox_candidates(event_type text, aggregate_type text,
+                                               aggregate_id text, payload jsonb)
+RETURNS SETOF @extschema@.outbox_destinations
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE (SELECT pg_catalog.count(*) FROM @extschema@.outbox_destinations)
+           OPERATOR(pg_catalog.<=) 32
+    UNION ALL
+    SELECT d.*
+      FROM @extschema@.outbox_destinations d
+     WHERE (SELECT pg_catalog.count(*) FROM @extschema@.outbox_destinations)
+           OPERATOR(pg_catalog.>) 32
+       AND d.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+           WITH fields AS MATERIALIZED (
+               SELECT pg_catalog.array_agg(DISTINCT p.route_path[2])
+                          FILTER (WHERE p.route_path[1] OPERATOR(pg_catalog.=) 'payload') AS names,
+                      pg_catalog.array_agg(DISTINCT p.route_path[1])
+                          FILTER (WHERE p.route_path[1] OPERATOR(pg_catalog.<>) 'payload') AS envelope
+                 FROM @extschema@.outbox_destinations p
+                WHERE p.route_type IS NULL AND p.route_path IS NOT NULL),
+           k AS MATERIALIZED (
+               SELECT k.field, k.value
+                 FROM fields f,
+                      @extschema@._outbox_route_keys(_outbox_candidates.payload, f.names) k
+                WHERE f.names IS NOT NULL)
+           SELECT c.id
+             FROM @extschema@.outbox_destinations c
+            WHERE c.route_type OPERATOR(pg_catalog.=) _outbox_candidates.event_type
+           UNION ALL
+           SELECT c.id
+             FROM (VALUES ('{type}'::text[], pg_catalog.to_jsonb(_outbox_candidates.event_type)),
+                          ('{aggregate_type}', pg_catalog.to_jsonb(_outbox_candidates.aggregate_type)),
+                          ('{aggregate_id}', pg_catalog.to_jsonb(_outbox_candidates.aggregate_id)),
+                          (NULL, NULL)) e(path, value)
+                  CROSS JOIN LATERAL (
+                  SELECT c.id
+                    FROM @extschema@.outbox_destinations c
+                   WHERE c.route_path OPERATOR(pg_catalog.=) e.path
+                     AND c.route_value OPERATOR(pg_catalog.=) coalesce(e.value, 'null')
+                     AND c.route_type IS NULL AND c.route_path IS NOT NULL
+                  OFFSET 0) c
+            WHERE e.path[1] OPERATOR(pg_catalog.=) ANY (coalesce((SELECT f.envelope FROM fields f), '{}'))
+           UNION ALL
+           SELECT c.id
+             FROM k CROSS JOIN LATERAL (
+                  SELECT c.id
+                    FROM @extschema@.outbox_destinations c
+                   WHERE c.route_path OPERATOR(pg_catalog.=) ARRAY['payload', k.field]
+                     AND c.route_value OPERATOR(pg_catalog.=) k.value
+                     AND c.route_type IS NULL AND c.route_path IS NOT NULL
+                  OFFSET 0) c
+           UNION ALL
+           SELECT c.id
+             FROM @extschema@.outbox_destinations c
+            WHERE c.route_type IS NULL AND c.route_path IS NULL
+           UNION ALL
+           SELECT c.id
+             FROM @extschema@.outbox_destinations c
+            WHERE c.route_type IS NULL AND c.route_path IS NOT NULL
+              AND c.route_path[1] OPERATOR(pg_catalog.=) 'payload'
+              AND EXISTS (SELECT FROM k WHERE k.field IS NULL)));
+END;
+
+COMMENT ON FUNCTION @extschema@._outbox_candidates(text, text, text, jsonb) IS
+    'Internal: the destinations that may take this event, found by key among many; routing evaluates each one''s pattern and filter';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_candidates(text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_candidates(text, text, text, jsonb) TO outbox_admin;
+
 ALTER TABLE @extschema@.outbox
     ADD COLUMN destination_id bigint,
     ADD COLUMN origin_id bigint;
@@ -179,7 +332,10 @@ BEGIN ATOMIC
     UNION ALL
     SELECT (m.d).*
       FROM (SELECT d, pg_catalog.row_number() OVER (ORDER BY d.name) AS n
-              FROM @extschema@.outbox_destinations d
+              FROM @extschema@._outbox_candidates(_outbox_routes.event_type,
+                                                  _outbox_routes.aggregate_type,
+                                                  _outbox_routes.aggregate_id,
+                                                  _outbox_routes.payload) d
              WHERE _outbox_routes.destination_id IS NULL
                AND CASE WHEN _outbox_routes.event_type OPERATOR(pg_catalog.~~)
                              @extschema@._outbox_like_pattern(d.event_types)
@@ -292,11 +448,18 @@ CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
 RETURNS SETOF @extschema@.outbox_destinations
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT d.*
-      FROM @extschema@.outbox_destinations d
-     WHERE CASE WHEN _outbox_route.destination_id IS NOT NULL
-                THEN d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id
-                ELSE CASE WHEN _outbox_route.event_type OPERATOR(pg_catalog.~~)
+    SELECT r.*
+      FROM (SELECT d.*
+              FROM @extschema@.outbox_destinations d
+             WHERE d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id
+            UNION ALL
+            SELECT d.*
+              FROM @extschema@._outbox_candidates(_outbox_route.event_type,
+                                                  _outbox_route.aggregate_type,
+                                                  _outbox_route.aggregate_id,
+                                                  _outbox_route.payload) d
+             WHERE _outbox_route.destination_id IS NULL
+               AND CASE WHEN _outbox_route.event_type OPERATOR(pg_catalog.~~)
                              @extschema@._outbox_like_pattern(d.event_types)
                         THEN d.filter IS NULL
                              OR pg_catalog.jsonb_path_match(
@@ -306,8 +469,8 @@ BEGIN ATOMIC
                                         'aggregate_id', _outbox_route.aggregate_id,
                                         'payload', _outbox_route.payload),
                                     d.filter, '{}', true) IS TRUE
-                        ELSE false END END
-     ORDER BY d.name
+                        ELSE false END) r
+     ORDER BY r.name
      LIMIT 1;
 END;
 
@@ -321,7 +484,10 @@ RETURNS SETOF @extschema@.outbox_destinations
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT d.*
-      FROM @extschema@.outbox_destinations d
+      FROM @extschema@._outbox_candidates(_outbox_routes_after.event_type,
+                                          _outbox_routes_after.aggregate_type,
+                                          _outbox_routes_after.aggregate_id,
+                                          _outbox_routes_after.payload) d
      WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
        AND coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
            OPERATOR(pg_catalog.=) 'all'

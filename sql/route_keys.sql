@@ -1,0 +1,161 @@
+-- Routing by key: with more than 32 destinations, routing finds the
+-- destinations that may take an event by index (a pattern without *, a
+-- filter that is one equality) and evaluates only those. A key is a
+-- necessary condition: for every event here, hostile ones included, the
+-- routes found so are exactly those of evaluating every destination's
+-- pattern and filter. In a database of its own, where no relay runs.
+CREATE DATABASE regress_route_keys;
+\c regress_route_keys
+CREATE EXTENSION outbox;
+
+-- the key of a filter: one equality of an envelope field, or of one field
+-- of the payload, with a literal, on either side; anything else has none
+SELECT f AS filter, _outbox_filter_key_path(f::jsonpath) AS path,
+       _outbox_filter_key_value(f::jsonpath) AS value
+  FROM unnest(ARRAY[
+    '$.aggregate_id == "c42"',
+    '"c42" == $.aggregate_id',
+    '$.type == "order.paid"',
+    '$.aggregate_type == null',
+    '$.payload.tenant == 7',
+    '$.payload.tenant == 1.50',
+    '$.payload."a b" == true',
+    'strict $.payload.t == "x"',
+    '$.payload.a.b == 1',
+    '$.payload == 1',
+    '$.payload[0] == 1',
+    '$.payload.* == 1',
+    '$.other == 1',
+    '$.aggregate_id != "c42"',
+    '$.aggregate_id == "c1" || $.aggregate_id == "c2"',
+    '$.aggregate_id == "c1" && $.type == "t"',
+    '$.payload.t == $.payload.u',
+    '$.payload.t.size() == 1',
+    '$.payload.t == "x" ? (@ == 1)'
+  ]) f;
+
+-- the generated columns follow event_types and filter; nobody writes them
+INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
+    ('k1', 'order.paid', 'regress_k1', '$.payload.tenant == "t1"');
+SELECT name, route_type, route_path, route_value FROM outbox_destinations;
+UPDATE outbox_destinations SET event_types = 'order.*', filter = '$.aggregate_id == "c9"';
+SELECT name, route_type, route_path, route_value FROM outbox_destinations;
+\set VERBOSITY terse
+UPDATE outbox_destinations SET route_type = 'x';
+\set VERBOSITY default
+DELETE FROM outbox_destinations;
+
+-- 1,000 customer webhooks keyed on the aggregate id, 200 on a payload
+-- field, 50 on an exact type, and some without a key: a wildcard pattern,
+-- a range filter, a strict-mode equality, a key on each envelope field
+INSERT INTO outbox_destinations (name, event_types, channel, filter)
+SELECT format('agg%s', k), 'order.*', format('regress_a%s', k), format('$.aggregate_id == "c%s"', k)::jsonpath
+  FROM generate_series(1, 1000) k;
+INSERT INTO outbox_destinations (name, event_types, channel, filter)
+SELECT format('ten%s', k), '*', format('regress_t%s', k), format('$.payload.tenant == %s', k)::jsonpath
+  FROM generate_series(1, 200) k;
+INSERT INTO outbox_destinations (name, event_types, channel)
+SELECT format('typ%s', k), format('type.%s', k), format('regress_y%s', k) FROM generate_series(1, 50) k;
+INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
+    ('all', '*', 'regress_all', NULL),
+    ('big', 'order.*', 'regress_big', '$.payload.amount > 900'),
+    ('strict_t', '*', 'regress_strict', 'strict $.payload.tag == "x"'),
+    ('lax_t', '*', 'regress_lax', '$.payload.tag == "x"'),
+    ('null_agg', '*', 'regress_null', '$.aggregate_type == null'),
+    ('by_type', '*', 'regress_bytype', '$.type == "type.7"'),
+    ('typ7_t1', 'type.7', 'regress_typ7', '$.payload.tenant == 1');
+SELECT count(*) AS destinations, count(route_type) AS by_type, count(route_path) AS by_key
+  FROM outbox_destinations;
+
+-- the events: ordinary, and those lax mode finds keys in (arrays on
+-- either side, a payload that is an array), numbers equal by value,
+-- strings that differ by one byte, NULL envelope fields, a payload with
+-- more keys than routing probes, and a payload that is not an object
+CREATE TEMP TABLE ev (n int, type text, aggregate_type text, aggregate_id text, payload jsonb);
+INSERT INTO ev VALUES
+    (1, 'order.paid', 'order', 'c7', '{"amount": 1000, "tenant": 3}'),
+    (2, 'order.paid', 'order', 'c1000', '{"amount": 5}'),
+    (3, 'order.paid', 'order', 'c1001', '{"tenant": 3.0}'),
+    (4, 'type.7', NULL, NULL, '{"tenant": 1}'),
+    (5, 'type.7', 'x', 'c7', '{"tenant": [1, 2, [3]]}'),
+    (6, 'other', 'x', 'y', '[{"tenant": 4}, {"tenant": [5]}, 6, [{"tenant": 7}]]'),
+    (7, 'other', 'x', 'y', '{"tag": ["x", "y"]}'),
+    (8, 'other', 'x', 'y', '{"tag": "x "}'),
+    (9, 'other', 'x', 'y', '"just a string"'),
+    (10, 'order.x', 'x', 'c5', (SELECT jsonb_object_agg('f' || g, g) || '{"tenant": 9}' FROM generate_series(1, 300) g)),
+    (11, 'order.paid', 'order', 'C7', '{"tenant": "3"}'),
+    (12, 'type.50', 'x', 'y', '{"tenant": {"id": 2}}'),
+    -- 301 values on a keyed field, the one that matches last: past the
+    -- 256 that routing probes, found by evaluating the payload-keyed ones
+    (13, 'other', 'x', 'y', (SELECT jsonb_build_object('tenant', jsonb_agg(g) || '[150]')
+                              FROM generate_series(1000, 1299) g));
+
+-- routing through the keys against every destination evaluated
+CREATE TEMP VIEW reference AS
+SELECT e.n, d.name
+  FROM ev e, outbox_destinations d
+ WHERE e.type LIKE _outbox_like_pattern(d.event_types)
+   AND (d.filter IS NULL OR jsonb_path_match(
+            jsonb_build_object('type', e.type, 'aggregate_type', e.aggregate_type,
+                               'aggregate_id', e.aggregate_id, 'payload', e.payload),
+            d.filter, '{}', true) IS TRUE);
+CREATE TEMP VIEW keyed AS
+SELECT e.n, r.name
+  FROM ev e, _outbox_routes(e.type, e.aggregate_type, e.aggregate_id, e.payload, NULL) r;
+SELECT e.n, string_agg(r.name, ' ' ORDER BY r.name) AS routes
+  FROM ev e LEFT JOIN keyed r USING (n) GROUP BY e.n ORDER BY e.n;
+SELECT count(*) AS differences
+  FROM ((TABLE reference EXCEPT ALL TABLE keyed) UNION ALL (TABLE keyed EXCEPT ALL TABLE reference)) x;
+-- the first route and the next after it, as the claim reads them
+SELECT e.n, f.name AS first, a.name AS after_first
+  FROM ev e
+  LEFT JOIN LATERAL _outbox_route(e.type, e.aggregate_type, e.aggregate_id, e.payload, NULL) f ON true
+  LEFT JOIN LATERAL _outbox_routes_after(e.type, e.aggregate_type, e.aggregate_id, e.payload, f.name) a ON true
+ ORDER BY e.n;
+
+-- a payload presents keys only on the fields destinations use; one with
+-- too many presents (NULL, NULL) too, and routing then evaluates every
+-- destination keyed on a payload field
+SELECT field, value FROM _outbox_route_keys('{"tenant": [1, 1, [2], {"a": 3}], "other": 2}', '{tenant}')
+ ORDER BY 1, 2;
+SELECT field, value FROM _outbox_route_keys('[{"tenant": 4}, 5, {"tenant": "6"}]', NULL) ORDER BY 1, 2;
+SELECT count(*) AS keys, count(*) FILTER (WHERE field IS NULL) AS all_of_them
+  FROM _outbox_route_keys((SELECT jsonb_object_agg('f' || g, g) FROM generate_series(1, 300) g), NULL);
+SELECT count(*) AS keys
+  FROM _outbox_route_keys((SELECT jsonb_object_agg('f' || g, g) FROM generate_series(1, 300) g), '{f7}');
+
+-- the claim's plan finds the candidates by index
+ANALYZE outbox_destinations;
+INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)
+SELECT type, payload, aggregate_type, aggregate_id FROM ev;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SET enable_sort = off;
+SET jit = off;
+SELECT format('PREPARE claim(int, text[], bigint[]) AS %s', _outbox_claim_query()) \gexec
+SET plan_cache_mode = force_generic_plan;
+CREATE FUNCTION pg_temp.plan_lines(pattern text) RETURNS bigint LANGUAGE plpgsql AS $f$
+DECLARE
+    line text;
+    n bigint := 0;
+BEGIN
+    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) EXECUTE claim(100, ''{}'', ''{}'')' LOOP
+        IF line ~ pattern THEN
+            n := n + 1;
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$f$;
+SELECT pg_temp.plan_lines('Index Scan using outbox_destinations_key_idx') > 0 AS probes_keys,
+       pg_temp.plan_lines('Index Scan using outbox_destinations_type_idx') > 0 AS probes_types,
+       pg_temp.plan_lines('Index Cond: \(id = ANY') > 0 AS fetches_candidates;
+-- and claims every event, each with its first route and whether it has
+-- another (to be fanned out), as routing gives them above
+BEGIN;
+CREATE TEMP TABLE claimed AS EXECUTE claim(100, '{}', '{}');
+SELECT c.event_type, c.aggregate_id, c.dest_name, c.fan_out FROM claimed c ORDER BY c.id;
+ROLLBACK;
+
+\c contrib_regression
+DROP DATABASE regress_route_keys;
