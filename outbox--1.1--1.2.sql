@@ -164,9 +164,9 @@ CREATE INDEX outbox_destinations_unkeyed_idx ON @extschema@.outbox_destinations 
  * The destinations that may take an event: with up to 32 destinations all
  * of them (a scan of a few rows costs less than the probes); with more,
  * those found by key (its type, its keys) and those without one. Routing
- * (below) then evaluates each one's pattern and filter. The count is an
- * uncorrelated subquery: evaluated once per statement, whatever the
- * number of events it routes. d.id = ANY (ARRAY(...)): the candidates are
+ * (below) then evaluates each one's pattern and filter. The count reads
+ * at most 33 rows, in an uncorrelated subquery: once per statement,
+ * whatever the number of events it routes. d.id = ANY (ARRAY(...)): the candidates are
  * found before outbox_destinations is read, each once. The keys' probes
  * are a lateral subquery kept apart (OFFSET 0): one index probe per key,
  * where a join of the keys with the table could hash the whole table. The
@@ -182,12 +182,12 @@ LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT d.*
       FROM @extschema@.outbox_destinations d
-     WHERE (SELECT pg_catalog.count(*) FROM @extschema@.outbox_destinations)
+     WHERE (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
            OPERATOR(pg_catalog.<=) 32
     UNION ALL
     SELECT d.*
       FROM @extschema@.outbox_destinations d
-     WHERE (SELECT pg_catalog.count(*) FROM @extschema@.outbox_destinations)
+     WHERE (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
            OPERATOR(pg_catalog.>) 32
        AND d.id OPERATOR(pg_catalog.=) ANY (ARRAY(
            WITH fields AS MATERIALIZED (
@@ -301,6 +301,37 @@ REVOKE ALL ON @extschema@.outbox_config FROM PUBLIC;
 GRANT SELECT ON @extschema@.outbox_config TO outbox_admin;
 
 /*
+ * Whether a destination (its event_types and filter) takes an event: its
+ * pattern matches the type and its filter, if any, is true for the event.
+ * The document a filter reads is built only for a destination whose
+ * pattern matched and that has a filter (a CASE: the planner orders the
+ * terms of an AND by their estimated cost; OR evaluates left to right and
+ * stops at the first true). silent: a filter that cannot be evaluated on
+ * an event does not take it, rather than failing the claim of every event.
+ * One expression, not STRICT, with no SET clause: the planner inlines it
+ * into the routing functions below, as if written there.
+ */
+CREATE FUNCTION @extschema@._outbox_takes(event_types text, filter jsonpath, event_type text,
+                                          aggregate_type text, aggregate_id text, payload jsonb)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN CASE WHEN event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(event_types)
+            THEN filter IS NULL
+                 OR pg_catalog.jsonb_path_match(
+                        pg_catalog.jsonb_build_object('type', event_type,
+                                                      'aggregate_type', aggregate_type,
+                                                      'aggregate_id', aggregate_id,
+                                                      'payload', payload),
+                        filter, '{}', true) IS TRUE
+            ELSE false END;
+
+COMMENT ON FUNCTION @extschema@._outbox_takes(text, jsonpath, text, text, text, jsonb) IS
+    'Internal: whether a destination with these event_types and filter takes this event';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_takes(text, jsonpath, text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_takes(text, jsonpath, text, text, text, jsonb) TO outbox_admin;
+
+/*
  * Routing: the destinations a row goes to. A row of a fanned-out event
  * goes to its destination_id's, whatever it is now. Any other row goes to
  * each destination whose pattern matches its type and whose filter takes
@@ -312,13 +343,9 @@ GRANT SELECT ON @extschema@.outbox_config TO outbox_admin;
  *
  * It takes the event's fields, as a filter reads them (1.1's
  * _outbox_route(text) is dropped below, once the views are created again
- * on this one). A single SELECT, so the planner inlines it; the document a
- * filter reads is built only for a destination whose pattern matched and
- * that has a filter (a CASE: the planner orders the terms of an AND by
- * their estimated cost; OR evaluates left to right and stops at the first
- * true). silent: a filter that cannot be evaluated on an event does not
- * take it, rather than failing the claim of every event. Its d.* is
- * expanded when it is created: the columns added above are in it.
+ * on this one), and evaluates _outbox_takes on the candidates
+ * (_outbox_candidates). A single SELECT, so the planner inlines it. Its
+ * d.* is expanded when it is created: the columns added above are in it.
  */
 CREATE FUNCTION @extschema@._outbox_routes(event_type text, aggregate_type text,
                                            aggregate_id text, payload jsonb,
@@ -337,17 +364,9 @@ BEGIN ATOMIC
                                                   _outbox_routes.aggregate_id,
                                                   _outbox_routes.payload) d
              WHERE _outbox_routes.destination_id IS NULL
-               AND CASE WHEN _outbox_routes.event_type OPERATOR(pg_catalog.~~)
-                             @extschema@._outbox_like_pattern(d.event_types)
-                        THEN d.filter IS NULL
-                             OR pg_catalog.jsonb_path_match(
-                                    pg_catalog.jsonb_build_object(
-                                        'type', _outbox_routes.event_type,
-                                        'aggregate_type', _outbox_routes.aggregate_type,
-                                        'aggregate_id', _outbox_routes.aggregate_id,
-                                        'payload', _outbox_routes.payload),
-                                    d.filter, '{}', true) IS TRUE
-                        ELSE false END) m
+               AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes.event_type,
+                                             _outbox_routes.aggregate_type, _outbox_routes.aggregate_id,
+                                             _outbox_routes.payload)) m
      WHERE m.n OPERATOR(pg_catalog.=) 1
         OR coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
            OPERATOR(pg_catalog.=) 'all';
@@ -440,7 +459,11 @@ CREATE INDEX outbox_key_idx
  * _outbox_route), cheaper than _outbox_routes' union and window:
  * _outbox_route, the first of them by name (its destination_id's for a
  * fanned-out row), and _outbox_routes_after, the next one after a name,
- * under 'all' routing only: a row with one is to be fanned out.
+ * under 'all' routing only: a row with one is to be fanned out. With up
+ * to 32 destinations, each reads them in name order and stops at the
+ * first that takes the event, as 1.1 did; with more, it sorts the
+ * candidates found by key. Both parts are in the plan, and a one-time
+ * test of the destinations' number runs one.
  */
 CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
                                           aggregate_id text, payload jsonb,
@@ -453,24 +476,30 @@ BEGIN ATOMIC
               FROM @extschema@.outbox_destinations d
              WHERE d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id
             UNION ALL
-            SELECT d.*
-              FROM @extschema@._outbox_candidates(_outbox_route.event_type,
-                                                  _outbox_route.aggregate_type,
-                                                  _outbox_route.aggregate_id,
-                                                  _outbox_route.payload) d
-             WHERE _outbox_route.destination_id IS NULL
-               AND CASE WHEN _outbox_route.event_type OPERATOR(pg_catalog.~~)
-                             @extschema@._outbox_like_pattern(d.event_types)
-                        THEN d.filter IS NULL
-                             OR pg_catalog.jsonb_path_match(
-                                    pg_catalog.jsonb_build_object(
-                                        'type', _outbox_route.event_type,
-                                        'aggregate_type', _outbox_route.aggregate_type,
-                                        'aggregate_id', _outbox_route.aggregate_id,
-                                        'payload', _outbox_route.payload),
-                                    d.filter, '{}', true) IS TRUE
-                        ELSE false END) r
-     ORDER BY r.name
+            (SELECT d.*
+               FROM @extschema@.outbox_destinations d
+              WHERE _outbox_route.destination_id IS NULL
+                AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                    OPERATOR(pg_catalog.<=) 32
+                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_route.event_type,
+                                             _outbox_route.aggregate_type, _outbox_route.aggregate_id,
+                                             _outbox_route.payload)
+              ORDER BY d.name
+              LIMIT 1)
+            UNION ALL
+            (SELECT d.*
+               FROM @extschema@._outbox_candidates(_outbox_route.event_type,
+                                                   _outbox_route.aggregate_type,
+                                                   _outbox_route.aggregate_id,
+                                                   _outbox_route.payload) d
+              WHERE _outbox_route.destination_id IS NULL
+                AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                    OPERATOR(pg_catalog.>) 32
+                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_route.event_type,
+                                             _outbox_route.aggregate_type, _outbox_route.aggregate_id,
+                                             _outbox_route.payload)
+              ORDER BY d.name
+              LIMIT 1)) r
      LIMIT 1;
 END;
 
@@ -483,26 +512,33 @@ CREATE FUNCTION @extschema@._outbox_routes_after(event_type text, aggregate_type
 RETURNS SETOF @extschema@.outbox_destinations
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT d.*
-      FROM @extschema@._outbox_candidates(_outbox_routes_after.event_type,
-                                          _outbox_routes_after.aggregate_type,
-                                          _outbox_routes_after.aggregate_id,
-                                          _outbox_routes_after.payload) d
-     WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
-       AND coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
+    SELECT r.*
+      FROM ((SELECT d.*
+               FROM @extschema@.outbox_destinations d
+              WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
+                AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                    OPERATOR(pg_catalog.<=) 32
+                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes_after.event_type,
+                                             _outbox_routes_after.aggregate_type, _outbox_routes_after.aggregate_id,
+                                             _outbox_routes_after.payload)
+              ORDER BY d.name
+              LIMIT 1)
+            UNION ALL
+            (SELECT d.*
+               FROM @extschema@._outbox_candidates(_outbox_routes_after.event_type,
+                                                   _outbox_routes_after.aggregate_type,
+                                                   _outbox_routes_after.aggregate_id,
+                                                   _outbox_routes_after.payload) d
+              WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
+                AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                    OPERATOR(pg_catalog.>) 32
+                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes_after.event_type,
+                                             _outbox_routes_after.aggregate_type, _outbox_routes_after.aggregate_id,
+                                             _outbox_routes_after.payload)
+              ORDER BY d.name
+              LIMIT 1)) r
+     WHERE coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
            OPERATOR(pg_catalog.=) 'all'
-       AND CASE WHEN _outbox_routes_after.event_type OPERATOR(pg_catalog.~~)
-                             @extschema@._outbox_like_pattern(d.event_types)
-                        THEN d.filter IS NULL
-                             OR pg_catalog.jsonb_path_match(
-                                    pg_catalog.jsonb_build_object(
-                                        'type', _outbox_routes_after.event_type,
-                                        'aggregate_type', _outbox_routes_after.aggregate_type,
-                                        'aggregate_id', _outbox_routes_after.aggregate_id,
-                                        'payload', _outbox_routes_after.payload),
-                                    d.filter, '{}', true) IS TRUE
-                        ELSE false END
-     ORDER BY d.name
      LIMIT 1;
 END;
 
@@ -556,7 +592,8 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
          LIMIT 1) AS blocked_by,
        o.destination_id IS NULL AND d.name IS NOT NULL
            -- once per statement: with one destination, nothing to look for
-           AND (SELECT count(*) FROM @extschema@.outbox_destinations) OPERATOR(pg_catalog.>) 1
+           AND (SELECT count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 2) n)
+               OPERATOR(pg_catalog.>) 1
            AND EXISTS (SELECT FROM @extschema@._outbox_routes_after(o.event_type, o.aggregate_type,
                                                                    o.aggregate_id, o.payload,
                                                                    d.name)) AS fan_out
