@@ -161,12 +161,15 @@ CREATE INDEX outbox_destinations_unkeyed_idx ON @extschema@.outbox_destinations 
     WHERE route_type IS NULL AND route_path IS NULL;
 
 /*
- * The destinations that may take an event: with up to 32 destinations all
- * of them (a scan of a few rows costs less than the probes); with more,
- * those found by key (its type, its keys) and those without one. Routing
- * (below) then evaluates each one's pattern and filter. The count reads
- * at most 33 rows, in an uncorrelated subquery: once per statement,
- * whatever the number of events it routes. d.id = ANY (ARRAY(...)): the candidates are
+ * The destinations that may take an event: those found by key (its type,
+ * its keys) and those without one. Routing (below) evaluates each one's
+ * pattern and filter on them when there are more than 32 destinations;
+ * with fewer, a scan of them all costs less than the probes, and it reads
+ * them all. OFFSET 0 keeps this query a plan of its own: planned with
+ * its callers' ORDER BY d.name, it would walk the name index of every
+ * destination, filtering by candidate, rather than sort a few found by
+ * key (the relay plans with sorting disabled). d.id = ANY (ARRAY(...)):
+ * the candidates are
  * found before outbox_destinations is read, each once. The keys' probes
  * are a lateral subquery kept apart (OFFSET 0): one index probe per key,
  * where a join of the keys with the table could hash the whole table. The
@@ -182,14 +185,7 @@ LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT d.*
       FROM @extschema@.outbox_destinations d
-     WHERE (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
-           OPERATOR(pg_catalog.<=) 32
-    UNION ALL
-    SELECT d.*
-      FROM @extschema@.outbox_destinations d
-     WHERE (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
-           OPERATOR(pg_catalog.>) 32
-       AND d.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+     WHERE d.id OPERATOR(pg_catalog.=) ANY (ARRAY(
            WITH fields AS MATERIALIZED (
                SELECT pg_catalog.array_agg(DISTINCT p.route_path[2])
                           FILTER (WHERE p.route_path[1] OPERATOR(pg_catalog.=) 'payload') AS names,
@@ -237,7 +233,8 @@ BEGIN ATOMIC
              FROM @extschema@.outbox_destinations c
             WHERE c.route_type IS NULL AND c.route_path IS NOT NULL
               AND c.route_path[1] OPERATOR(pg_catalog.=) 'payload'
-              AND EXISTS (SELECT FROM k WHERE k.field IS NULL)));
+              AND EXISTS (SELECT FROM k WHERE k.field IS NULL)))
+    OFFSET 0;
 END;
 
 COMMENT ON FUNCTION @extschema@._outbox_candidates(text, text, text, jsonb) IS
@@ -359,11 +356,26 @@ BEGIN ATOMIC
     UNION ALL
     SELECT (m.d).*
       FROM (SELECT d, pg_catalog.row_number() OVER (ORDER BY d.name) AS n
+              FROM @extschema@.outbox_destinations d
+             WHERE _outbox_routes.destination_id IS NULL
+               AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                   OPERATOR(pg_catalog.<=) 32
+               AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes.event_type,
+                                             _outbox_routes.aggregate_type, _outbox_routes.aggregate_id,
+                                             _outbox_routes.payload)) m
+     WHERE m.n OPERATOR(pg_catalog.=) 1
+        OR coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
+           OPERATOR(pg_catalog.=) 'all'
+    UNION ALL
+    SELECT (m.d).*
+      FROM (SELECT d, pg_catalog.row_number() OVER (ORDER BY d.name) AS n
               FROM @extschema@._outbox_candidates(_outbox_routes.event_type,
                                                   _outbox_routes.aggregate_type,
                                                   _outbox_routes.aggregate_id,
                                                   _outbox_routes.payload) d
              WHERE _outbox_routes.destination_id IS NULL
+               AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                   OPERATOR(pg_catalog.>) 32
                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes.event_type,
                                              _outbox_routes.aggregate_type, _outbox_routes.aggregate_id,
                                              _outbox_routes.payload)) m
