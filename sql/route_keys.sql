@@ -34,6 +34,12 @@ SELECT f AS filter, _outbox_filter_key_path(f::jsonpath) AS path,
     '$.payload.t == "x" ? (@ == 1)'
   ]) f;
 
+-- a literal and field name over 1024 bytes give no key: the key index
+-- holds both, and a btree entry is at most about 2700 bytes
+SELECT _outbox_filter_key_path(format('$.aggregate_id == "%s"', repeat('x', 900))::jsonpath) AS path_900,
+       _outbox_filter_key_path(format('$.aggregate_id == "%s"', repeat('x', 1100))::jsonpath) AS path_1100,
+       _outbox_filter_key_value(format('$.payload."%s" == 1', repeat('k', 1100))::jsonpath) AS long_field;
+
 -- the generated columns follow event_types and filter; nobody writes them
 INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
     ('k1', 'order.paid', 'regress_k1', '$.payload.tenant == "t1"');
@@ -63,7 +69,10 @@ INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
     ('lax_t', '*', 'regress_lax', '$.payload.tag == "x"'),
     ('null_agg', '*', 'regress_null', '$.aggregate_type == null'),
     ('by_type', '*', 'regress_bytype', '$.type == "type.7"'),
-    ('typ7_t1', 'type.7', 'regress_typ7', '$.payload.tenant == 1');
+    ('typ7_t1', 'type.7', 'regress_typ7', '$.payload.tenant == 1'),
+    -- too long for a key (random text does not compress below the limit)
+    ('long', '*', 'regress_long',
+     format('$.payload.code == "%s"', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 90) g))::jsonpath);
 SELECT count(*) AS destinations, count(route_type) AS by_type, count(route_path) AS by_key
   FROM outbox_destinations;
 
@@ -85,6 +94,8 @@ INSERT INTO ev VALUES
     (10, 'order.x', 'x', 'c5', (SELECT jsonb_object_agg('f' || g, g) || '{"tenant": 9}' FROM generate_series(1, 300) g)),
     (11, 'order.paid', 'order', 'C7', '{"tenant": "3"}'),
     (12, 'type.50', 'x', 'y', '{"tenant": {"id": 2}}'),
+    (14, 'other', 'x', 'y', (SELECT jsonb_build_object('code', string_agg(md5(g::text), ''))
+                              FROM generate_series(1, 90) g)),
     -- 301 values on a keyed field, the one that matches last: past the
     -- 256 that routing probes, found by evaluating the payload-keyed ones
     (13, 'other', 'x', 'y', (SELECT jsonb_build_object('tenant', jsonb_agg(g) || '[150]')

@@ -26,9 +26,16 @@
  * jsonpath's == compares them.
  *
  * An event whose payload presents more than OUTBOX_MAX_ROUTE_KEYS keys
- * presents one row (NULL, NULL) in their place: routing then takes every
- * destination keyed on a payload field as a candidate, so a writer's large
- * payload costs a scan of them, never a probe per value.
+ * presents the first of them and one row (NULL, NULL) for the rest:
+ * routing then takes every destination keyed on a payload field as a
+ * candidate, so a writer's large payload costs a scan of them, never a
+ * probe per value.
+ *
+ * A filter whose literal and field name take more than
+ * OUTBOX_MAX_KEY_BYTES has no key, and is evaluated on every event as any
+ * filter without one: the key index holds both, and a btree entry is at
+ * most about 2700 bytes (a third of a page), less than the 4096 a filter
+ * may have (OUTBOX_MAX_FILTER_BYTES).
  *
  * src/route_key.c
  *
@@ -46,6 +53,9 @@
 
 /* payload keys an event presents before it presents "all of them" */
 #define OUTBOX_MAX_ROUTE_KEYS 256
+
+/* the most bytes of field names and literal a key indexes (see banner) */
+#define OUTBOX_MAX_KEY_BYTES 1024
 
 /* the envelope fields a key may name, besides payload's own fields */
 static const char *const envelope_fields[] = {"type", "aggregate_type", "aggregate_id", NULL};
@@ -117,7 +127,8 @@ literal_jsonb(JsonPathItem *item)
 
 /*
  * The key of filter, if it is one equality of a path key_path accepts
- * with a literal: fills *path and *value and returns true.
+ * with a literal, OUTBOX_MAX_KEY_BYTES at most: fills *path and *value
+ * and returns true.
  */
 static bool
 filter_key(JsonPath *filter, ArrayType **path, Jsonb **value)
@@ -143,7 +154,7 @@ filter_key(JsonPath *filter, ArrayType **path, Jsonb **value)
 		for (int i = 0; i < n; i++)
 			elems[i] = CStringGetTextDatum(names[i]);
 		*path = construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT);
-		return true;
+		return VARSIZE(*path) + VARSIZE(*value) <= OUTBOX_MAX_KEY_BYTES;
 	}
 	return false;
 }
@@ -267,7 +278,7 @@ put_object(KeyOut *out, JsonbContainer *obj)
  * _outbox_route_keys(payload jsonb, fields text[]) RETURNS TABLE (field
  * text, value jsonb): the keys an event's payload presents (see the
  * banner) on the fields that destinations use (NULL: every field),
- * duplicates possible; (NULL, NULL) in place of the rest when there are
+ * duplicates possible; (NULL, NULL) for the rest when there are
  * more than OUTBOX_MAX_ROUTE_KEYS. The envelope fields' keys are the
  * fields themselves, which routing (_outbox_candidates) probes without
  * this. Called by routing in any backend, once per event routed while a
