@@ -15,9 +15,12 @@
  * walk outbox_pending_idx in its order, marks and outcomes fetch rows by
  * TID, failures by primary key, whatever ANALYZE last saw in the table.
  *
- * Routing has one home, the SQL function _outbox_routes(), which the view
- * _outbox_pending (read by the statements here) and the outbox_status view
- * call. So has the text that marks a parked event: the trigger on
+ * Routing's rule has one home, the SQL function _outbox_takes() (a
+ * destination's pattern and filter against an event), which every routing
+ * function applies: _outbox_route() and _outbox_routes_after(), read by
+ * the view _outbox_pending that the statements here read, and
+ * _outbox_routes(), read by outbox_status and the fan-out statement. So
+ * has the text that marks a parked event: the trigger on
  * outbox_destinations reads it with _outbox_unroutable_error().
  *
  * Claiming uses FOR UPDATE SKIP LOCKED: any number of relays can run over
