@@ -466,40 +466,42 @@ CREATE INDEX outbox_key_idx
       AND cancelled_at IS NULL AND skipped_at IS NULL;
 
 /*
- * What the claim needs of a row's routes, in two functions that the
- * planner inlines into _outbox_pending (a single SELECT each, as 1.1's
- * _outbox_route), cheaper than _outbox_routes' union and window:
- * _outbox_route, the first of them by name (its destination_id's for a
- * fanned-out row), and _outbox_routes_after, the next one after a name,
- * under 'all' routing only: a row with one is to be fanned out. With up
- * to 32 destinations, each reads them in name order and stops at the
- * first that takes the event, as 1.1 did; with more, it sorts the
- * candidates found by key. Both parts are in the plan, and a one-time
- * test of the destinations' number runs one.
+ * What the claim needs of a row's routes (_outbox_pending), cheaper than
+ * _outbox_routes' union and window: the first of them by name (its
+ * destination_id's for a row of a fanned-out event), and whether there is
+ * another, under 'all' routing only: a row with several is to be fanned
+ * out. With up to 32 destinations, it reads them in name order and stops
+ * at the second that takes the event; with more, it sorts the candidates
+ * found by key. A single SELECT, so the planner inlines it into the
+ * claim; every part of it is in the claim's plan and is started at every
+ * claim, whether a one-time test runs it or not, so it has one copy there
+ * (a second, for the look for another route, cost a claim of one event
+ * about 0.1 ms). An append emits its parts' rows in turn, and at most one
+ * part has rows.
  */
 CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
                                           aggregate_id text, payload jsonb,
                                           destination_id bigint)
-RETURNS SETOF @extschema@.outbox_destinations
+RETURNS TABLE (route @extschema@.outbox_destinations, several boolean)
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT r.*
-      FROM (SELECT d.*
-              FROM @extschema@.outbox_destinations d
-             WHERE d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id
+    SELECT u.d, pg_catalog.count(*) OVER () OPERATOR(pg_catalog.>) 1
+      FROM ((SELECT d
+               FROM @extschema@.outbox_destinations d
+              WHERE d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id)
             UNION ALL
-            (SELECT d.*
+            (SELECT d
                FROM @extschema@.outbox_destinations d
               WHERE _outbox_route.destination_id IS NULL
                 AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
                     OPERATOR(pg_catalog.<=) 32
                 AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_route.event_type,
-                                             _outbox_route.aggregate_type, _outbox_route.aggregate_id,
-                                             _outbox_route.payload)
+                                              _outbox_route.aggregate_type, _outbox_route.aggregate_id,
+                                              _outbox_route.payload)
               ORDER BY d.name
-              LIMIT 1)
+              LIMIT 2)
             UNION ALL
-            (SELECT d.*
+            (SELECT d
                FROM @extschema@._outbox_candidates(_outbox_route.event_type,
                                                    _outbox_route.aggregate_type,
                                                    _outbox_route.aggregate_id,
@@ -508,87 +510,47 @@ BEGIN ATOMIC
                 AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
                     OPERATOR(pg_catalog.>) 32
                 AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_route.event_type,
-                                             _outbox_route.aggregate_type, _outbox_route.aggregate_id,
-                                             _outbox_route.payload)
+                                              _outbox_route.aggregate_type, _outbox_route.aggregate_id,
+                                              _outbox_route.payload)
               ORDER BY d.name
-              LIMIT 1)) r
+              LIMIT 2)
+             LIMIT CASE WHEN coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
+                             OPERATOR(pg_catalog.=) 'all' THEN 2 ELSE 1 END) u(d)
      LIMIT 1;
 END;
 
 COMMENT ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb, bigint) IS
-    'Internal: the first by name of the destinations this row goes to';
+    'Internal: the first by name of the destinations this row goes to, and whether there are several (it is to be fanned out)';
 
-CREATE FUNCTION @extschema@._outbox_routes_after(event_type text, aggregate_type text,
-                                                 aggregate_id text, payload jsonb,
-                                                 after text)
-RETURNS SETOF @extschema@.outbox_destinations
-LANGUAGE sql STABLE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT r.*
-      FROM ((SELECT d.*
-               FROM @extschema@.outbox_destinations d
-              WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
-                AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
-                    OPERATOR(pg_catalog.<=) 32
-                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes_after.event_type,
-                                             _outbox_routes_after.aggregate_type, _outbox_routes_after.aggregate_id,
-                                             _outbox_routes_after.payload)
-              ORDER BY d.name
-              LIMIT 1)
-            UNION ALL
-            (SELECT d.*
-               FROM @extschema@._outbox_candidates(_outbox_routes_after.event_type,
-                                                   _outbox_routes_after.aggregate_type,
-                                                   _outbox_routes_after.aggregate_id,
-                                                   _outbox_routes_after.payload) d
-              WHERE d.name OPERATOR(pg_catalog.>) _outbox_routes_after.after
-                AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
-                    OPERATOR(pg_catalog.>) 32
-                AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_routes_after.event_type,
-                                             _outbox_routes_after.aggregate_type, _outbox_routes_after.aggregate_id,
-                                             _outbox_routes_after.payload)
-              ORDER BY d.name
-              LIMIT 1)) r
-     WHERE coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
-           OPERATOR(pg_catalog.=) 'all'
-     LIMIT 1;
-END;
-
-COMMENT ON FUNCTION @extschema@._outbox_routes_after(text, text, text, jsonb, text) IS
-    'Internal: under all routing, the first destination after that name that takes this event';
-
-REVOKE ALL ON FUNCTION
-    @extschema@._outbox_route(text, text, text, jsonb, bigint),
-    @extschema@._outbox_routes_after(text, text, text, jsonb, text)
-FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    @extschema@._outbox_route(text, text, text, jsonb, bigint),
-    @extschema@._outbox_routes_after(text, text, text, jsonb, text)
-TO outbox_admin;
+REVOKE ALL ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_route(text, text, text, jsonb, bigint) TO outbox_admin;
 
 /*
- * What the relay reads, as in 1.1, with its routes: dest, the first by
- * name of the destinations the row goes to, while it is enabled, and
- * fan_out, true when there are several (enabled or not): the claim then
- * replaces the row by one per destination (src/fan_out.c) and sends
- * nothing from it (the probe below runs for it all the same, and is not
- * read). The probe of
- * ordered delivery looks for the row before this one, by place in the
- * aggregate's order, that goes to the same ordered destination: one
- * backward probe of outbox_key_idx. A subquery in the select list, not a
+ * What the relay reads, as in 1.1, with its routes (_outbox_route): dest,
+ * the first by name of the destinations the row goes to, while it is
+ * enabled, and fan_out, true when there are several (enabled or not): the
+ * claim then replaces the row by one per destination (src/fan_out.c) and
+ * sends nothing from it (the probe below runs for it all the same, and is
+ * not read). The probe of ordered delivery looks for the row before this
+ * one, by place in the aggregate's order, that goes to the same ordered
+ * destination: one backward probe of outbox_key_idx. A row goes to it if
+ * it is its row of a fanned-out event, or if it takes the row and, under
+ * 'first' routing, no destination before it by name does (1.1's walk).
+ * Tested on d directly, not through _outbox_routes, whose parts would all
+ * be started at every claim. A subquery in the select list, not a
  * lateral join, so that the claim's FOR UPDATE OF p locks the event only,
- * never that one.
+ * never that one; the routes are a function, for the same reason.
  */
 CREATE OR REPLACE VIEW @extschema@._outbox_pending WITH (security_invoker = true) AS
 SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        o.aggregate_type, o.aggregate_id, o.created_at, o.payload, o.headers,
        o.next_attempt_at,
-       CASE WHEN d.enabled THEN d.name END AS dest_name,
-       CASE WHEN d.enabled THEN d END AS dest,
+       CASE WHEN (r.d).enabled THEN (r.d).name END AS dest_name,
+       CASE WHEN (r.d).enabled THEN r.d END AS dest,
        o.cut_off_attempts,
        (SELECT e.id
           FROM @extschema@.outbox e
-         WHERE d.enabled AND d.ordered
+         WHERE (r.d).enabled AND (r.d).ordered
            AND @extschema@._outbox_aggregate_key(e.aggregate_type, e.aggregate_id)
                OPERATOR(pg_catalog.=)
                @extschema@._outbox_aggregate_key(o.aggregate_type, o.aggregate_id)
@@ -596,22 +558,24 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
            AND coalesce(e.aggregate_type, '') OPERATOR(pg_catalog.=) coalesce(o.aggregate_type, '')
            AND coalesce(e.origin_id, e.id) OPERATOR(pg_catalog.<) coalesce(o.origin_id, o.id)
            AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
-           AND EXISTS (SELECT FROM @extschema@._outbox_routes(e.event_type, e.aggregate_type,
-                                                               e.aggregate_id, e.payload,
-                                                               e.destination_id) r
-                        WHERE r.id OPERATOR(pg_catalog.=) d.id)
+           AND CASE WHEN e.destination_id IS NOT NULL
+                    THEN e.destination_id OPERATOR(pg_catalog.=) (r.d).id
+                    ELSE @extschema@._outbox_takes((r.d).event_types, (r.d).filter, e.event_type,
+                                                   e.aggregate_type, e.aggregate_id, e.payload)
+                         AND (coalesce((SELECT c.routing FROM @extschema@.outbox_config c WHERE c.one), 'all')
+                              OPERATOR(pg_catalog.=) 'all'
+                              OR NOT EXISTS (
+                                  SELECT FROM @extschema@.outbox_destinations f
+                                   WHERE f.name OPERATOR(pg_catalog.<) (r.d).name
+                                     AND @extschema@._outbox_takes(f.event_types, f.filter, e.event_type,
+                                                                   e.aggregate_type, e.aggregate_id,
+                                                                   e.payload))) END
          ORDER BY coalesce(e.origin_id, e.id) DESC
          LIMIT 1) AS blocked_by,
-       o.destination_id IS NULL AND d.name IS NOT NULL
-           -- once per statement: with one destination, nothing to look for
-           AND (SELECT count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 2) n)
-               OPERATOR(pg_catalog.>) 1
-           AND EXISTS (SELECT FROM @extschema@._outbox_routes_after(o.event_type, o.aggregate_type,
-                                                                   o.aggregate_id, o.payload,
-                                                                   d.name)) AS fan_out
+       coalesce(r.several, false) AS fan_out
   FROM @extschema@.outbox o
   LEFT JOIN LATERAL @extschema@._outbox_route(o.event_type, o.aggregate_type, o.aggregate_id,
-                                              o.payload, o.destination_id) d ON true
+                                              o.payload, o.destination_id) r(d, several) ON true
  WHERE o.delivered_at IS NULL AND o.dead_at IS NULL;
 
 /*

@@ -17,9 +17,9 @@
  *
  * Routing's rule has one home, the SQL function _outbox_takes() (a
  * destination's pattern and filter against an event), which every routing
- * function applies: _outbox_route() and _outbox_routes_after(), read by
- * the view _outbox_pending that the statements here read, and
- * _outbox_routes(), read by outbox_status and the fan-out statement. So
+ * function applies: _outbox_route(), read by the view _outbox_pending
+ * that the statements here read (its ordered probe applies it directly),
+ * and _outbox_routes(), read by outbox_status and the fan-out statement. So
  * has the text that marks a parked event: the trigger on
  * outbox_destinations reads it with _outbox_unroutable_error().
  *
