@@ -160,5 +160,36 @@ CREATE TEMP TABLE claimed AS EXECUTE claim(100, '{}', '{}');
 SELECT c.event_type, c.aggregate_id, c.dest_name, c.fan_out FROM claimed c ORDER BY c.id;
 ROLLBACK;
 
+-- the claim's ordered probe tests the destination it has, not every
+-- route of the events before: the same event before, under both routings,
+-- as evaluating every route of each (every destination ordered here)
+UPDATE outbox_destinations SET ordered = true;
+-- the second goes to 'all' alone; the first is taken by 'all' too, but its
+-- first by name is agg3: held under 'all' routing, not under 'first'
+INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id) VALUES
+    ('order.paid', '{"amount": 1000}', 'k', 'c3'), ('other', '{}', 'k', 'c3');
+CREATE TEMP VIEW probe_differences AS
+SELECT count(*) FILTER (WHERE p.blocked_by IS NOT NULL) AS held,
+       count(*) FILTER (WHERE p.blocked_by IS DISTINCT FROM (
+           SELECT e.id FROM outbox e
+            WHERE e.aggregate_id = o.aggregate_id
+              AND coalesce(e.aggregate_type, '') = coalesce(o.aggregate_type, '')
+              AND coalesce(e.origin_id, e.id) < coalesce(o.origin_id, o.id)
+              AND e.delivered_at IS NULL AND e.cancelled_at IS NULL AND e.skipped_at IS NULL
+              AND EXISTS (SELECT FROM _outbox_routes(e.event_type, e.aggregate_type, e.aggregate_id,
+                                                     e.payload, e.destination_id) r
+                           WHERE r.id = (p.dest).id)
+            ORDER BY coalesce(e.origin_id, e.id) DESC LIMIT 1)) AS differences
+  FROM _outbox_pending p JOIN outbox o ON o.id = p.id;
+SELECT * FROM probe_differences;
+-- under 'first' routing: the first by name of those that take it, alone
+SELECT outbox_set_routing('first');
+SELECT e.n, (f.route).name AS first, f.several
+  FROM ev e
+  LEFT JOIN LATERAL _outbox_route(e.type, e.aggregate_type, e.aggregate_id, e.payload, NULL) f ON true
+ WHERE (f.route).name IS DISTINCT FROM (SELECT min(r.name) FROM reference r WHERE r.n = e.n)
+    OR f.several;
+SELECT * FROM probe_differences;
+
 \c contrib_regression
 DROP DATABASE regress_route_keys;
