@@ -58,7 +58,7 @@ static OutboxStatement recorded_stmt = {
 	.sql =
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1, last_error = NULL,"
-		"       destination = " OUTBOX_DELIVERED_DESTINATION ", held_by = NULL"
+		"       destination = " OUTBOX_DELIVERED_DESTINATION("$4") ", held_by = NULL"
 		"  FROM unnest($1::tid[], $2::bigint[], $3::int[], $4::text[], $5::text[],"
 		"              $6::timestamptz[])"
 		"       AS u(tid, id, attempts, dest, kind, created)"

@@ -29,10 +29,14 @@ extern Oid	OutboxQueueExtension(void);
  * (same kind, same creation), else NULL. A destination replaced while an
  * event was in flight (a webhook deleted, a NOTIFY channel created under
  * its name) must not have that event read as its own by outbox_catch_up.
+ * dests is the statement's parameter holding $dest: the destinations
+ * named are read once per statement, into a hashed subplan, rather than
+ * probed once per row (about 1.5 us each).
  */
-#define OUTBOX_DELIVERED_DESTINATION \
-	"(SELECT d.name FROM %1$s.outbox_destinations d" \
-	"  WHERE d.name = u.dest AND d.kind = u.kind AND d.created_at = u.created)"
+#define OUTBOX_DELIVERED_DESTINATION(dests) \
+	"CASE WHEN (u.dest, u.kind, u.created) IN (" \
+	"  SELECT d.name, d.kind, d.created_at FROM %1$s.outbox_destinations d" \
+	"   WHERE d.name = ANY (" dests ")) THEN u.dest END"
 extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values);
 
 extern Datum OutboxInt8Array(const int64 *values, int n);

@@ -113,7 +113,7 @@ static OutboxStatement delivered_stmt = {
 		"UPDATE %1$s.outbox o"
 		"   SET delivered_at = now(), attempts = o.attempts + 1,"
 		"       last_error = NULL, held_by = NULL,"
-		"       destination = " OUTBOX_DELIVERED_DESTINATION
+		"       destination = " OUTBOX_DELIVERED_DESTINATION("$2")
 		"  FROM unnest($1::tid[], $2::text[], $3::text[], $4::timestamptz[])"
 		"       AS u(tid, dest, kind, created)"
 		" WHERE o.ctid = ANY ($1) AND o.ctid = u.tid",
