@@ -126,6 +126,11 @@ EOF
 fi
 apt_get install -y --no-install-recommends "$deb" >>"$log" 2>&1 || fail 4 "apt-get install $deb failed"
 [ "$(dpkg-query -W -f='${Version}' "$pkg")" = "$deb_version" ] || fail 4 "$pkg $deb_version is not installed"
+for f in exporter_queries.yml outbox.rules.yml outbox.rules.test.yml; do
+    cmp -s "/usr/share/doc/$pkg/examples/$f" "$src/monitoring/$f" ||
+        fail 4 "the package does not install monitoring/$f as /usr/share/doc/$pkg/examples/$f"
+done
+echo "    monitoring/ installed in /usr/share/doc/$pkg/examples"
 if [ -n "$release" ]; then
     out=$(psql_run 'ALTER EXTENSION outbox UPDATE' 2>&1) && fail 4 "ALTER EXTENSION UPDATE before the restart succeeded"
     case $out in
