@@ -21,6 +21,7 @@
 
 extern const OutboxDestinationKind OutboxHttpKind;
 extern const OutboxDestinationKind OutboxNotifyKind;
+extern const OutboxDestinationKind OutboxBullmqKind;
 #ifdef OUTBOX_WITH_JETSTREAM
 extern const OutboxDestinationKind OutboxJetStreamKind;
 #else
@@ -33,6 +34,7 @@ static const OutboxDestinationKind *const kinds[] = {
 #ifdef OUTBOX_WITH_JETSTREAM
 	&OutboxJetStreamKind,
 #endif
+	&OutboxBullmqKind,
 };
 
 /*
