@@ -9,8 +9,16 @@ same point, and the relay worker delivers. Finally the events of the tasks
 whose clients died are redelivered: the consumer sees the same webhook-id
 again, so deduplicating by it still counts 100.
 
+With --bullmq-tool (test/bullmq_tool.js, with npm bullmq on NODE_PATH), the
+lesson's own queue too: BullMQ's migrations make its schema in the same
+database, a BullMQ destination takes 100 more tasks' events (every tenth
+client dies after COMMIT again), the relay is killed with SIGKILL after the
+50th, and a real BullMQ Worker then processes the queue: 100 jobs, none
+twice.
+
 Connection: the usual libpq variables (PGHOST, PGPORT, PGDATABASE, PGUSER).
-Prints three lines; with --json, one JSON object with the figures instead.
+Prints three lines (four with --bullmq-tool); with --json, one JSON object
+with the figures instead.
 Exits 1 if the outbox lost an event. Ctrl-C stops it without a traceback.
 """
 import argparse
@@ -89,11 +97,66 @@ def wait_for(cond, timeout=120):
     return False
 
 
+def node(tool, command):
+    """Runs the BullMQ helper with command (a dict) on its stdin; its JSON answer."""
+    out = subprocess.run(["node", tool], input=json.dumps(command), check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def relay_pid():
+    """The relay's pid, or None while there is none (or no server yet)."""
+    try:
+        return psql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'") or None
+    except subprocess.CalledProcessError:
+        return None
+
+
+def bullmq_canon(tool):
+    """100 tasks whose events go to a BullMQ queue in the same database, the
+    relay killed after the 50th; returns the figures of a Worker's run."""
+    connection = {"host": os.environ.get("PGHOST", "/var/run/postgresql"),
+                  "port": int(os.environ.get("PGPORT", "5432")),
+                  "database": os.environ.get("PGDATABASE", "postgres"), "schema": "bullmq"}
+    if os.environ.get("PGUSER"):
+        connection["user"] = os.environ["PGUSER"]
+    node(tool, {"command": "migrate", "connection": connection, "queue": "canon"})
+    psql("""
+        DELETE FROM outbox_destinations WHERE name = 'canon-jobs';
+        DELETE FROM bullmq.job WHERE queue = 'canon';
+        INSERT INTO outbox_destinations (name, kind, event_types, options)
+        VALUES ('canon-jobs', 'bullmq', 'canon.job_*', '{"queue": "canon"}');
+    """)
+    for i in range(1, TASKS + 1):
+        if i == TASKS // 2 + 1:
+            # SIGKILL: the server ends every session and starts again
+            old = relay_pid()
+            if old:
+                os.kill(int(old), signal.SIGKILL)
+                wait_for(lambda: relay_pid() not in (None, old))
+
+        def outbox(i=i):
+            psql(f"""BEGIN;
+                     INSERT INTO canon_tasks (client, n) VALUES ('bullmq', {i});
+                     SELECT outbox_emit('canon.job_created', jsonb_build_object('n', {i}), 'task', '{i}');
+                     COMMIT;""")
+            if crashes(i):
+                os._exit(1)
+        in_child(outbox)
+    wait_for(lambda: int(psql("SELECT count(*) FROM bullmq.job WHERE queue = 'canon'")) >= TASKS)
+    worked = node(tool, {"command": "work", "connection": connection, "queue": "canon",
+                         "count": TASKS, "concurrency": 4, "timeout_ms": 60000})
+    ids = [job["id"] for job in worked["jobs"]]
+    return {"bullmq_tasks": int(psql("SELECT count(*) FROM canon_tasks WHERE client = 'bullmq'")),
+            "bullmq_processed": len(set(ids)), "bullmq_duplicates": len(ids) - len(set(ids))}
+
+
 def main():
     signal.signal(signal.SIGINT, on_ctrl_c)
     ap = argparse.ArgumentParser()
     ap.add_argument("--sink", required=True, help="base URL of the webhook sink")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bullmq-tool", help="test/bullmq_tool.js: also the BullMQ line")
     args = ap.parse_args()
     sink = args.sink.rstrip("/")
 
@@ -151,6 +214,8 @@ def main():
         "redelivered": redelivered, "deliveries": after["delivered"],
         "distinct": after["distinct"],
     }
+    if args.bullmq_tool:
+        figures.update(bullmq_canon(args.bullmq_tool))
     if args.json:
         print(json.dumps(figures))
     else:
@@ -160,6 +225,13 @@ def main():
               f"{outbox_tasks - outbox_delivered} lost")
         print(f"redelivery: {after['delivered']} deliveries, {after['distinct']} distinct webhook-ids: "
               f"a consumer deduplicating by webhook-id counts {after['distinct']}")
+        if args.bullmq_tool:
+            print(f"bullmq:     {figures['bullmq_tasks']} tasks in the database, relay killed after 50, "
+                  f"{figures['bullmq_processed']} jobs processed by a BullMQ Worker, "
+                  f"{figures['bullmq_duplicates']} twice")
+    if args.bullmq_tool and not (figures["bullmq_processed"] == figures["bullmq_tasks"] == TASKS
+                                 and figures["bullmq_duplicates"] == 0):
+        return 1
     return 0 if outbox_delivered == outbox_tasks == TASKS else 1
 
 

@@ -64,5 +64,7 @@ sink_pid=$!
 for _ in $(seq 100); do [ -s "$tmp/sink.port" ] && break; sleep 0.1; done
 step "webhook endpoint on http://127.0.0.1:$(cat "$tmp/sink.port")"
 step "100 tasks by a dual-write client, then 100 through outbox_emit(); every tenth client dies after COMMIT"
+step "then 100 into a BullMQ queue in the same database, the relay killed after the 50th"
 echo
-PATH=$bin:$PATH python3 "$src/demo/canon.py" --sink "http://127.0.0.1:$(cat "$tmp/sink.port")"
+PATH=$bin:$PATH NODE_PATH=$NODE_DIR/node_modules python3 "$src/demo/canon.py" \
+    --sink "http://127.0.0.1:$(cat "$tmp/sink.port")" --bullmq-tool "$src/test/bullmq_tool.js"
