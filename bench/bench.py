@@ -53,6 +53,13 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      taking one customer's events, by a pattern of its own or by a filter
      on the aggregate id, against one destination; a pass that finds
      nothing due with 1 and with 1,000 destinations
+ 15. BullMQ: draining events into a BullMQ 6 queue in the same database
+     (its schema made by BullMQ's migrations, npm bullmq from test/node),
+     beside BullMQ's own Queue.addBulk of as many jobs into the same
+     database, and beside the seed lesson's polling relay (FOR UPDATE SKIP
+     LOCKED, 100 rows a transaction, queue.add of each), and beside
+     BullMQ's add_job called from one SQL statement (what one job costs
+     BullMQ itself): the relay's rate as a ratio of each
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
@@ -1053,18 +1060,63 @@ def bench_fan_out(c, n, n_many, nginx_port):
     c.set(batch_size=1000, http_max_connections=16, poll_interval="1s")
 
 
+# 15 -----------------------------------------------------------------------
+def bullmq_tool(c, command):
+    """Runs test/bullmq_tool.js with command against the cluster, as
+    postgres, with the npm packages ci/deps.sh installed; its JSON answer."""
+    command["connection"] = {"host": c.dir, "port": c.port, "user": "postgres",
+                             "database": "postgres", "schema": "bullmq"}
+    modules = os.path.join(os.environ.get("OUTBOX_NODE_DIR", "/var/cache/outbox-npm"), "node_modules")
+    out = as_postgres(["env", f"NODE_PATH={modules}", "node",
+                       os.path.join(HERE, "..", "test", "bullmq_tool.js")],
+                      input=json.dumps(command), capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def bench_bullmq(c, n):
+    section("15. BullMQ 6 on PostgreSQL, in the same database")
+    bullmq_tool(c, {"command": "migrate", "queue": "relay"})
+    print(f"parameters: {n} events (jobs); node, PostgreSQL and the relay on the same "
+          f"{os.cpu_count()} cores")
+    t, cpu = drain(c, n, "bench.task",
+                   "INSERT INTO outbox_destinations (name, kind, event_types, options) "
+                   "VALUES ('jobs', 'bullmq', 'bench.*', '{\"queue\": \"relay\"}')", "relay")
+    relay = n / t
+    bulk = n / bullmq_tool(c, {"command": "add-bulk", "queue": "bulk", "count": n, "chunk": 1000})["seconds"]
+    print(f"  BullMQ's Queue.addBulk, 1,000 jobs a call: {bulk:8.0f} jobs/s")
+    # the ceiling of one add_job per job: BullMQ's function alone, from SQL
+    t0 = time.time()
+    c.sql("SELECT count(bullmq.add_job('sql', gen_random_uuid()::text, 'bench.task', "
+          "jsonb_build_object('n', g), '{}', 0, 0, 0, 1, NULL, NULL, NULL, NULL, NULL, false)) "
+          "FROM generate_series(1, %s) g", (n,))
+    single = n / (time.time() - t0)
+    print(f"  BullMQ's add_job alone, from one SQL statement: {single:8.0f} jobs/s "
+          f"({1e6 / single:.0f} us a job)")
+    c.set(databases="")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    fill(c, n, "bench.task")
+    polled = bullmq_tool(c, {"command": "poll-relay", "queue": "polled", "batch": 100})
+    poll = polled["events"] / polled["seconds"]
+    print(f"  the lesson's polling relay, 100 a transaction, queue.add each: {poll:8.0f} events/s")
+    print(f"  relay: {relay / bulk:.2f} of addBulk (target 0.7), {relay / single:.2f} of add_job alone, "
+          f"{relay / poll:.1f} times the polling relay (target 5)")
+    jobs = c.sql("SELECT queue, count(*) FROM bullmq.job GROUP BY 1 ORDER BY 1")
+    print("  jobs: " + ", ".join(f"{q} {k}" for q, k in jobs))
+    c.set(databases="postgres")
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
                     help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
     # "10" is section 10; other digits are one section each; commas optional
-    only = set(re.findall(r"1[0-4]|[1-9]", args.only))
+    only = set(re.findall(r"1[0-5]|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -1110,6 +1162,8 @@ def main():
             bench_slow_flush(c, tmp, 5000 if q else 50000, 2 if q else 4, nginx_port)
         if "14" in only:
             bench_fan_out(c, 5000 if q else 50000, 2000 if q else 20000, nginx_port)
+        if "15" in only:
+            bench_bullmq(c, 2000 if q else 20000)
     finally:
         for p in (sink, nginx):
             if p:

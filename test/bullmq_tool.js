@@ -9,6 +9,16 @@
 //     a real BullMQ Worker processes jobs until N have completed or T ms
 //     have passed: {"jobs": [{"id", "name", "data", "attempts"}, ...]} in
 //     the order the Worker started them
+//   {"command": "add-bulk", "connection": {...}, "queue": "q", "count": N,
+//    "chunk": C}
+//     BullMQ's own Queue.addBulk, C jobs a call, N in all, each with a
+//     UUID jobId and a payload like the benchmark's events:
+//     {"seconds": <wall time of the adds>}
+//   {"command": "poll-relay", "connection": {...}, "queue": "q", "batch": B}
+//     the seed lesson's relay, for the benchmark (bench/bench.py, section
+//     15): claims B undelivered rows of outbox with FOR UPDATE SKIP LOCKED,
+//     queue.add of each with jobId = event_id, marks them, commits, until
+//     none is left: {"seconds", "events"}
 //
 // connection: node-postgres settings (host, port, user, database) plus
 // BullMQ's schema; with "redis": true, the host and port of a Redis server
@@ -56,8 +66,56 @@ async function work(input) {
   return { jobs };
 }
 
+async function addBulk(input) {
+  const { randomUUID } = require('crypto');
+  const queue = new Queue(input.queue, { connection: input.connection }, createPostgresBackend);
+  await queue.waitUntilReady();
+  const t0 = process.hrtime.bigint();
+  for (let done = 0; done < input.count; done += input.chunk) {
+    const jobs = [];
+    for (let i = done; i < Math.min(done + input.chunk, input.count); i++) {
+      jobs.push({ name: 'bench.task', data: { n: i, title: `task number ${i}` },
+        opts: { jobId: randomUUID() } });
+    }
+    await queue.addBulk(jobs);
+  }
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  await queue.close();
+  return { seconds };
+}
+
+async function pollRelay(input) {
+  const { Client } = require('pg');
+  const queue = new Queue(input.queue, { connection: input.connection }, createPostgresBackend);
+  await queue.waitUntilReady();
+  const client = new Client(input.connection);
+  await client.connect();
+  let events = 0;
+  const t0 = process.hrtime.bigint();
+  for (;;) {
+    await client.query('BEGIN');
+    const { rows } = await client.query(
+      `SELECT id, event_id, event_type, payload FROM outbox WHERE delivered_at IS NULL
+        ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, [input.batch]);
+    for (const row of rows) {
+      await queue.add(row.event_type, row.payload, { jobId: row.event_id });
+    }
+    await client.query('UPDATE outbox SET delivered_at = now() WHERE id = ANY($1)',
+      [rows.map((row) => row.id)]);
+    await client.query('COMMIT');
+    events += rows.length;
+    if (rows.length === 0) break;
+  }
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  await client.end();
+  await queue.close();
+  return { seconds, events };
+}
+
+const commands = { migrate, work, 'add-bulk': addBulk, 'poll-relay': pollRelay };
+
 readInput()
-  .then((input) => (input.command === 'migrate' ? migrate(input) : work(input)))
+  .then((input) => commands[input.command](input))
   // exit once the whole answer is written: a pipe takes 64 kB at a time
   .then((out) => process.stdout.write(JSON.stringify(out), () => process.exit(0)))
   .catch((err) => { process.stderr.write(`${err.stack || err}\n`); process.exit(1); });

@@ -211,7 +211,7 @@ static void
 bullmq_send(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
 	const BullmqDestOptions *o = BULLMQ_OPTIONS(ev);
-	const BullmqSchema *s = BullmqSchemaForSend(o->schema);
+	BullmqSchema *s = BullmqSchemaForSend(o->schema);
 	NullableDatum a[BULLMQ_ADD_JOB_NARGS];
 
 	if (s->problem.sqlstate != 0)

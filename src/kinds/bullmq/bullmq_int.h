@@ -56,11 +56,14 @@ typedef struct BullmqSchema
 	int			schema_version; /* max(version) of the ledger */
 	int			client_major;	/* max(min_client_version) */
 	OutboxProblem problem;		/* sqlstate 0: none */
+	/* add_job's call info, kept for the transaction (BullmqSchemaForSend) */
+	FmgrInfo	flinfo;
+	bool		flinfo_set;
 } BullmqSchema;
 
 /* bullmq_schema.c */
 extern bool BullmqSchemaCheck(const char *schema, bool for_write, BullmqSchema *out);
-extern const BullmqSchema *BullmqSchemaForSend(const char *schema);
-extern Datum BullmqAddJob(const BullmqSchema *s, NullableDatum *args);
+extern BullmqSchema *BullmqSchemaForSend(const char *schema);
+extern Datum BullmqAddJob(BullmqSchema *s, NullableDatum *args);
 
 #endif							/* OUTBOX_BULLMQ_INT_H */

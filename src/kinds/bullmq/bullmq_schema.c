@@ -227,7 +227,7 @@ forget_checked(XactEvent event, void *arg pg_attribute_unused())
  * schema as BullmqSchemaCheck finds it for sending (problem.sqlstate 0:
  * usable), checked once per transaction. In the claim's transaction.
  */
-const BullmqSchema *
+BullmqSchema *
 BullmqSchemaForSend(const char *schema)
 {
 	ListCell   *lc;
@@ -255,22 +255,27 @@ BullmqSchemaForSend(const char *schema)
 }
 
 /*
- * Calls add_job of schema s (checked in this transaction) with args, as
+ * Calls add_job of schema s (BullmqSchemaForSend's, usable) with args, as
  * its owner (see the file's header), and returns its result (the job's
- * id). ERROR: whatever add_job raises. In the claim's transaction.
+ * id). ERROR: whatever add_job raises. In the claim's transaction; the
+ * call's lookup (and add_job's setting of its search_path) is kept in s
+ * for the transaction's other calls, as a statement keeps a function's.
  */
 Datum
-BullmqAddJob(const BullmqSchema *s, NullableDatum *args)
+BullmqAddJob(BullmqSchema *s, NullableDatum *args)
 {
-	FmgrInfo	flinfo;
 	AsOwner		saved;
 	Datum		result;
 
 	LOCAL_FCINFO(fcinfo, BULLMQ_ADD_JOB_NARGS);
 
-	fmgr_info(s->add_job, &flinfo);
+	if (!s->flinfo_set)
+	{
+		fmgr_info_cxt(s->add_job, &s->flinfo, TopTransactionContext);
+		s->flinfo_set = true;
+	}
 	/* the default collation, as a call from SQL with text arguments has */
-	InitFunctionCallInfoData(*fcinfo, &flinfo, BULLMQ_ADD_JOB_NARGS,
+	InitFunctionCallInfoData(*fcinfo, &s->flinfo, BULLMQ_ADD_JOB_NARGS,
 							 DEFAULT_COLLATION_OID, NULL, NULL);
 	for (int i = 0; i < BULLMQ_ADD_JOB_NARGS; i++)
 		fcinfo->args[i] = args[i];
