@@ -8,6 +8,10 @@
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types) VALUES ('q', 'bullmq', 'none.*')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": ""}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "a:b"}')$$);
+-- a template of the queue's name: the event's fields, and nothing else
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q-{customer}"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q-{aggregate_type"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "{aggregate_type}:{aggregate_id}"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q", "topic": "t"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q", "job_data": "body"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q", "attempts": 0}')$$);

@@ -13,15 +13,14 @@
 #     attempt, retried and dead-lettered alone, while the others go on;
 #   - a schema migrated for another BullMQ major, and a dropped one:
 #     refused when a destination is written, and at send time a failed
-#     attempt with the reason, the relay running on;
-#   - an ordered destination and a concurrency-1 Worker: each key's jobs
-#     processed in order;
-#   - fan-out to a BullMQ queue (the envelope as job data) and a webhook.
+#     attempt with the reason, the relay running on.
+# Ordered destinations, fan-out and templates: 112_bullmq_routing.pl.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
+use OutboxBullmq;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -32,28 +31,8 @@ my $n = $ENV{OUTBOX_BULLMQ_EVENTS} // 2000;
 die "OUTBOX_BULLMQ_EVENTS must be a number of events, at least 1,000\n"
   unless $n =~ /^[0-9]+$/ && $n >= 1000;
 
-my $node = outbox_node('bullmq',
-	'outbox.backoff_base' => "'50ms'",
-	'outbox.backoff_max' => "'200ms'",
-	'outbox.max_attempts' => 5,
-	restart_after_crash => 'on');
-my $relay = wait_relay($node, 'postgres');
-ok($relay, 'relay runs');
-
-# BullMQ's schema, created by BullMQ's migrations as the role that runs
-# the queue; its Worker connects as that role too
-$node->safe_psql('postgres', q{
-	CREATE ROLE queue_owner LOGIN;
-	GRANT CREATE ON DATABASE postgres TO queue_owner});
-my %conn = (host => $node->host, port => $node->port, user => 'queue_owner',
-	database => 'postgres', schema => 'bullmq');
-my $migrated = node_json('bullmq_tool.js', { command => 'migrate', connection => \%conn,
-	queue => 'orders' }, 'bullmq', 'pg');
-cmp_ok($migrated->{version}, '>=', 11, "BullMQ migrated its schema (version $migrated->{version})");
-is($node->safe_psql('postgres', q{
-		SELECT pg_get_userbyid(proowner) FROM pg_proc
-		 WHERE proname = 'add_job' AND pronamespace = 'bullmq'::regnamespace}),
-	'queue_owner', 'add_job belongs to the queue\'s role');
+my ($node, $conn) = bullmq_node('bullmq', 'outbox.max_attempts' => 5, restart_after_crash => 'on');
+my %conn = %$conn;
 
 # who adds jobs: a statement trigger on BullMQ's table notes current_user
 $node->safe_psql('postgres', q{
@@ -140,7 +119,7 @@ is(scalar keys %seen, $n, "a BullMQ Worker processed $n jobs");
 is(scalar(grep { $seen{$_} > 1 } keys %seen), 0, 'none of them twice');
 
 # A job BullMQ's table refuses: that event's failed attempts, alone
-$relay = relay_pid($node, 'postgres');
+my $relay = relay_pid($node, 'postgres');
 $node->safe_psql('postgres', q{
 	ALTER TABLE bullmq.job ADD CONSTRAINT no_poison CHECK (name <> 'order.poison') NOT VALID;
 	SELECT outbox_emit('order.before', '{}', 'p', '1'), outbox_emit('order.poison', '{}', 'p', '2'),
@@ -180,47 +159,6 @@ ok($node->poll_query_until('postgres', q{
 		SELECT count(*) = 1 FROM bullmq.job j JOIN outbox o ON j.id = o.event_id::text
 		 WHERE o.event_type = 'order.later' AND o.delivered_at IS NOT NULL}),
 	'back on BullMQ 6\'s ledger: delivered');
-
-# An ordered destination and a Worker of concurrency 1: each key in order
-$node->safe_psql('postgres', q{
-	INSERT INTO outbox_destinations (name, kind, event_types, ordered, options)
-	VALUES ('steps', 'bullmq', 'step.*', true, '{"queue": "steps"}');
-	SELECT count(outbox_emit('step.done', jsonb_build_object('n', g), 'flow', (g % 10)::text))
-	  FROM generate_series(1, 300) g});
-ok($node->poll_query_until('postgres', q{
-		SELECT count(*) = 300 FROM outbox WHERE event_type = 'step.done' AND delivered_at IS NOT NULL}),
-	'300 events of 10 keys delivered to the ordered queue');
-$worked = node_json('bullmq_tool.js', { command => 'work', connection => \%conn,
-	queue => 'steps', count => 300, concurrency => 1, timeout_ms => 60_000 }, 'bullmq', 'pg');
-my (%last, $out_of_order);
-for my $job (@{ $worked->{jobs} })
-{
-	my $key = $job->{data}{n} % 10;
-	$out_of_order++ if defined $last{$key} && $job->{data}{n} < $last{$key};
-	$last{$key} = $job->{data}{n};
-}
-is(scalar @{ $worked->{jobs} }, 300, 'the Worker processed 300 jobs');
-is($out_of_order // 0, 0, 'each key\'s jobs in the order of its events');
-
-# Fan-out: a BullMQ queue (the envelope as the job's data) and a webhook
-my $sink = start_sink();
-$node->safe_psql('postgres', sprintf(q{
-	INSERT INTO outbox_destinations (name, kind, event_types, options)
-	VALUES ('fan_jobs', 'bullmq', 'fan.*', '{"queue": "fan", "job_data": "envelope", "job_name": "fanned"}');
-	INSERT INTO outbox_destinations (name, event_types, url) VALUES ('fan_hook', 'fan.*', '%s');
-	SELECT count(outbox_emit('fan.out', jsonb_build_object('n', g), 'fan', g::text))
-	  FROM generate_series(1, 100) g}, $sink->url('/fan')));
-ok($sink->wait_delivered(100, '/fan'), 'the webhook got 100 events');
-ok($node->poll_query_until('postgres', "SELECT count(*) = 100 FROM bullmq.job WHERE queue = 'fan'"),
-	'the queue got 100 jobs');
-my @events = split /\n/, $node->safe_psql('postgres',
-	"SELECT DISTINCT event_id FROM outbox WHERE event_type = 'fan.out' ORDER BY 1");
-is_deeply($sink->delivered_ids('/fan'), \@events, 'the webhook: each event, once');
-is($node->safe_psql('postgres', q{
-		SELECT count(*) FROM bullmq.job
-		 WHERE queue = 'fan' AND name = 'fanned' AND data->>'id' = id AND data->>'type' = 'fan.out'
-		   AND data->>'aggregate_id' = data->'payload'->>'n'}),
-	'100', 'the queue: each event\'s envelope as its job\'s data, under the job name set');
 
 # BullMQ's schema dropped: failed attempts naming it, the relay running on
 $relay = relay_pid($node, 'postgres');

@@ -40,6 +40,7 @@
 
 #include "destination.h"
 #include "envelope.h"
+#include "event_template.h"
 #include "bullmq_int.h"
 
 #define BULLMQ_OPTIONS(ev) ((const BullmqDestOptions *) (ev)->dest.options)
@@ -91,8 +92,16 @@ bullmq_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 	char	   *backoff = OutboxDestinationOptionText(row, "backoff_type");
 	int64		delay;
 	BullmqSchema s;
+	StringInfoData sample;
+	const char *why = NULL;
 
-	if (strchr(queue, ':') != NULL)
+	/* a name, or a template of one (each field standing for "x") */
+	initStringInfo(&sample);
+	if (!OutboxTemplateSample(queue, &sample, &why))
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("destination option \"queue\" is not valid"),
+								psprintf("As a template of a queue's name, %s.", why));
+	if (strchr(sample.data, ':') != NULL)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination option \"queue\" is not a BullMQ queue name"),
 								pstrdup("BullMQ refuses a queue name with \":\"."));
@@ -179,14 +188,32 @@ bullmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 }
 
 /*
- * prepare: with job_data 'envelope', the body is the envelope, which send
- * reads as jsonb; with 'payload', the payload stays in the event as it was
- * read (same database: no text in between) and the body is empty.
+ * prepare: the queue's name, built from the event's fields if the option
+ * is a template; a template that names a field the event lacks, or a name
+ * with ':', fails the event for good. With job_data 'envelope', the body
+ * is the envelope, which send reads as jsonb; with 'payload', the payload
+ * stays in the event as it was read (same database: no text in between)
+ * and the body is empty.
  */
 static Size
 bullmq_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
-	if (BULLMQ_OPTIONS(ev)->envelope)
+	/* decode made these options for this event */
+	BullmqDestOptions *o = (BullmqDestOptions *) ev->dest.options;
+	const char *missing;
+	const char *why;
+
+	o->queue_name = OutboxTemplateBuild(o->queue, ev, &missing, &why);
+	if (o->queue_name == NULL || strchr(o->queue_name, ':') != NULL)
+	{
+		ev->permanent = true;
+		ev->error = missing ?
+			psprintf("the queue template uses %s, which the event does not have", missing) :
+			why ? psprintf("destination option \"queue\" is not valid: %s", why) :
+			pstrdup("the queue name built from the event's fields has \":\", which BullMQ refuses");
+		return 0;
+	}
+	if (o->envelope)
 		return OutboxPrepareEnvelope(ev, true);
 	ev->body = pstrdup("");
 	return VARSIZE(ev->payload);
@@ -226,7 +253,7 @@ bullmq_send(void *state pg_attribute_unused(), OutboxEvent *ev)
 	for (int i = 0; i < BULLMQ_ADD_JOB_NARGS; i++)
 		a[i].isnull = true;
 #define ARG(i, d) (a[i].value = (d), a[i].isnull = false)
-	ARG(0, CStringGetTextDatum(o->queue));
+	ARG(0, CStringGetTextDatum(o->queue_name));
 	ARG(1, CStringGetTextDatum(ev->event_id));
 	ARG(2, CStringGetTextDatum(o->job_name ? o->job_name : ev->event_type));
 	ARG(3, o->envelope ? DirectFunctionCall1(jsonb_in, CStringGetDatum(ev->body)) :

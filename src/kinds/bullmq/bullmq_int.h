@@ -36,7 +36,8 @@
 typedef struct BullmqDestOptions
 {
 	char	   *schema;
-	char	   *queue;
+	char	   *queue;			/* a name, or a template of one */
+	char	   *queue_name;		/* the event's, built by prepare */
 	char	   *job_name;		/* NULL: the event type */
 	bool		envelope;		/* job data: the envelope, else the payload */
 	int32		attempts;		/* BullMQ's attempts; 1 when unset */

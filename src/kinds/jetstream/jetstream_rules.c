@@ -22,6 +22,7 @@
 #include "utils/jsonb.h"
 
 #include "destination.h"
+#include "event_template.h"
 #include "headers.h"
 
 #include "jetstream_columns.h"
@@ -35,8 +36,6 @@
 #define JS_STREAM_MAX_BYTES 255
 #define JS_PATH_MAX_BYTES 1024
 
-/* The fields of an event a subject template may name. */
-static const char *const template_fields[] = {"event_type", "aggregate_type", "aggregate_id"};
 
 /* ---------------------------------------------------------------------
  * Subjects
@@ -95,102 +94,6 @@ subject_valid(const char *s, size_t len, const char **why)
 }
 
 /*
- * Walks subject template t: calls emit for each literal run and each
- * {field}, field being the index in template_fields. Returns false with
- * *why on a brace that opens no known field or is not closed.
- */
-typedef void (*template_emit) (void *arg, const char *literal, size_t len, int field);
-
-static bool
-template_walk(const char *t, template_emit emit, void *arg, const char **why)
-{
-	const char *p = t;
-
-	while (*p != '\0')
-	{
-		const char *brace = strpbrk(p, "{}");
-		int			field = -1;
-
-		if (brace == NULL)
-		{
-			emit(arg, p, strlen(p), -1);
-			break;
-		}
-		if (brace > p)
-			emit(arg, p, brace - p, -1);
-		if (*brace == '{')
-			for (int i = 0; i < (int) lengthof(template_fields); i++)
-			{
-				size_t		n = strlen(template_fields[i]);
-
-				if (strncmp(brace + 1, template_fields[i], n) == 0 && brace[1 + n] == '}')
-				{
-					field = i;
-					p = brace + n + 2;
-					break;
-				}
-			}
-		if (field < 0)
-		{
-			*why = "a brace opens none of {event_type}, {aggregate_type}, {aggregate_id}, or is not closed";
-			return false;
-		}
-		emit(arg, NULL, 0, field);
-	}
-	return true;
-}
-
-/* template_emit for checking a template: each field stands for "x" */
-static void
-emit_sample(void *arg, const char *literal, size_t len, int field)
-{
-	if (field >= 0)
-		appendStringInfoChar((StringInfo) arg, 'x');
-	else
-		appendBinaryStringInfo((StringInfo) arg, literal, len);
-}
-
-typedef struct BuildState
-{
-	StringInfoData buf;
-	const OutboxEvent *ev;
-	const char *missing;		/* a field the template names that is NULL */
-} BuildState;
-
-/* template_emit for building an event's subject */
-static void
-emit_event(void *arg, const char *literal, size_t len, int field)
-{
-	BuildState *b = arg;
-	const char *value = NULL;
-
-	if (field < 0)
-	{
-		appendBinaryStringInfo(&b->buf, literal, len);
-		return;
-	}
-	switch (field)
-	{
-		case 0:
-			value = b->ev->event_type;
-			break;
-		case 1:
-			value = b->ev->aggregate_type;
-			break;
-		case 2:
-			value = b->ev->aggregate_id;
-			break;
-	}
-	if (value == NULL || value[0] == '\0')
-	{
-		if (b->missing == NULL)
-			b->missing = template_fields[field];
-		return;
-	}
-	appendStringInfoString(&b->buf, value);
-}
-
-/*
  * The subject ev is published to, palloc'd; or NULL with *error set (for
  * last_error: it names the field, and quotes no value, which the writer
  * chose) when the template names an empty field or the result is not a
@@ -199,34 +102,34 @@ emit_event(void *arg, const char *literal, size_t len, int field)
 char *
 JetStreamEventSubject(const OutboxEvent *ev, char **error)
 {
-	BuildState	b;
 	const char *why = NULL;
+	const char *missing = NULL;
+	char	   *subject = OutboxTemplateBuild(JS_OPTIONS(ev)->subject, ev, &missing, &why);
+	size_t		len;
 
-	initStringInfo(&b.buf);
-	b.ev = ev;
-	b.missing = NULL;
-	if (!template_walk(JS_OPTIONS(ev)->subject, emit_event, &b, &why))
+	if (why != NULL)
 	{
 		*error = psprintf("destination nats_subject is not valid: %s", why);
 		return NULL;
 	}
-	if (b.missing != NULL)
+	if (missing != NULL)
 	{
-		*error = psprintf("the subject template uses %s, which the event does not have", b.missing);
+		*error = psprintf("the subject template uses %s, which the event does not have", missing);
 		return NULL;
 	}
-	if (b.buf.len > JS_BUILT_SUBJECT_MAX_BYTES)
+	len = strlen(subject);
+	if (len > JS_BUILT_SUBJECT_MAX_BYTES)
 	{
 		*error = psprintf("the subject built for the event is longer than %d bytes",
 						  JS_BUILT_SUBJECT_MAX_BYTES);
 		return NULL;
 	}
-	if (!subject_valid(b.buf.data, b.buf.len, &why))
+	if (!subject_valid(subject, len, &why))
 	{
 		*error = psprintf("the subject built from the event's fields is not a valid NATS subject: %s", why);
 		return NULL;
 	}
-	return b.buf.data;
+	return subject;
 }
 
 /* ---------------------------------------------------------------------
@@ -449,7 +352,7 @@ subject_stream_check(const char *subject, const char *stream, OutboxProblem *p)
 								pstrdup("destination nats_subject is missing"),
 								pstrdup("A JetStream destination has a subject, or a template of one such as orders.{aggregate_id}."));
 	initStringInfo(&sample);
-	if (!template_walk(subject, emit_sample, &sample, &why) ||
+	if (!OutboxTemplateSample(subject, &sample, &why) ||
 		!subject_valid(sample.data, sample.len, &why))
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination nats_subject is not valid"),
