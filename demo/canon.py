@@ -88,6 +88,17 @@ def crashes(i):
     return i % 10 == 3
 
 
+def outbox_client(client, event_type, i):
+    """A client that commits task i and its event together, and dies after
+    COMMIT on every tenth task."""
+    psql(f"""BEGIN;
+             INSERT INTO canon_tasks (client, n) VALUES ('{client}', {i});
+             SELECT outbox_emit('{event_type}', jsonb_build_object('n', {i}), 'task', '{i}');
+             COMMIT;""")
+    if crashes(i):
+        os._exit(1)
+
+
 def wait_for(cond, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -134,15 +145,7 @@ def bullmq_canon(tool):
             if old:
                 os.kill(int(old), signal.SIGKILL)
                 wait_for(lambda: relay_pid() not in (None, old))
-
-        def outbox(i=i):
-            psql(f"""BEGIN;
-                     INSERT INTO canon_tasks (client, n) VALUES ('bullmq', {i});
-                     SELECT outbox_emit('canon.job_created', jsonb_build_object('n', {i}), 'task', '{i}');
-                     COMMIT;""")
-            if crashes(i):
-                os._exit(1)
-        in_child(outbox)
+        in_child(lambda i=i: outbox_client("bullmq", "canon.job_created", i))
     wait_for(lambda: int(psql("SELECT count(*) FROM bullmq.job WHERE queue = 'canon'")) >= TASKS)
     worked = node(tool, {"command": "work", "connection": connection, "queue": "canon",
                          "count": TASKS, "concurrency": 4, "timeout_ms": 60000})
@@ -186,14 +189,7 @@ def main():
 
     # 2. outbox: the event commits with the task; the client dies after COMMIT
     for i in range(1, TASKS + 1):
-        def outbox(i=i):
-            psql(f"""BEGIN;
-                     INSERT INTO canon_tasks (client, n) VALUES ('outbox', {i});
-                     SELECT outbox_emit('canon.task_created', jsonb_build_object('n', {i}), 'task', '{i}');
-                     COMMIT;""")
-            if crashes(i):
-                os._exit(1)
-        in_child(outbox)
+        in_child(lambda i=i: outbox_client("outbox", "canon.task_created", i))
 
     wait_for(lambda: stats("/outbox")["distinct"] >= TASKS)
     dual_tasks = int(psql("SELECT count(*) FROM canon_tasks WHERE client = 'dual'"))
