@@ -4,7 +4,7 @@
 # system's PostgreSQL 15, starts a PostgreSQL 15 cluster in a temporary
 # directory with the relay worker preloaded and a webhook endpoint on
 # 127.0.0.1 (test/sink.py), runs the seed lesson's canon (demo/canon.py)
-# against them, prints its three lines, and removes the cluster and the
+# against them, prints its four lines, and removes the cluster and the
 # endpoint again, also on Ctrl-C. The build's output goes to
 # $OUTBOX_LOG_DIR/demo-build.log.
 set -euo pipefail

@@ -22,7 +22,9 @@ SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, o
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q", "backoff_type": "fixed"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q", "backoff_delay_ms": 1000}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q", "remove_on_complete_seconds": -1}')$$);
--- a kind that does not sign, and sends the envelope only
+-- a kind that does not sign, sends the envelope only, and has no headers
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q"}', '{"x-a": "b"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, event_headers) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q"}', '{}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, secret) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q"}', 'whsec_c2VjcmV0')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, format) VALUES ('q', 'bullmq', 'none.*', '{"queue": "q"}', 'cloudevents')$$);
 

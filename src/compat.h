@@ -73,6 +73,18 @@
 	pg_tablespace_aclcheck((spcoid), (roleid), (mode))
 #endif
 
+#if PG_VERSION_NUM >= 160000
+#define OutboxNamespaceAclcheck(nspoid, roleid, mode) \
+	object_aclcheck(NamespaceRelationId, (nspoid), (roleid), (mode))
+#define OutboxProcAclcheck(procoid, roleid, mode) \
+	object_aclcheck(ProcedureRelationId, (procoid), (roleid), (mode))
+#else
+#define OutboxNamespaceAclcheck(nspoid, roleid, mode) \
+	pg_namespace_aclcheck((nspoid), (roleid), (mode))
+#define OutboxProcAclcheck(procoid, roleid, mode) \
+	pg_proc_aclcheck((procoid), (roleid), (mode))
+#endif
+
 /*
  * The wait event a worker reports while it sleeps: its own name from 17 on
  * (custom wait events), the generic "Extension" before. Call after the

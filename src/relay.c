@@ -517,9 +517,10 @@ claim_failed(WorkerState *st, OutboxClaimStepArgs *c, const char *error)
 	 * A kind that sends at COMMIT whose queue was full failed the COMMIT
 	 * (commit_full_errcode): nothing was sent, and a queue that any role
 	 * can fill must not use up the event's attempts. It waits, with the
-	 * reason.
+	 * reason. The same SQLSTATE raised before COMMIT (by a kind's function
+	 * in the claim, an index row too large) is a failed attempt.
 	 */
-	ev.not_sent = OutboxKindsCommitFull(OutboxStepErrcode());
+	ev.not_sent = OutboxStepFailedAtCommit() && OutboxKindsCommitFull(OutboxStepErrcode());
 	ev.event_id = psprintf("with id %lld", (long long) c->only_id);
 	ev.dest.name = NULL;
 	if (!OutboxRecordIsolatedFailure(&ev, "claim the event", error))

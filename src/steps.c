@@ -28,6 +28,7 @@
 #include "utils/timestamp.h"
 
 #include "claim.h"
+#include "destination.h"
 #include "health.h"
 #include "journal.h"
 #include "log_limit.h"
@@ -56,7 +57,7 @@ set_local(const char *name, const char *value)
  * flood the log.
  */
 static void
-log_caught(const char *what, ErrorData *edata)
+log_caught(const char *what, ErrorData *edata, const char *message)
 {
 	int			left_out;
 
@@ -64,11 +65,30 @@ log_caught(const char *what, ErrorData *edata)
 		return;
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),
-			 errmsg("outbox relay could not %s: %s", what, edata->message),
+			 errmsg("outbox relay could not %s: %s", what, message),
 			 left_out > 0 ?
 			 errdetail("%d more such errors were not logged in the last %d seconds.",
 					   left_out, ERROR_LOG_INTERVAL_MS / 1000) : 0,
 			 errhint("The relay goes on; the event that causes the error is retried and dead-lettered on its own.")));
+}
+
+/*
+ * The message of an error a step caught, as the log and last_error get it:
+ * printable, and at most this many bytes of it. A step runs functions the
+ * extension does not own (a kind's, such as BullMQ's add_job, and the
+ * triggers on outbox), whose messages can be of any size.
+ */
+#define CAUGHT_MESSAGE_BYTES 1024
+
+static char *
+caught_message(const char *message)
+{
+	size_t		len = strlen(message);
+	char	   *text = OutboxPrintable(message, Min(len, CAUGHT_MESSAGE_BYTES));
+
+	if (len <= CAUGHT_MESSAGE_BYTES)
+		return text;
+	return psprintf("%s... (%zu bytes more)", text, len - CAUGHT_MESSAGE_BYTES);
 }
 
 /*
@@ -79,8 +99,9 @@ log_caught(const char *what, ErrorData *edata)
 static bool step_superuser = false;
 /* the step running is part of a larger one (OutboxRunStepPart) */
 static bool step_part = false;
-/* the SQLSTATE of the last step that failed */
+/* the SQLSTATE of the last step that failed, and whether at its COMMIT */
 static int	step_errcode = 0;
+static bool step_failed_at_commit = false;
 
 bool
 OutboxStepSuperuser(void)
@@ -96,6 +117,17 @@ OutboxStepErrcode(void)
 }
 
 /*
+ * Whether the last step that failed failed at its COMMIT (a deferred
+ * trigger, a NOTIFY queue that is full) rather than in its body, where a
+ * kind's function may raise the same SQLSTATE for another reason.
+ */
+bool
+OutboxStepFailedAtCommit(void)
+{
+	return step_failed_at_commit;
+}
+
+/*
  * Runs fn in a transaction of its own and commits it. On ERROR (in fn or
  * at COMMIT) the transaction is rolled back, the error logged (log_caught),
  * its message copied into *error (current memory context) if error is not
@@ -108,6 +140,7 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool ok = true;
+	volatile bool at_commit = false;
 
 	SetCurrentStatementStartTimestamp();
 	debug_query_string = what;
@@ -122,6 +155,7 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 		fn(arg);
 		SPI_finish();
 		PopActiveSnapshot();
+		at_commit = true;
 		CommitTransactionCommand();
 		if (!step_part)
 			OutboxHealthRelayStepOk();
@@ -129,6 +163,7 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 	PG_CATCH();
 	{
 		ErrorData  *edata;
+		char	   *message;
 
 		HOLD_INTERRUPTS();
 		MemoryContextSwitchTo(cxt);
@@ -137,10 +172,12 @@ OutboxRunStep(const char *what, OutboxStepFn fn, void *arg, char **error)
 		AbortCurrentTransaction();
 		RESUME_INTERRUPTS();
 		step_errcode = edata->sqlerrcode;
-		log_caught(what, edata);
-		OutboxHealthRelayError(what, edata->message);
+		step_failed_at_commit = at_commit;
+		message = caught_message(edata->message);
+		log_caught(what, edata, message);
+		OutboxHealthRelayError(what, message);
 		if (error != NULL)
-			*error = pstrdup(edata->message);
+			*error = message;
 		FreeErrorData(edata);
 		ok = false;
 	}

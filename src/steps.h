@@ -89,6 +89,7 @@ extern void OutboxJournalKeysStep(void *arg);
 extern void OutboxJournalDropStep(void *arg);
 extern bool OutboxStepSuperuser(void);
 extern int	OutboxStepErrcode(void);
+extern bool OutboxStepFailedAtCommit(void);
 extern void OutboxClaimStep(void *arg);
 extern void OutboxReleaseStep(void *arg);
 extern bool OutboxReleaseAll(OutboxReleaseStepArgs *r);

@@ -43,8 +43,35 @@ $node->safe_psql('postgres', q{
 	CREATE TRIGGER note_adder AFTER INSERT ON bullmq.job
 		FOR EACH STATEMENT EXECUTE FUNCTION note_adder()});
 
-# written against a schema of another major: refused, naming both
+# an outbox_admin that may not use BullMQ's schema may not point a
+# destination at it: the relay adds the jobs as add_job's owner
+$node->safe_psql('postgres', 'CREATE ROLE adm IN ROLE outbox_admin');
 my ($rc, $out, $err) = $node->psql('postgres', q{
+	SET ROLE adm;
+	INSERT INTO outbox_destinations (name, kind, event_types, options)
+	VALUES ('borrowed', 'bullmq', 'order.*', '{"queue": "orders"}')}, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/42501: permission denied for the BullMQ schema of the destination/,
+	'an admin without USAGE on the schema is refused');
+is($node->safe_psql('postgres', q{
+	GRANT USAGE ON SCHEMA bullmq TO adm;
+	SET ROLE adm;
+	INSERT INTO outbox_destinations (name, kind, event_types, options)
+	VALUES ('borrowed', 'bullmq', 'none.*', '{"queue": "orders"}') RETURNING name;
+	RESET ROLE;
+	DELETE FROM outbox_destinations WHERE name = 'borrowed';
+	REVOKE USAGE ON SCHEMA bullmq FROM adm}), 'borrowed', 'and accepted with it');
+
+# a schema whose owner is not add_job's could replace what add_job calls
+is($node->psql('postgres', q{
+	BEGIN;
+	CREATE ROLE other;
+	ALTER SCHEMA bullmq OWNER TO other;
+	INSERT INTO outbox_destinations (name, kind, event_types, options)
+	VALUES ('mixed', 'bullmq', 'order.*', '{"queue": "orders"}')}), 3,
+	'a schema owned by another role than add_job is refused');
+
+# written against a schema of another major: refused, naming both
+($rc, $out, $err) = $node->psql('postgres', q{
 	BEGIN;
 	UPDATE bullmq.migration SET min_client_version = 7
 	 WHERE version = (SELECT max(version) FROM bullmq.migration);
@@ -139,6 +166,22 @@ is($node->safe_psql('postgres', q{
 is(relay_pid($node, 'postgres'), $relay, 'the relay ran on, the same process');
 $node->safe_psql('postgres', 'ALTER TABLE bullmq.job DROP CONSTRAINT no_poison');
 
+# A session with temporary tables (one could stand for BullMQ's job table
+# and run its triggers as add_job's owner) adds no job; the worker does
+is($node->safe_psql('postgres', q{
+	BEGIN;
+	CREATE TEMP TABLE job (queue text, id text);
+	SELECT outbox_emit('order.temp', '{}', 't', '1') IS NOT NULL AS emitted;
+	SELECT delivered FROM outbox_relay();
+	SELECT attempts || ' ' || last_error FROM outbox WHERE event_type = 'order.temp';
+	COMMIT}),
+	"t\n0\n0 BullMQ jobs are not added from a session that has temporary tables; the relay worker adds them",
+	'outbox_relay() in a session with temporary tables adds no job, and counts no attempt');
+ok($node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM bullmq.job j JOIN outbox o ON j.id = o.event_id::text
+		 WHERE o.event_type = 'order.temp' AND o.delivered_at IS NOT NULL}),
+	'the relay worker adds it');
+
 # The schema migrated for another major while events flow: failed
 # attempts naming it, no job; back to BullMQ 6's: delivered
 $node->safe_psql('postgres', q{
@@ -152,6 +195,9 @@ ok($node->poll_query_until('postgres', q{
 is($node->safe_psql('postgres', q{
 		SELECT count(*) FROM bullmq.job j JOIN outbox o ON j.id = o.event_id::text
 		 WHERE o.event_type = 'order.later'}), '0', 'no job for it');
+is($node->safe_psql('postgres', q{
+		UPDATE outbox_destinations SET event_types = event_types WHERE name = 'jobs' RETURNING name}),
+	'jobs', 'the destination can still be changed (to disable it, say) while its schema is refused');
 $node->safe_psql('postgres', q{
 	UPDATE bullmq.migration SET min_client_version = 6;
 	SELECT outbox_redeliver(event_id) FROM outbox WHERE event_type = 'order.later'});

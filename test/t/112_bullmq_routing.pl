@@ -69,9 +69,10 @@ $node->safe_psql('postgres', q{
 	INSERT INTO outbox_destinations (name, kind, event_types, options)
 	VALUES ('per_tenant', 'bullmq', 'tenant.*', '{"queue": "tenant-{aggregate_type}"}');
 	SELECT outbox_emit('tenant.event', '{}', 'acme', '1'), outbox_emit('tenant.event', '{}', 'globex', '2'),
-	       outbox_emit('tenant.event', '{}', NULL, '3'), outbox_emit('tenant.event', '{}', 'a:b', '4')});
+	       outbox_emit('tenant.event', '{}', NULL, '3'), outbox_emit('tenant.event', '{}', 'a:b', '4'),
+	       outbox_emit('tenant.event', '{}', repeat('t', 1020), '5')});
 ok($node->poll_query_until('postgres', q{
-		SELECT count(*) = 4 FROM outbox
+		SELECT count(*) = 5 FROM outbox
 		 WHERE event_type = 'tenant.event' AND (delivered_at IS NOT NULL OR dead_at IS NOT NULL)}),
 	'the template\'s events delivered or dead-lettered');
 is($node->safe_psql('postgres', q{
@@ -82,7 +83,49 @@ is($node->safe_psql('postgres', q{
 		SELECT string_agg(attempts || ' ' || last_error, E'\n' ORDER BY id) FROM outbox
 		 WHERE event_type = 'tenant.event' AND dead_at IS NOT NULL}),
 	"1 the queue template uses aggregate_type, which the event does not have\n"
-	  . '1 the queue name built from the event\'s fields has ":", which BullMQ refuses',
-	'a missing field and a refused name: dead-lettered at once, with the reason');
+	  . "1 the queue name built from the event's fields has \":\", which BullMQ refuses\n"
+	  . "1 the queue name built from the event's fields is longer than 1024 bytes",
+	'a missing field, a name BullMQ refuses and one too long: dead-lettered at once, with the reason');
+
+# A lock of BullMQ's held elsewhere (obliterate holds this one): add_job
+# waits at most the destination's timeout_ms, the event's attempt fails
+# with the reason, and it is delivered once the lock is gone
+$node->safe_psql('postgres', q{
+	INSERT INTO outbox_destinations (name, kind, event_types, timeout_ms, options)
+	VALUES ('locked', 'bullmq', 'lock.*', 300, '{"queue": "locked"}')});
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT pg_advisory_xact_lock(hashtext('bullmq:finalization'), hashtext('locked'))});
+$node->safe_psql('postgres', q{SELECT outbox_emit('lock.wait', '{}')});
+ok($node->poll_query_until('postgres', q{
+		SELECT last_error LIKE '%canceling statement due to % timeout' FROM outbox WHERE event_type = 'lock.wait'}),
+	'add_job waited for the lock no longer than timeout_ms: a failed attempt');
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok($node->poll_query_until('postgres', q{
+		SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'lock.wait'}),
+	'delivered once the lock is released');
+
+# A call that takes longer than timeout_ms is ended; one whose error
+# message is huge leaves 1 kB of it in last_error and the log
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION lock_games() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF NEW.name = 'lock.sleep' THEN PERFORM pg_sleep(30); END IF;
+		IF NEW.name = 'lock.loud' THEN RAISE EXCEPTION '%', repeat('E', 100000); END IF;
+		RETURN NEW;
+	END$$;
+	CREATE TRIGGER lock_games BEFORE INSERT ON bullmq.job FOR EACH ROW EXECUTE FUNCTION lock_games();
+	SELECT outbox_emit('lock.sleep', '{}'), outbox_emit('lock.loud', '{}')});
+ok($node->poll_query_until('postgres', q{
+		SELECT bool_and(attempts >= 1) FROM outbox WHERE event_type IN ('lock.sleep', 'lock.loud')}),
+	'both fail their first attempts');
+is($node->safe_psql('postgres', q{
+		SELECT string_agg(event_type || ': ' || CASE WHEN length(last_error) > 1100 THEN 'long'
+		                  ELSE replace(last_error, repeat('E', 1024), 'E*1024') END, E'\n' ORDER BY event_type)
+		  FROM outbox WHERE event_type IN ('lock.sleep', 'lock.loud')}),
+	"lock.loud: could not claim the event: E*1024... (98976 bytes more)\n"
+	  . 'lock.sleep: could not claim the event: canceling statement due to statement timeout',
+	'the sleeping call ended at timeout_ms; the loud one cut to 1 kB');
+$node->safe_psql('postgres', 'DROP TRIGGER lock_games ON bullmq.job');
 
 done_testing();

@@ -31,6 +31,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
@@ -61,6 +62,18 @@
 #define BULLMQ_MAX_BACKOFF_MS (24 * 3600 * 1000)
 #define BULLMQ_MAX_DELAY_MS (INT64CONST(366) * 24 * 3600 * 1000)
 #define BULLMQ_MAX_AGE_S (366 * 24 * 3600)
+/*
+ * A queue's name as a template builds it, at most: with the job's id, an
+ * entry of BullMQ's primary key on job (queue, id), which a btree holds
+ * up to about 2,700 bytes (the row too large for the index fails add_job).
+ */
+#define BULLMQ_MAX_QUEUE_BYTES 1024
+/*
+ * How long add_job may wait for a lock of BullMQ's (a queue being
+ * obliterated, a migration), when the destination sets no timeout_ms: the
+ * claim waits with it, and every destination with the claim.
+ */
+#define BULLMQ_DEFAULT_LOCK_TIMEOUT_MS 5000
 
 static const OutboxKindOption bullmq_options[] = {
 	{"queue", OUTBOX_OPTION_STRING, true, 1, 255},
@@ -118,6 +131,20 @@ bullmq_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination options \"backoff_type\" and \"backoff_delay_ms\" go together"),
 								pstrdup("BullMQ's backoff is a strategy and a delay."));
+	/* a job has no headers: refused rather than ignored */
+	if (OutboxDestinationText(row, "headers") != NULL ||
+		OutboxDestinationText(row, "event_headers") != NULL)
+		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
+								pstrdup("a BullMQ destination has no headers or event_headers"),
+								pstrdup("A job carries its data and options; choose job_data envelope for the event's fields."));
+
+	/*
+	 * The schema, and the writer's right to add jobs there, when it is
+	 * named: an UPDATE that leaves it alone (disabling the destination
+	 * while its schema is being migrated) is not refused for its state.
+	 */
+	if (row->old_tuple != NULL && !OutboxDestinationOptionChanged(row, "schema"))
+		return true;
 	if (!BullmqSchemaCheck(schema ? schema : BULLMQ_DEFAULT_SCHEMA, true, &s))
 	{
 		*p = s.problem;
@@ -171,6 +198,7 @@ bullmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	BullmqDestOptions *o = palloc0(sizeof(BullmqDestOptions));
 	char	   *data = OutboxDestinationOptionText(row, "job_data");
 	int64		n;
+	Jsonb	   *headers;		/* refused when written: none */
 
 	o->schema = OutboxDestinationOptionText(row, "schema");
 	if (o->schema == NULL)
@@ -182,6 +210,9 @@ bullmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	o->priority = OutboxDestinationOptionInt(row, "priority", &n) ? (int32) n : 0;
 	o->delay_ms = OutboxDestinationOptionInt(row, "delay_ms", &n) ? n : 0;
 	o->opts = job_opts(row, o);
+	(void) OutboxDestinationSharedOptions(row, &o->lock_timeout_ms, &headers);
+	if (o->lock_timeout_ms < 0)
+		o->lock_timeout_ms = BULLMQ_DEFAULT_LOCK_TIMEOUT_MS;
 	dest->options = o;
 	return sizeof(BullmqDestOptions) + VARSIZE(o->opts) + strlen(o->schema) +
 		(o->queue ? strlen(o->queue) : 0) + (o->job_name ? strlen(o->job_name) : 0);
@@ -204,13 +235,17 @@ bullmq_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 	const char *why;
 
 	o->queue_name = OutboxTemplateBuild(o->queue, ev, &missing, &why);
-	if (o->queue_name == NULL || strchr(o->queue_name, ':') != NULL)
+	if (o->queue_name == NULL || strchr(o->queue_name, ':') != NULL ||
+		strlen(o->queue_name) > BULLMQ_MAX_QUEUE_BYTES)
 	{
 		ev->permanent = true;
 		ev->error = missing ?
 			psprintf("the queue template uses %s, which the event does not have", missing) :
 			why ? psprintf("destination option \"queue\" is not valid: %s", why) :
-			pstrdup("the queue name built from the event's fields has \":\", which BullMQ refuses");
+			o->queue_name == NULL || strchr(o->queue_name, ':') != NULL ?
+			pstrdup("the queue name built from the event's fields has \":\", which BullMQ refuses") :
+			psprintf("the queue name built from the event's fields is longer than %d bytes",
+					 BULLMQ_MAX_QUEUE_BYTES);
 		return 0;
 	}
 	if (o->envelope)
@@ -241,12 +276,30 @@ bullmq_send(void *state pg_attribute_unused(), OutboxEvent *ev)
 	BullmqSchema *s = BullmqSchemaForSend(o->schema);
 	NullableDatum a[BULLMQ_ADD_JOB_NARGS];
 
+	Oid			temp_nsp;
+	Oid			temp_toast_nsp;
+
 	if (s->problem.sqlstate != 0)
 	{
 		ev->ok = false;
 		ev->error = s->problem.detail ?
 			psprintf("%s: %s", s->problem.message, s->problem.detail) :
 			pstrdup(s->problem.message);
+		return;
+	}
+
+	/*
+	 * A session's temporary table named as one of BullMQ's would take
+	 * add_job's rows, and its triggers would run as add_job's owner
+	 * (bullmq_schema.c): a session that has any (outbox_relay()) adds no
+	 * job, and the relay worker, which has none, adds it.
+	 */
+	GetTempNamespaceState(&temp_nsp, &temp_toast_nsp);
+	if (OidIsValid(temp_nsp))
+	{
+		ev->ok = false;
+		ev->not_sent = true;
+		ev->error = pstrdup("BullMQ jobs are not added from a session that has temporary tables; the relay worker adds them");
 		return;
 	}
 	memset(a, 0, sizeof(a));
@@ -266,7 +319,7 @@ bullmq_send(void *state pg_attribute_unused(), OutboxEvent *ev)
 	/* 9-13: parent queue, id and key, deduplication id, scheduler id: none */
 	ARG(14, BoolGetDatum(false));	/* lifo */
 #undef ARG
-	(void) BullmqAddJob(s, a);
+	(void) BullmqAddJob(s, a, o->lock_timeout_ms);
 	ev->ok = true;
 }
 

@@ -44,6 +44,7 @@ typedef struct BullmqDestOptions
 	int32		priority;
 	int64		delay_ms;
 	Jsonb	   *opts;			/* the job options as BullMQ stores them */
+	int			lock_timeout_ms;	/* add_job's lock_timeout: timeout_ms */
 } BullmqDestOptions;
 
 /*
@@ -52,6 +53,7 @@ typedef struct BullmqDestOptions
  */
 typedef struct BullmqSchema
 {
+	Oid			nsp;
 	Oid			add_job;
 	Oid			owner;
 	int			schema_version; /* max(version) of the ledger */
@@ -64,7 +66,8 @@ typedef struct BullmqSchema
 
 /* bullmq_schema.c */
 extern bool BullmqSchemaCheck(const char *schema, bool for_write, BullmqSchema *out);
+extern bool BullmqSchemaWriterCheck(BullmqSchema *s);
 extern BullmqSchema *BullmqSchemaForSend(const char *schema);
-extern Datum BullmqAddJob(BullmqSchema *s, NullableDatum *args);
+extern Datum BullmqAddJob(BullmqSchema *s, NullableDatum *args, int lock_timeout_ms);
 
 #endif							/* OUTBOX_BULLMQ_INT_H */
