@@ -375,7 +375,7 @@ BullmqAddJob(BullmqSchema *s, NullableDatum *args, int lock_timeout_ms)
 	PG_END_TRY();
 	as_owner_end(&saved);
 	/* no session-level lock of the owner's outlives the call in the relay */
-	if (IsBackgroundWorker)
+	if (OutboxInBackgroundWorker())
 		LockReleaseSession(USER_LOCKMETHOD);
 	return result;
 }
