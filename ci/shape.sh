@@ -487,7 +487,7 @@ fi
 
 # Rule 8: a kind's files include, of the core's headers, only the
 # interface (destination.h) and the shared rules of what is sent.
-kind_headers=" destination.h format.h envelope.h cloudevents.h headers.h signature.h event_template.h compat.h log_limit.h "
+kind_headers=" destination.h format.h envelope.h cloudevents.h headers.h signature.h event_template.h trace_context.h compat.h log_limit.h "
 if [ -d src/kinds ]; then
     mapfile -t kind_files < <(find src/kinds -mindepth 2 -name '*.[ch]' | sort)
     while IFS=: read -r f line inc; do

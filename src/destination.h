@@ -13,8 +13,8 @@
  * sends. What the core offers a kind is declared at the end of this
  * header, and a kind's files include no other header of the worker's
  * (only this one, the shared rules of what is sent: format.h, envelope.h,
- * cloudevents.h, headers.h, signature.h, event_template.h; compat.h and
- * log_limit.h).
+ * cloudevents.h, headers.h, signature.h, event_template.h,
+ * trace_context.h; compat.h and log_limit.h).
  *
  * A kind sends at one of two points:
  *

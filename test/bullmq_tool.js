@@ -7,7 +7,8 @@
 //   {"command": "work", "connection": {...}, "queue": "q", "count": N,
 //    "concurrency": C, "timeout_ms": T}
 //     a real BullMQ Worker processes jobs until N have completed or T ms
-//     have passed: {"jobs": [{"id", "name", "data", "attempts"}, ...]} in
+//     have passed: {"jobs": [{"id", "name", "data", "attempts", "telemetry"},
+//     ...]} in
 //     the order the Worker started them
 //   {"command": "add-bulk", "connection": {...}, "queue": "q", "count": N,
 //    "chunk": C}
@@ -52,7 +53,8 @@ async function work(input) {
   let finish;
   const finished = new Promise((resolve) => { finish = resolve; });
   const worker = new Worker(input.queue, async (job) => {
-    jobs.push({ id: job.id, name: job.name, data: job.data, attempts: job.opts.attempts });
+    jobs.push({ id: job.id, name: job.name, data: job.data, attempts: job.opts.attempts,
+      telemetry: job.opts.telemetry });
     return true;
   }, { connection: input.connection, concurrency: input.concurrency || 1, autorun: false },
   input.redis ? undefined : createPostgresBackend);

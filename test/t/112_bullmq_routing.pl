@@ -4,6 +4,10 @@
 #     jobs processed in the order of its events;
 #   - fan-out to a BullMQ queue (the envelope as the job's data, a job
 #     name of the destination's) and a webhook: each gets every event;
+#   - the trace context of the emitting transaction (SET LOCAL
+#     outbox.traceparent) in the job's opts.telemetry.metadata, where
+#     BullMQ's OpenTelemetry integration reads it: the trace id a W3C
+#     propagator extracts there (test/trace_check.js) is the writer's;
 #   - a template of the queue's name: each event in the queue its fields
 #     make; one whose field is missing, or whose name BullMQ refuses,
 #     dead-lettered at once with the reason.
@@ -62,6 +66,27 @@ is($node->safe_psql('postgres', q{
 		 WHERE queue = 'fan' AND name = 'fanned' AND data->>'id' = id AND data->>'type' = 'fan.out'
 		   AND data->>'aggregate_id' = data->'payload'->>'n'}),
 	'100', 'the queue: each event\'s envelope as its job\'s data, under the job name set');
+
+# The writer's trace context, from the job a Worker processes
+my $trace_id = '4bf92f3577b34da6a3ce929d0e0e4736';
+$node->safe_psql('postgres', qq{
+	INSERT INTO outbox_destinations (name, kind, event_types, options)
+	VALUES ('traced', 'bullmq', 'traced.*', '{"queue": "traced"}');
+	BEGIN;
+	SET LOCAL outbox.traceparent = '00-$trace_id-00f067aa0ba902b7-01';
+	SET LOCAL outbox.tracestate = 'vendor=1';
+	SELECT outbox_emit('traced.done', '{}');
+	COMMIT;
+	SELECT outbox_emit('traced.untraced', '{}');});
+my $traced = node_json('bullmq_tool.js', { command => 'work', connection => \%conn,
+	queue => 'traced', count => 2, timeout_ms => 60_000 }, 'bullmq', 'pg');
+my %telemetry = map { ($_->{name} => $_->{telemetry}) } @{ $traced->{jobs} };
+is_deeply($telemetry{'traced.done'}, { metadata => { traceparent => "00-$trace_id-00f067aa0ba902b7-01",
+			tracestate => 'vendor=1' } }, 'the job carries the trace context in opts.telemetry.metadata');
+is(node_json('trace_check.js', { headers => $telemetry{'traced.done'}{metadata}, body => '' },
+		'@opentelemetry/core')->{headers}, $trace_id, 'where a W3C propagator finds the writer\'s trace id');
+ok(exists $telemetry{'traced.untraced'} && !defined $telemetry{'traced.untraced'},
+	'an event without trace context: no telemetry');
 
 # A template of the queue's name: each event's queue from its fields; one
 # whose field is missing or makes a name BullMQ refuses fails for good

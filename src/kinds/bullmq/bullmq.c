@@ -18,7 +18,9 @@
  * the event type (or the destination's job_name), its data the event's
  * payload (or, with job_data 'envelope', the whole envelope: id, type,
  * aggregate, created_at, attempt and payload), its options those the
- * destination sets, timestamped when it is added. An ERROR from add_job
+ * destination sets, and the event's trace context in opts.telemetry (where
+ * BullMQ's OpenTelemetry integration reads it), timestamped when it is
+ * added. An ERROR from add_job
  * rolls back the claim, which the relay then sends one event at a time,
  * so that it becomes that event's failed attempt alone (docs/bullmq.md).
  *
@@ -35,6 +37,7 @@
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -42,6 +45,7 @@
 #include "destination.h"
 #include "envelope.h"
 #include "event_template.h"
+#include "trace_context.h"
 #include "bullmq_int.h"
 
 #define BULLMQ_OPTIONS(ev) ((const BullmqDestOptions *) (ev)->dest.options)
@@ -219,6 +223,36 @@ bullmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 }
 
 /*
+ * opts with the event's trace context (its traceparent and tracestate
+ * headers, as the claim kept them) where BullMQ's telemetry reads it: the
+ * job's opts.telemetry.metadata, the carrier BullMQ's OpenTelemetry
+ * integration (npm bullmq-otel) extracts the context from with the W3C
+ * propagator when a Worker processes the job. opts alone without one.
+ */
+static Jsonb *
+with_trace_context(Jsonb *opts, const OutboxEvent *ev)
+{
+	char	   *traceparent;
+	char	   *tracestate;
+	StringInfoData buf;
+
+	OutboxTraceContextOf(ev->headers, &traceparent, &tracestate);
+	if (traceparent == NULL)
+		return opts;
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"telemetry\": {\"metadata\": {\"traceparent\": ");
+	escape_json(&buf, traceparent);
+	if (tracestate != NULL)
+	{
+		appendStringInfoString(&buf, ", \"tracestate\": ");
+		escape_json(&buf, tracestate);
+	}
+	appendStringInfoString(&buf, "}}}");
+	return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(opts),
+											  DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data))));
+}
+
+/*
  * prepare: the queue's name, built from the event's fields if the option
  * is a template; a template that names a field the event lacks, or a name
  * with ':', fails the event for good. With job_data 'envelope', the body
@@ -248,6 +282,7 @@ bullmq_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 					 BULLMQ_MAX_QUEUE_BYTES);
 		return 0;
 	}
+	o->opts = with_trace_context(o->opts, ev);
 	if (o->envelope)
 		return OutboxPrepareEnvelope(ev, true);
 	ev->body = pstrdup("");
