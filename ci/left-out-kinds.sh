@@ -1,10 +1,10 @@
 #!/bin/bash
 # ci/left-out-kinds.sh - builds the extension without each optional
 # destination kind in turn (make with_<kind>=no; the optional kinds are
-# marked in src/kinds/kinds.list), checks that the library does not link
-# the kind's client library, and runs every test on that build: pg_regress
-# (with left_out_<kind> in place of the kind's own test) and the TAP suite,
-# whose tests of the kind skip themselves.
+# marked in src/kinds/kinds.list) and checks that the library does not link
+# the kind's client library; then runs every test once on a build without
+# all of them: pg_regress (with left_out_<kind> in place of each kind's own
+# test) and the TAP suite, whose tests of those kinds skip themselves.
 #
 # As root, after ci/deps.sh. It leaves the host's PostgreSQL 15 alone: the
 # build goes into a private copy of it under $OUTBOX_LEFT_OUT_DIR (default
@@ -31,22 +31,32 @@ cp -a /usr/lib/postgresql "$dir/usr/lib/" &&
     cp -a /usr/include/postgresql "$dir/usr/include/" || exit 3
 pg_config=$dir/usr/lib/postgresql/15/bin/pg_config
 
+# each optional kind left out alone: it builds, and links nothing of the kind's
+out=()
 while read -r kind optional lib _; do
     [ "$optional" = yes ] || continue
-    step "without the $kind kind (make with_$kind=no), PostgreSQL 15 in $dir"
+    out+=("with_$kind=no")
+    step "without the $kind kind (make with_$kind=no): build, PostgreSQL 15 in $dir"
     if ! { make -s PG_CONFIG="$pg_config" clean &&
-        make -s PG_CONFIG="$pg_config" "with_$kind=no" PG_CFLAGS="$cflags" &&
-        make -s PG_CONFIG="$pg_config" "with_$kind=no" install >/dev/null; }; then
+        make -s PG_CONFIG="$pg_config" "with_$kind=no" PG_CFLAGS="$cflags"; }; then
         rc=1
         continue
     fi
     if [ "$lib" != - ] && ldd outbox.so | grep -q -- "lib${lib#-l}[.-]"; then
         echo "left-out-kinds.sh: outbox.so built with_$kind=no links ${lib#-l}" >&2
         rc=1
-        continue
     fi
-    env "with_$kind=no" PG_CONFIG="$pg_config" bash ci/check.sh </dev/null || rc=1
 done < <(grep -v '^#' src/kinds/kinds.list)
+# then every test once, on a build without any of them: each left-out
+# kind's left_out_<kind> test runs, and its TAP tests skip
+step "without ${out[*]}: every test, PostgreSQL 15 in $dir"
+if make -s PG_CONFIG="$pg_config" clean &&
+    make -s PG_CONFIG="$pg_config" "${out[@]}" PG_CFLAGS="$cflags" &&
+    make -s PG_CONFIG="$pg_config" "${out[@]}" install >/dev/null; then
+    env "${out[@]}" PG_CONFIG="$pg_config" bash ci/check.sh </dev/null || rc=1
+else
+    rc=1
+fi
 make -s clean
 [ "$rc" != 0 ] || rm -rf "$dir"
 exit "$rc"

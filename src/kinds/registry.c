@@ -27,6 +27,11 @@ extern const OutboxDestinationKind OutboxJetStreamKind;
 #else
 extern const OutboxKindLeftOut OutboxJetStreamLeftOut;
 #endif
+#ifdef OUTBOX_WITH_RABBITMQ
+extern const OutboxDestinationKind OutboxRabbitmqKind;
+#else
+extern const OutboxKindLeftOut OutboxRabbitmqLeftOut;
+#endif
 
 static const OutboxDestinationKind *const kinds[] = {
 	&OutboxHttpKind,
@@ -35,6 +40,9 @@ static const OutboxDestinationKind *const kinds[] = {
 	&OutboxJetStreamKind,
 #endif
 	&OutboxBullmqKind,
+#ifdef OUTBOX_WITH_RABBITMQ
+	&OutboxRabbitmqKind,
+#endif
 };
 
 /*
@@ -45,6 +53,9 @@ static const OutboxDestinationKind *const kinds[] = {
 static const OutboxKindLeftOut *const left_out[] = {
 #ifndef OUTBOX_WITH_JETSTREAM
 	&OutboxJetStreamLeftOut,
+#endif
+#ifndef OUTBOX_WITH_RABBITMQ
+	&OutboxRabbitmqLeftOut,
 #endif
 	NULL
 };

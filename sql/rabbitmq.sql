@@ -1,0 +1,42 @@
+-- RabbitMQ destinations: the rules of their options, checked when written
+-- (the TAP tests deliver to a real broker: test/t/120_rabbitmq.pl). No
+-- message quotes a value: the options hold the password.
+
+-- the target is "urls", and the kind is named
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types) VALUES ('r', 'rabbitmq', 'none.*')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "http://127.0.0.1:5672"}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqps://127.0.0.1:5671"}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://guest:s3cret@127.0.0.1:5672"}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:5672/orders"}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:notaport"}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": " , "}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*',
+    jsonb_build_object('urls', (SELECT string_agg('amqp://127.0.0.1:' || (5000 + g), ',') FROM generate_series(1, 17) g)))$$);
+-- the exchange's name, as RabbitMQ takes it
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "exchange": "a b"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', jsonb_build_object('urls', 'amqp://127.0.0.1', 'exchange', repeat('e', 256)))$$);
+-- a routing key or a template of one from the event's fields, at most 255 bytes
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "routing_key": "orders.{customer}"}')$$);
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', jsonb_build_object('urls', 'amqp://127.0.0.1', 'routing_key', repeat('k', 256)))$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "max_unconfirmed": 0}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "max_unconfirmed": 4097}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "queue": "q"}')$$);
+-- headers that RabbitMQ reads as its own (CC and BCC route, x-* are its
+-- arguments) or that the relay sets: refused on the destination
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"CC": "other"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"bcc": "other"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"X-Delay": "1000"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"outbox-event-id": "x"}')$$);
+-- a kind that does not sign; its formats are the envelope and structured CloudEvents
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, secret) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', 'whsec_c2VjcmV0')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, format) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', 'cloudevents-binary')$$);
+SELECT count(*) AS destinations FROM outbox_destinations;
+
+-- what is taken: several URLs, a vhost, credentials, a template, a header
+INSERT INTO outbox_destinations (name, kind, event_types, options, headers, format) VALUES
+    ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:5672, amqp://[::1]:5672/", "vhost": "shop", "user": "relay", "password": "s3cret",
+      "exchange": "amq.topic", "routing_key": "{aggregate_type}.{event_type}", "max_unconfirmed": 64}', '{"tenant": "acme"}', 'cloudevents');
+SELECT name, kind, format FROM outbox_destinations;
+-- a change is checked as a new row is
+SELECT regress.try_detail($$UPDATE outbox_destinations SET options = options || '{"urls": "amqp://u:p@127.0.0.1"}' WHERE name = 'r'$$);
+DELETE FROM outbox_destinations;

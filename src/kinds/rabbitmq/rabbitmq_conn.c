@@ -1,0 +1,590 @@
+/*-------------------------------------------------------------------------
+ *
+ * rabbitmq_conn.c
+ *	  A RabbitMQ destination's connection, as the relay drives it: made,
+ *	  its frames read, messages published, time limits kept, closed.
+ *
+ * One connection per destination, one channel in confirm mode on it. A
+ * connection is made on a thread of its own (rabbitmq_thread.c), then is
+ * the relay's alone: its socket is in the relay's one wait, and its frames
+ * are read without waiting (amqp_simple_wait_frame_noblock with a zero
+ * timeout, which also sends and checks heartbeats), so that nothing the
+ * broker does or fails to do holds the relay. rabbitmq-c's publish waits
+ * until the message is written: a message is published only when the
+ * socket's send buffer has room for it, and nothing while the broker has
+ * blocked the connection (connection.blocked, which the relay asks for).
+ *
+ * Confirms come in the order of the delivery tags, which the channel
+ * counts from 1 for each publish (RabbitMQ's publisher confirms); a
+ * basic.return for a mandatory message nobody took comes before that
+ * message's basic.ack, and names it by its message_id in the content
+ * header that follows it.
+ *
+ * Relay thread only; no transaction needed.
+ *
+ * src/kinds/rabbitmq/rabbitmq_conn.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#ifdef __linux__
+#include <linux/sockios.h>
+#endif
+
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+#include "rabbitmq_int.h"
+
+/* how long a polite close may wait for close-ok */
+#define RMQ_CLOSE_WAIT_MS 1000
+/* the retries of a failed connection: 0.5 s, doubled up to 30 s */
+#define RMQ_RETRY_MIN_MS 500
+#define RMQ_RETRY_MAX_MS 30000
+/* events published in one go, between start log flushes */
+#define RMQ_PUBLISH_BATCH 64
+
+/* A timeval of ms milliseconds. */
+static struct timeval
+ms_timeval(int ms)
+{
+	struct timeval tv;
+
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	return tv;
+}
+
+/* The broker's code and words, for messages: "404 NOT_FOUND - no exchange..." */
+static char *
+broker_words(uint16_t code, amqp_bytes_t text)
+{
+	return psprintf("%u %s", code, OutboxRedact(text.bytes, text.len));
+}
+
+/* Hands ev back with its outcome set, in done. */
+static void
+hand_back(RmqConn *c, OutboxEvent *ev, List **done)
+{
+	*done = lappend(*done, ev);
+	c->live--;
+}
+
+/* Fails every waiting event of c with error, and hands them back. */
+static void
+fail_waiting(RmqConn *c, const char *error, List **done)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &c->waiting)
+	{
+		RmqWaiting *w = dlist_container(RmqWaiting, node, iter.cur);
+
+		RabbitmqFail(w->ev, pstrdup(error), false);
+		hand_back(c, w->ev, done);
+		dlist_delete(iter.cur);
+		pfree(w);
+	}
+	c->nwaiting = 0;
+}
+
+/*
+ * Ends c's connection. why NULL: a polite close (connection.close, waiting
+ * RMQ_CLOSE_WAIT_MS at most for its answer), for an idle connection;
+ * otherwise the connection failed: its socket is closed at once, every
+ * unconfirmed event fails with why (the broker may have stored it: the
+ * retry carries the same message_id), and a new attempt waits.
+ */
+void
+RabbitmqClose(RmqConn *c, const char *why, List **done)
+{
+	dlist_mutable_iter iter;
+
+	if (c->phase == RMQ_CONNECTING)
+	{
+		RabbitmqConnectAbandon(c->connect);
+		c->connect = NULL;
+	}
+	if (c->phase == RMQ_READY)
+	{
+		if (why == NULL)
+		{
+			struct timeval tv = ms_timeval(RMQ_CLOSE_WAIT_MS);
+
+			(void) amqp_set_rpc_timeout(c->amqp, &tv);
+			(void) amqp_connection_close(c->amqp, AMQP_REPLY_SUCCESS);
+		}
+		amqp_destroy_connection(c->amqp);
+		c->amqp = NULL;
+		c->ks->generation++;
+	}
+	dlist_foreach_modify(iter, &c->unconfirmed)
+	{
+		RmqUnconfirmed *u = dlist_container(RmqUnconfirmed, node, iter.cur);
+
+		if (u->ev != NULL)
+		{
+			RabbitmqFail(u->ev, psprintf("%s, before RabbitMQ confirmed the message (it may be stored: the retry carries the same message_id)",
+										 why ? why : "the connection was closed"), false);
+			hand_back(c, u->ev, done);
+		}
+		dlist_delete(iter.cur);
+		pfree(u);
+	}
+	c->nunconfirmed = 0;
+	c->in_return = false;
+	c->blocked = false;
+	c->want_write = false;
+	if (why == NULL)
+		c->phase = RMQ_IDLE;
+	else
+	{
+		if (c->phase == RMQ_READY)
+			ereport(LOG,
+					(errmsg("outbox destination \"%s\": the connection to RabbitMQ ended: %s",
+							c->name, why)));
+		c->failures++;
+		c->phase = RMQ_BACKING_OFF;
+		c->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  Min(RMQ_RETRY_MIN_MS << Min(c->failures - 1, 10),
+													  RMQ_RETRY_MAX_MS));
+		c->last_failure = MemoryContextStrdup(c->cxt, why);
+	}
+}
+
+/*
+ * A confirm for tag (and every earlier one if multiple): ack, or nack.
+ * An acked message that came back with a basic.return was routed to no
+ * queue: that is a failure too.
+ */
+static void
+confirm(RmqConn *c, uint64 tag, bool multiple, bool ack, List **done)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &c->unconfirmed)
+	{
+		RmqUnconfirmed *u = dlist_container(RmqUnconfirmed, node, iter.cur);
+
+		if (u->tag > tag)
+			break;
+		if (u->tag < tag && !multiple)
+			continue;
+		if (u->ev != NULL)
+		{
+			const RmqDestOptions *o = RMQ_OPTIONS(u->ev);
+
+			if (ack && !u->returned)
+				u->ev->ok = true;
+			else if (u->returned)
+				RabbitmqFail(u->ev, psprintf("RabbitMQ returned the message: no queue is bound to exchange \"%s\" for routing key \"%s\" (%s)",
+											 c->exchange[0] ? c->exchange : "(the default exchange)",
+											 OutboxPrintable(o->key, strlen(o->key)), u->return_text), false);
+			else
+				RabbitmqFail(u->ev, psprintf("RabbitMQ refused the message (basic.nack) for exchange \"%s\" and routing key \"%s\": a queue may be at its max-length with overflow reject-publish",
+											 c->exchange[0] ? c->exchange : "(the default exchange)",
+											 OutboxPrintable(o->key, strlen(o->key))), false);
+			hand_back(c, u->ev, done);
+		}
+		dlist_delete(iter.cur);
+		c->nunconfirmed--;
+		pfree(u);
+	}
+}
+
+/* The content header of a returned message: marks its event by message_id. */
+static void
+returned_header(RmqConn *c, amqp_frame_t *f)
+{
+	amqp_basic_properties_t *p = f->payload.properties.decoded;
+	dlist_iter	it;
+
+	c->return_body_left = f->payload.properties.body_size;
+	if (c->return_body_left == 0)
+		c->in_return = false;
+	if (p == NULL || !(p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+		return;
+	dlist_foreach(it, &c->unconfirmed)
+	{
+		RmqUnconfirmed *u = dlist_container(RmqUnconfirmed, node, it.cur);
+
+		if (u->ev != NULL && strlen(u->ev->event_id) == p->message_id.len &&
+			memcmp(u->ev->event_id, p->message_id.bytes, p->message_id.len) == 0)
+		{
+			u->returned = true;
+			u->return_text = MemoryContextStrdup(c->cxt, c->return_text);
+			return;
+		}
+	}
+}
+
+/*
+ * A method frame from the broker. Returns false if it ended the
+ * connection (RabbitmqClose done).
+ */
+static bool
+method_frame(RmqConn *c, amqp_frame_t *f, List **done)
+{
+	amqp_method_t *m = &f->payload.method;
+
+	switch (m->id)
+	{
+		case AMQP_BASIC_ACK_METHOD:
+			{
+				amqp_basic_ack_t *a = m->decoded;
+
+				confirm(c, a->delivery_tag, a->multiple, true, done);
+				break;
+			}
+		case AMQP_BASIC_NACK_METHOD:
+			{
+				amqp_basic_nack_t *n = m->decoded;
+
+				confirm(c, n->delivery_tag, n->multiple, false, done);
+				break;
+			}
+		case AMQP_BASIC_RETURN_METHOD:
+			{
+				amqp_basic_return_t *r = m->decoded;
+
+				c->in_return = true;
+				c->return_text = MemoryContextStrdup(c->cxt,
+													 broker_words(r->reply_code, r->reply_text));
+				break;
+			}
+		case AMQP_CONNECTION_BLOCKED_METHOD:
+			c->blocked = true;
+			break;
+		case AMQP_CONNECTION_UNBLOCKED_METHOD:
+			c->blocked = false;
+			break;
+		case AMQP_CHANNEL_CLOSE_METHOD:
+			{
+				amqp_channel_close_t *cl = m->decoded;
+				amqp_channel_close_ok_t ok;
+
+				(void) amqp_send_method(c->amqp, 1, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+				RabbitmqClose(c, psprintf("RabbitMQ closed the channel: %s",
+										  broker_words(cl->reply_code, cl->reply_text)), done);
+				return false;
+			}
+		case AMQP_CONNECTION_CLOSE_METHOD:
+			{
+				amqp_connection_close_t *cl = m->decoded;
+				amqp_connection_close_ok_t ok;
+
+				(void) amqp_send_method(c->amqp, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+				RabbitmqClose(c, psprintf("RabbitMQ closed the connection: %s",
+										  broker_words(cl->reply_code, cl->reply_text)), done);
+				return false;
+			}
+		default:
+			break;
+	}
+	return true;
+}
+
+/*
+ * Reads every frame that is there, without waiting: confirms, returns,
+ * closes, blocks. rabbitmq-c sends a heartbeat when one is due, and ends
+ * the connection when the broker's are missing.
+ */
+static void
+read_frames(RmqConn *c, List **done)
+{
+	struct timeval zero = {0, 0};
+
+	c->last_io = GetCurrentTimestamp();
+	for (;;)
+	{
+		amqp_frame_t f;
+		int			status = amqp_simple_wait_frame_noblock(c->amqp, &f, &zero);
+
+		if (status == AMQP_STATUS_TIMEOUT)
+			break;
+		if (status != AMQP_STATUS_OK)
+		{
+			RabbitmqClose(c, psprintf("the connection was lost: %s", amqp_error_string2(status)), done);
+			return;
+		}
+		if (f.frame_type == AMQP_FRAME_METHOD)
+		{
+			if (!method_frame(c, &f, done))
+				return;
+		}
+		else if (f.frame_type == AMQP_FRAME_HEADER && c->in_return)
+			returned_header(c, &f);
+		else if (f.frame_type == AMQP_FRAME_BODY && c->in_return)
+		{
+			c->return_body_left -= Min(c->return_body_left, f.payload.body_fragment.len);
+			if (c->return_body_left == 0)
+				c->in_return = false;
+		}
+	}
+	if (!amqp_frames_enqueued(c->amqp))
+		amqp_maybe_release_buffers(c->amqp);
+}
+
+/*
+ * Whether bytes more can be written to c's socket without waiting: half
+ * its send buffer holds them with what is queued there, or (alone: a
+ * message larger than that) nothing is queued. Linux's SIOCOUTQ; true
+ * where there is none.
+ */
+bool
+RabbitmqSendRoom(RmqConn *c, size_t bytes, bool alone)
+{
+#ifdef SIOCOUTQ
+	int			queued;
+	int			sndbuf;
+	socklen_t	len = sizeof(sndbuf);
+
+	if (ioctl(c->fd, SIOCOUTQ, &queued) != 0 ||
+		getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
+		return true;
+	return (alone && queued == 0) || (size_t) queued + bytes <= (size_t) sndbuf / 2;
+#else
+	return true;
+#endif
+}
+
+/*
+ * Publishes what waits, while the destination's unconfirmed messages are
+ * under its cap, the broker has not blocked the connection and the
+ * socket has room: notes each in the start log before any goes out.
+ */
+static void
+publish_waiting(RmqConn *c, List **done)
+{
+	while (c->phase == RMQ_READY && c->nwaiting > 0 && !c->blocked)
+	{
+		RmqWaiting *batch[RMQ_PUBLISH_BATCH];
+		int			n = 0;
+		size_t		bytes = 0;
+		dlist_iter	it;
+		bool		room = true;
+
+		dlist_foreach(it, &c->waiting)
+		{
+			RmqWaiting *w = dlist_container(RmqWaiting, node, it.cur);
+			size_t		size = strlen(w->ev->body) + 1024;
+
+			if (n == RMQ_PUBLISH_BATCH || c->nunconfirmed + n >= c->cap)
+				break;
+			if (!RabbitmqSendRoom(c, bytes + size, n == 0))
+			{
+				room = false;
+				break;
+			}
+			bytes += size;
+			batch[n++] = w;
+		}
+		c->want_write = !room && n == 0;
+		if (n == 0)
+			return;
+		for (int i = 0; i < n; i++)
+			OutboxStartLogNote(batch[i]->ev);
+		OutboxStartLogFlush();
+		for (int i = 0; i < n && c->phase == RMQ_READY; i++)
+		{
+			RmqWaiting *w = batch[i];
+			RmqUnconfirmed *u = MemoryContextAllocZero(c->cxt, sizeof(RmqUnconfirmed));
+			int			status;
+
+			u->tag = c->next_tag++;
+			u->ev = w->ev;
+			u->deadline = w->deadline;
+			dlist_delete(&w->node);
+			c->nwaiting--;
+			dlist_push_tail(&c->unconfirmed, &u->node);
+			c->nunconfirmed++;
+			pfree(w);
+			status = RabbitmqPublish(c, u->ev);
+			if (status != AMQP_STATUS_OK)
+				RabbitmqClose(c, psprintf("cannot publish: %s", amqp_error_string2(status)), done);
+		}
+		c->last_io = GetCurrentTimestamp();
+	}
+}
+
+/*
+ * Ends what is past its time limit: an unconfirmed message ends the
+ * connection (a broker that confirms nothing in time is not waited on
+ * further, and its window is freed); a waiting event fails with why it
+ * could not be published.
+ */
+static void
+expire(RmqConn *c, TimestampTz now, List **done)
+{
+	if (c->nunconfirmed > 0 &&
+		dlist_head_element(RmqUnconfirmed, node, &c->unconfirmed)->deadline <= now)
+		RabbitmqClose(c, psprintf("no confirm from RabbitMQ within %d ms", c->timeout_ms), done);
+	while (c->nwaiting > 0)
+	{
+		RmqWaiting *w = dlist_head_element(RmqWaiting, node, &c->waiting);
+
+		if (w->deadline > now)
+			break;
+		RabbitmqFail(w->ev,
+					 c->phase == RMQ_CONNECTING ?
+					 psprintf("not connected to RabbitMQ within %d ms: the connection is still being made",
+							  c->timeout_ms) :
+					 c->phase != RMQ_READY ?
+					 psprintf("not connected to RabbitMQ within %d ms: %s", c->timeout_ms,
+							  c->last_failure ? c->last_failure : "no attempt yet") :
+					 c->blocked ?
+					 psprintf("RabbitMQ blocked the connection (a resource alarm) for %d ms", c->timeout_ms) :
+					 psprintf("not published within %d ms: the connection's send buffer stayed full",
+							  c->timeout_ms), false);
+		hand_back(c, w->ev, done);
+		dlist_delete(&w->node);
+		c->nwaiting--;
+		pfree(w);
+	}
+}
+
+/* c's connection is made: conn, on which the relay publishes. */
+static void
+connected(RmqConn *c, amqp_connection_state_t conn, TimestampTz now)
+{
+	if (c->failures > 0)
+		ereport(LOG,
+				(errmsg("outbox destination \"%s\": connected to RabbitMQ again", c->name)));
+	c->amqp = conn;
+	c->fd = amqp_get_sockfd(conn);
+	c->phase = RMQ_READY;
+	c->failures = 0;
+	c->next_tag = 1;
+	c->last_io = now;
+	c->ks->generation++;
+}
+
+/* c's connection could not be made: its waiting events fail at once with why. */
+static void
+connect_failed(RmqConn *c, char *error, List **done)
+{
+	c->phase = RMQ_IDLE;
+	RabbitmqClose(c, error, done);
+	fail_waiting(c, psprintf("cannot connect to RabbitMQ: %s", error), done);
+}
+
+/*
+ * Moves c along: reads what came, ends what is late, starts a connection
+ * if events wait, takes it once made (failing the waiting events at once
+ * if it could not be), publishes.
+ */
+void
+RabbitmqService(RmqConn *c, List **done)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (c->phase == RMQ_READY)
+		read_frames(c, done);
+	expire(c, now, done);
+	if (c->nwaiting > 0 &&
+		(c->phase == RMQ_IDLE || (c->phase == RMQ_BACKING_OFF && now >= c->retry_at)))
+	{
+		const char *why;
+
+		c->connect = RabbitmqConnectStart(c, &why);
+		if (c->connect != NULL)
+			c->phase = RMQ_CONNECTING;
+		else
+			connect_failed(c, pstrdup(why), done);
+	}
+	if (c->phase == RMQ_CONNECTING)
+	{
+		amqp_connection_state_t conn;
+		char	   *error;
+
+		if (RabbitmqConnectDone(c->connect, &conn, &error))
+		{
+			c->connect = NULL;
+			if (conn != NULL)
+				connected(c, conn, now);
+			else
+				connect_failed(c, error, done);
+		}
+	}
+	publish_waiting(c, done);
+}
+
+/* A string of the options that decide a connection: a change makes a new one. */
+static char *
+fingerprint(const RmqDestOptions *o)
+{
+	return psprintf("%s\n%s\n%s\n%s\n%s\n%d\n%d", o->urls, o->vhost, o->user, o->password,
+					o->exchange, o->max_unconfirmed, o->timeout_ms);
+}
+
+/*
+ * The connection for ev's destination, made (not connected) if it has
+ * none with its options; an older one of the destination is retired.
+ */
+RmqConn *
+RabbitmqConnFor(RmqKindState *ks, OutboxEvent *ev)
+{
+	const RmqDestOptions *o = RMQ_OPTIONS(ev);
+	char	   *fp = fingerprint(o);
+	RmqConn    *c = NULL;
+	ListCell   *lc;
+	MemoryContext old;
+	const char *why;
+	char	  **urls;
+
+	foreach(lc, ks->conns)
+	{
+		RmqConn    *x = lfirst(lc);
+
+		if (strcmp(x->name, ev->dest.name) != 0)
+			continue;
+		if (!x->retiring && strcmp(x->fingerprint, fp) == 0)
+			c = x;
+		else
+			x->retiring = true;
+	}
+	if (c != NULL)
+		return c;
+	if (ks->cxt == NULL)
+		ks->cxt = AllocSetContextCreate(TopMemoryContext, "outbox RabbitMQ connections",
+										ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(ks->cxt);
+	c = palloc0(sizeof(RmqConn));
+	c->ks = ks;
+	c->cxt = AllocSetContextCreate(ks->cxt, "outbox RabbitMQ connection", ALLOCSET_SMALL_SIZES);
+	MemoryContextSwitchTo(c->cxt);
+	c->name = pstrdup(ev->dest.name);
+	c->fingerprint = pstrdup(fp);
+	c->phase = RMQ_IDLE;
+	c->fd = PGINVALID_SOCKET;
+	dlist_init(&c->waiting);
+	dlist_init(&c->unconfirmed);
+	/* checked when the destination was written */
+	urls = RabbitmqSplitUrls(o->urls, &c->nurls, &why);
+	c->urls = urls;
+	if (urls == NULL)
+		c->nurls = 0;
+	c->vhost = pstrdup(o->vhost);
+	c->user = pstrdup(o->user);
+	c->password = pstrdup(o->password);
+	c->exchange = pstrdup(o->exchange);
+	c->cap = o->max_unconfirmed;
+	c->timeout_ms = o->timeout_ms;
+	MemoryContextSwitchTo(ks->cxt);
+	ks->conns = lappend(ks->conns, c);
+	MemoryContextSwitchTo(old);
+	return c;
+}
+
+/* Frees c (closed, nothing held). */
+void
+RabbitmqFreeConn(RmqConn *c)
+{
+	Assert(c->amqp == NULL && c->nunconfirmed == 0 && c->nwaiting == 0);
+	MemoryContextDelete(c->cxt);
+	pfree(c);
+}

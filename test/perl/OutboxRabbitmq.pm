@@ -1,0 +1,147 @@
+# A real rabbitmq-server (Debian's) for the TAP tests of the rabbitmq kind,
+# on 127.0.0.1 only, with its own node name, ports, Erlang port mapper,
+# cookie and data directory, so that tests running at once never share a
+# broker. Its user is given in the configuration file; the tests reach it
+# with npm amqplib (test/rabbitmq_tool.js) as an independent client.
+package OutboxRabbitmq;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use IPC::Run;
+use JSON::PP;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+
+our @EXPORT = qw(rabbitmq_available start_rabbitmq);
+
+my $seq = 0;
+
+# Where Debian puts the broker's own start script (/usr/sbin's wants root).
+sub _server_script
+{
+	my @found = (glob('/usr/lib/rabbitmq/bin/rabbitmq-server'),
+		glob('/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server'));
+	return (grep { -x $_ } @found)[0];
+}
+
+# Whether rabbitmq-server and npm amqplib are installed (ci/deps.sh).
+sub rabbitmq_available
+{
+	my $modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
+	return defined _server_script() && -d "$modules/amqplib";
+}
+
+# Starts a broker and waits until amqplib can use it; returns an OutboxRabbitmq.
+sub start_rabbitmq
+{
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	my $self = bless {
+		dir => $dir,
+		name => "outbox_$$" . '_' . $seq++ . '@localhost',
+		port => PostgreSQL::Test::Cluster::get_free_port(),
+		dist_port => PostgreSQL::Test::Cluster::get_free_port(),
+		epmd_port => PostgreSQL::Test::Cluster::get_free_port(),
+		user => 'relay',
+		password => 'relay-secret-7Qx2',
+	}, 'OutboxRabbitmq';
+	PostgreSQL::Test::Utils::append_to_file("$dir/rabbitmq.conf",
+		"listeners.tcp.default = 127.0.0.1:$self->{port}\n"
+		  . "default_user = $self->{user}\ndefault_pass = $self->{password}\n"
+		  . "loopback_users = none\n");
+	PostgreSQL::Test::Utils::append_to_file("$dir/enabled_plugins", "[].\n");
+	$self->start;
+	return $self;
+}
+
+sub _env
+{
+	my ($self) = @_;
+	my $d = $self->{dir};
+	return (HOME => $d, RABBITMQ_NODENAME => $self->{name}, RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1',
+		RABBITMQ_NODE_PORT => $self->{port}, RABBITMQ_DIST_PORT => $self->{dist_port},
+		ERL_EPMD_PORT => $self->{epmd_port}, ERL_EPMD_ADDRESS => '127.0.0.1',
+		RABBITMQ_CONFIG_FILE => "$d/rabbitmq", RABBITMQ_ENABLED_PLUGINS_FILE => "$d/enabled_plugins",
+		RABBITMQ_MNESIA_BASE => "$d/mnesia", RABBITMQ_LOG_BASE => "$d/log",
+		RABBITMQ_PID_FILE => "$d/pid", RABBITMQ_LOGS => '-',
+		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS => '-kernel inet_dist_use_interface {127,0,0,1}');
+}
+
+# Starts (again, on the same data and port) and waits until it answers.
+sub start
+{
+	my ($self) = @_;
+	local %ENV = (%ENV, $self->_env);
+	$self->{h} = IPC::Run::start([ _server_script() ], '>>', "$self->{dir}/server.log", '2>&1');
+	OutboxTest::wait_until(sub { eval { $self->tool({ command => 'setup' }); 1 } })
+	  or die "rabbitmq-server did not start:\n" . PostgreSQL::Test::Utils::slurp_file("$self->{dir}/server.log");
+	# kept: the pid file goes with the test's temporary directory, which
+	# can be removed before this object is destroyed
+	$self->{pid} = $self->vm_pid;
+	return;
+}
+
+# Stops the broker (TERM: a clean stop; KILL) and waits for its end. The
+# start script runs the Erlang VM as a child, whose pid is in the pid file.
+sub stop
+{
+	my ($self, $signal) = @_;
+	return unless $self->{h};
+	my $pid = $self->{pid};
+	kill $signal // 'TERM', $pid if $pid;
+	OutboxTest::wait_until(sub { !kill 0, $pid }) if $pid;
+	$self->{h}->kill_kill;
+	delete $self->{h};
+	return;
+}
+
+# The pid of the broker's Erlang VM, or undef.
+sub vm_pid
+{
+	my ($self) = @_;
+	return undef unless -s "$self->{dir}/pid";
+	my $pid = PostgreSQL::Test::Utils::slurp_file("$self->{dir}/pid");
+	chomp $pid;
+	return $pid =~ /^\d+$/ ? $pid : undef;
+}
+
+# Freezes (STOP) or thaws (CONT) the broker's Erlang VM.
+sub signal
+{
+	my ($self, $signal) = @_;
+	kill $signal, $self->{pid};
+	return;
+}
+
+sub url { my ($self) = @_; return "amqp://127.0.0.1:$self->{port}"; }
+sub amqp_url { my ($self) = @_; return "amqp://$self->{user}:$self->{password}\@127.0.0.1:$self->{port}"; }
+
+# A destination's options: its URL and user, and %more.
+sub options
+{
+	my ($self, %more) = @_;
+	return JSON::PP->new->canonical->encode(
+		{ urls => $self->url, user => $self->{user}, password => $self->{password}, %more });
+}
+
+# Runs test/rabbitmq_tool.js with $input (the URL added) and returns its answer.
+sub tool
+{
+	my ($self, $input) = @_;
+	return OutboxTest::node_json('rabbitmq_tool.js', { url => $self->amqp_url, %$input }, 'amqplib');
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	local $?;
+	$self->stop('KILL') if $self->{h};
+	local %ENV = (%ENV, $self->_env);
+	# the Erlang port mapper the broker started, on the test's own port
+	system('epmd -kill >/dev/null 2>&1');
+	return;
+}
+
+1;

@@ -1,0 +1,151 @@
+# The rabbitmq kind against a real rabbitmq-server (Debian's) on 127.0.0.1,
+# read back with npm amqplib: 1,000 events become 1,000 persistent messages,
+# each message_id (the event_id) once, with the properties and headers the
+# README names and no x-* header a writer set (RabbitMQ's own names);
+# a message no queue takes comes back (basic.return) and a full queue with
+# overflow reject-publish refuses it (basic.nack): failed attempts, never
+# delivered; bad credentials, a missing exchange and a wrong virtual host
+# are each a clear last_error, with the password never shown, and the relay
+# keeps running through all of it.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use JSON::PP;
+use OutboxRabbitmq;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+require_kind('rabbitmq');
+plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh installs them)'
+  unless rabbitmq_available();
+
+my $rmq = start_rabbitmq();
+$rmq->tool({ command => 'setup',
+	exchanges => [ { name => 'orders', type => 'topic' } ],
+	queues => [ { name => 'orders-q' },
+		{ name => 'capped', arguments => { 'x-max-length' => 1, 'x-overflow' => 'reject-publish' } } ],
+	bindings => [ { queue => 'orders-q', exchange => 'orders', key => 'order.#' },
+		{ queue => 'capped', exchange => 'orders', key => 'capped' } ] });
+
+my $node = outbox_node('rabbitmq');
+my $relay = wait_relay($node, 'postgres');
+ok($relay, 'relay runs');
+
+sub destination
+{
+	my ($name, $types, %options) = @_;
+	$node->safe_psql('postgres', sprintf(q{
+		INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('%s', 'rabbitmq', '%s', '%s')},
+		$name, $types, $rmq->options(%options)));
+}
+
+sub last_error
+{
+	my ($type) = @_;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL")
+	  or return 'no error recorded';
+	return $node->safe_psql('postgres',
+		"SELECT last_error FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL LIMIT 1");
+}
+
+# 1,000 events, each with headers a writer may set: x-* (RabbitMQ's and its
+# plugins' own, such as x-delay) and a trace context, which is forwarded;
+# the destination adds a header of its own
+destination('orders', 'order.*', exchange => 'orders');
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET headers = '{"tenant": "acme"}' WHERE name = 'orders'});
+my $traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+$node->safe_psql('postgres', qq{
+	SELECT count(outbox_emit('order.placed', jsonb_build_object('n', g), 'order', g::text,
+		jsonb_build_object('x-delay', '5000', 'x-custom', 'no', 'traceparent', '$traceparent')))
+	  FROM generate_series(1, 1000) g});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1000 FROM outbox WHERE event_type = 'order.placed' AND delivered_at IS NOT NULL"),
+	'1,000 events delivered (confirmed by RabbitMQ)');
+my $got = $rmq->tool({ command => 'consume', queue => 'orders-q', count => 1000, timeout_ms => 30_000 })->{messages};
+my %ids;
+$ids{ $_->{message_id} }++ for @$got;
+is_deeply([ sort keys %ids ],
+	[ sort split /\n/, $node->safe_psql('postgres', "SELECT event_id FROM outbox WHERE event_type = 'order.placed'") ],
+	'1,000 messages, their message_ids the event_ids');
+is(scalar(grep { $_ > 1 } values %ids), 0, 'each message_id once');
+
+my $m = (grep { $_->{headers}{'outbox-aggregate-id'} eq '7' } @$got)[0];
+my ($event_id, $created) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT event_id, extract(epoch FROM date_trunc('second', created_at))::bigint
+	  FROM outbox WHERE aggregate_id = '7'});
+is_deeply(
+	[ $m->{message_id}, $m->{type}, $m->{content_type}, $m->{delivery_mode}, $m->{app_id},
+		$m->{timestamp}, $m->{exchange}, $m->{routing_key} ],
+	[ $event_id, 'order.placed', 'application/json', 2, 'outbox', $created, 'orders', 'order.placed' ],
+	'message_id, type, content_type, persistent, app_id, timestamp, exchange, routing key (the event type)');
+is_deeply($m->{headers}, {
+		'outbox-event-id' => $event_id, 'outbox-event-type' => 'order.placed',
+		'outbox-aggregate-type' => 'order', 'outbox-aggregate-id' => '7', 'outbox-attempt' => 1,
+		traceparent => $traceparent, tenant => 'acme' },
+	'headers: the relay\'s, the trace context and the destination\'s own; no x-*');
+my $body = decode_json($m->{body});
+is_deeply([ $body->{id}, $body->{payload}{n} ], [ $event_id, 7 ], 'the body is the envelope');
+
+# a routing key no queue is bound to: returned, not delivered
+destination('unrouted', 'unrouted.*', exchange => 'orders', routing_key => 'nobody');
+emit($node, 'postgres', 'unrouted.x', 1);
+is(last_error('unrouted.x'),
+	'RabbitMQ returned the message: no queue is bound to exchange "orders" for routing key "nobody" (312 NO_ROUTE)',
+	'a message no queue takes is a failed attempt, naming the exchange and routing key');
+
+# a queue at its max-length with overflow reject-publish: nacked
+destination('capped', 'capped.*', exchange => 'orders', routing_key => 'capped');
+emit($node, 'postgres', 'capped.x', 3);
+like(last_error('capped.x'),
+	qr/^RabbitMQ refused the message \(basic\.nack\) for exchange "orders" and routing key "capped"/,
+	'a nack is a failed attempt');
+is($node->safe_psql('postgres',
+		"SELECT count(*) FILTER (WHERE delivered_at IS NOT NULL) FROM outbox WHERE event_type = 'capped.x'"),
+	'1', 'only the message the queue took is delivered');
+
+# what the broker refuses when connecting: each said, the relay unharmed
+destination('badpass', 'badpass.*', password => 'wrong-pass-9');
+emit($node, 'postgres', 'badpass.x', 1);
+my $port = $rmq->{port};
+is(last_error('badpass.x'),
+	"cannot connect to RabbitMQ: amqp://127.0.0.1:$port: logging in: RabbitMQ closed the connection: 403 ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see the broker logfile.",
+	'bad credentials');
+destination('noexchange', 'noexchange.*', exchange => 'nope');
+emit($node, 'postgres', 'noexchange.x', 1);
+is(last_error('noexchange.x'),
+	"cannot connect to RabbitMQ: amqp://127.0.0.1:$port: checking exchange \"nope\": RabbitMQ closed the channel: 404 NOT_FOUND - no exchange 'nope' in vhost '/'",
+	'a missing exchange');
+destination('novhost', 'novhost.*', vhost => 'nope');
+emit($node, 'postgres', 'novhost.x', 1);
+like(last_error('novhost.x'),
+	qr{^cannot connect to RabbitMQ: amqp://127\.0\.0\.1:$port: logging in: RabbitMQ closed the connection: 530 NOT_ALLOWED - (access to )?vhost '?nope'? },
+	'a wrong virtual host');
+my $closed = $node->safe_psql('postgres', "SELECT count(*) FROM outbox WHERE last_error LIKE '%closed%' AND delivered_at IS NOT NULL");
+is($closed, '0', 'none of those delivered');
+
+# a broker that is not there
+$node->safe_psql('postgres', sprintf(q{
+	INSERT INTO outbox_destinations (name, kind, event_types, options)
+	VALUES ('down', 'rabbitmq', 'down.*', '{"urls": "amqp://127.0.0.1:%d, amqp://127.0.0.1:%d"}')},
+	PostgreSQL::Test::Cluster::get_free_port(), PostgreSQL::Test::Cluster::get_free_port()));
+emit($node, 'postgres', 'down.x', 1);
+like(last_error('down.x'),
+	qr{^cannot connect to RabbitMQ: amqp://127\.0\.0\.1:\d+: cannot connect: [^;]+; amqp://127\.0\.0\.1:\d+: cannot connect: },
+	'no broker: each URL tried in turn, each named with why');
+
+is(relay_pid($node, 'postgres'), $relay, 'the same relay ran through all of it');
+my $log = slurp_file($node->logfile);
+unlike(join('', grep { !/ statement: / } split /^/, $log), qr/relay-secret-7Qx2|wrong-pass-9/,
+	'no password in the server log (but for the test\'s own statements)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox WHERE last_error ~ 'relay-secret|wrong-pass'}),
+	'0', 'nor in last_error');
+unlike($log, qr/PANIC|TRAP|terminated by signal/, 'no crash');
+
+$node->stop;
+$rmq->stop;
+done_testing();
