@@ -60,6 +60,11 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      LOCKED, 100 rows a transaction, queue.add of each), and beside
      BullMQ's add_job called from one SQL statement (what one job costs
      BullMQ itself): the relay's rate as a ratio of each
+ 16. RabbitMQ: draining events into one durable queue of a rabbitmq-server
+     on 127.0.0.1 (persistent, mandatory, publisher confirms), at
+     max_unconfirmed 256 (the default) and 1024, beside the broker's own
+     ceiling in the same run: as many persistent messages of the same size
+     published by npm amqplib on a confirm channel, 256 unconfirmed at most
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
@@ -1105,18 +1110,102 @@ def bench_bullmq(c, n):
     c.set(databases="postgres")
 
 
+def rabbitmq_tool(command):
+    """Runs test/rabbitmq_tool.js with command, with the npm packages
+    ci/deps.sh installed; its JSON answer."""
+    modules = os.path.join(os.environ.get("OUTBOX_NODE_DIR", "/var/cache/outbox-npm"), "node_modules")
+    out = subprocess.run(["env", f"NODE_PATH={modules}", "node",
+                          os.path.join(HERE, "..", "test", "rabbitmq_tool.js")],
+                         input=json.dumps(command), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def start_rabbitmq(tmp):
+    """A rabbitmq-server of its own on 127.0.0.1, as postgres, as the TAP
+    tests start one (test/perl/OutboxRabbitmq.pm): (process, env, url)."""
+    d = os.path.join(tmp, "rabbitmq")
+    os.makedirs(d)
+    port = free_port()
+    with open(os.path.join(d, "rabbitmq.conf"), "w") as f:
+        f.write(f"listeners.tcp.default = 127.0.0.1:{port}\ndefault_user = relay\n"
+                "default_pass = relay\nloopback_users = none\n")
+    with open(os.path.join(d, "enabled_plugins"), "w") as f:
+        f.write("[].\n")
+    shutil.chown(d, "postgres")
+    for name in os.listdir(d):
+        shutil.chown(os.path.join(d, name), "postgres")
+    env = {"HOME": d, "RABBITMQ_NODENAME": f"outbox_bench_{os.getpid()}@localhost",
+           "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1", "RABBITMQ_NODE_PORT": str(port),
+           "RABBITMQ_DIST_PORT": str(free_port()), "ERL_EPMD_PORT": str(free_port()),
+           "ERL_EPMD_ADDRESS": "127.0.0.1", "RABBITMQ_CONFIG_FILE": f"{d}/rabbitmq",
+           "RABBITMQ_ENABLED_PLUGINS_FILE": f"{d}/enabled_plugins", "RABBITMQ_MNESIA_BASE": f"{d}/mnesia",
+           "RABBITMQ_LOG_BASE": f"{d}/log", "RABBITMQ_PID_FILE": f"{d}/pid", "RABBITMQ_LOGS": "-",
+           "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}"}
+    log = open(os.path.join(d, "server.log"), "w")
+    proc = subprocess.Popen(["runuser", "-u", "postgres", "--", "env"] +
+                            [f"{k}={v}" for k, v in env.items()] +
+                            ["/usr/lib/rabbitmq/bin/rabbitmq-server"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"amqp://relay:relay@127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            rabbitmq_tool({"command": "setup", "url": url})
+            break
+        except subprocess.CalledProcessError:
+            time.sleep(0.1)
+    return proc, env, url, port
+
+
+def bench_rabbitmq(c, tmp, n):
+    section("16. RabbitMQ (rabbitmq-server on 127.0.0.1, durable queue, publisher confirms)")
+    broker, env, url, port = start_rabbitmq(tmp)
+    try:
+        print(f"parameters: {n} events, rabbitmq-server, PostgreSQL and the relay on the same "
+              f"{os.cpu_count()} cores")
+        rates = {}
+        for window in (256, 1024):
+            queue = f"relay{window}"
+            rabbitmq_tool({"command": "setup", "url": url, "queues": [{"name": queue}]})
+            label = f"max_unconfirmed {window}"
+            print(f"  {label}:")
+            t, _ = drain(c, n, "bench.task",
+                         "INSERT INTO outbox_destinations (name, kind, event_types, options) "
+                         "VALUES ('rmq', 'rabbitmq', 'bench.*', "
+                         f"'{{\"urls\": \"amqp://127.0.0.1:{port}\", \"user\": \"relay\", "
+                         f"\"password\": \"relay\", \"routing_key\": \"{queue}\", "
+                         f"\"max_unconfirmed\": {window}}}')", "")
+            rates[label] = n / t
+            held = rabbitmq_tool({"command": "count", "url": url, "queue": queue})["messages"]
+            print(f"  {'':8s} the queue holds {held} messages")
+        # the ceiling's messages are as long as the relay's envelopes
+        size = c.sql("SELECT avg(length(_outbox_envelope(event_id, event_type, aggregate_type, "
+                     "aggregate_id, created_at, 1, payload)))::int FROM outbox")[0][0]
+        rabbitmq_tool({"command": "setup", "url": url, "queues": [{"name": "ceiling"}]})
+        ceiling = n / rabbitmq_tool({"command": "publish", "url": url, "queue": "ceiling",
+                                     "count": n, "size": size})["seconds"]
+        print(f"  broker ceiling: {n} persistent messages of {size} bytes by amqplib on a confirm "
+              f"channel, 256 unconfirmed: {ceiling:8.0f} messages/s")
+        for label, rate in rates.items():
+            print(f"  {label}: {rate:8.0f} events/s = {rate / ceiling:.2f} of the ceiling (target 0.7)")
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait()
+        subprocess.run(["env", f"ERL_EPMD_PORT={env['ERL_EPMD_PORT']}", "epmd", "-kill"],
+                       capture_output=True)
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16",
                     help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
     # "10" is section 10; other digits are one section each; commas optional
-    only = set(re.findall(r"1[0-5]|[1-9]", args.only))
+    only = set(re.findall(r"1[0-6]|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -1164,6 +1253,8 @@ def main():
             bench_fan_out(c, 5000 if q else 50000, 2000 if q else 20000, nginx_port)
         if "15" in only:
             bench_bullmq(c, 2000 if q else 20000)
+        if "16" in only:
+            bench_rabbitmq(c, tmp, 2000 if q else 20000)
     finally:
         for p in (sink, nginx):
             if p:

@@ -64,6 +64,8 @@ async function consume(input) {
       }
     });
   });
+  // the channel's close-ok comes after the broker took every ack before it
+  await ch.close();
   await conn.close();
   return { messages };
 }

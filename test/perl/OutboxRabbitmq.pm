@@ -92,19 +92,31 @@ sub stop
 	my $pid = $self->{pid};
 	kill $signal // 'TERM', $pid if $pid;
 	OutboxTest::wait_until(sub { !kill 0, $pid }) if $pid;
+	# the start script stops the broker on TERM
+	$self->{h}->signal('TERM') unless $pid;
 	$self->{h}->kill_kill;
 	delete $self->{h};
 	return;
 }
 
-# The pid of the broker's Erlang VM, or undef.
+# The pid of the broker's Erlang VM, or undef: its pid file, or else the
+# beam.smp process started with this broker's own Erlang port mapper port.
 sub vm_pid
 {
 	my ($self) = @_;
-	return undef unless -s "$self->{dir}/pid";
-	my $pid = PostgreSQL::Test::Utils::slurp_file("$self->{dir}/pid");
-	chomp $pid;
-	return $pid =~ /^\d+$/ ? $pid : undef;
+	if (-s "$self->{dir}/pid")
+	{
+		my $pid = PostgreSQL::Test::Utils::slurp_file("$self->{dir}/pid");
+		chomp $pid;
+		return $pid if $pid =~ /^\d+$/;
+	}
+	for my $cmdline (glob('/proc/[0-9]*/cmdline'))
+	{
+		open my $fh, '<', $cmdline or next;
+		my $args = join ' ', split /\0/, (<$fh> // '');
+		return $1 if $args =~ /beam/ && $args =~ / -epmd_port $self->{epmd_port}\b/ && $cmdline =~ m{/(\d+)/};
+	}
+	return undef;
 }
 
 # Freezes (STOP) or thaws (CONT) the broker's Erlang VM.

@@ -26,9 +26,10 @@ plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh in
 my $rmq = start_rabbitmq();
 $rmq->tool({ command => 'setup',
 	exchanges => [ { name => 'orders', type => 'topic' } ],
-	queues => [ { name => 'orders-q' },
+	queues => [ { name => 'orders-q' }, { name => 'ce-q' },
 		{ name => 'capped', arguments => { 'x-max-length' => 1, 'x-overflow' => 'reject-publish' } } ],
 	bindings => [ { queue => 'orders-q', exchange => 'orders', key => 'order.#' },
+		{ queue => 'ce-q', exchange => 'orders', key => 'ce.#' },
 		{ queue => 'capped', exchange => 'orders', key => 'capped' } ] });
 
 my $node = outbox_node('rabbitmq');
@@ -91,6 +92,17 @@ is_deeply($m->{headers}, {
 my $body = decode_json($m->{body});
 is_deeply([ $body->{id}, $body->{payload}{n} ], [ $event_id, 7 ], 'the body is the envelope');
 
+# CloudEvents, structured mode, with the trace context as an attribute
+destination('ce', 'ce.*', exchange => 'orders');
+$node->safe_psql('postgres', qq{UPDATE outbox_destinations SET format = 'cloudevents' WHERE name = 'ce';
+	SELECT outbox_emit('ce.x', '{"k": 1}', 'thing', '9', '{"traceparent": "$traceparent"}')});
+$got = $rmq->tool({ command => 'consume', queue => 'ce-q', count => 1, timeout_ms => 30_000 })->{messages};
+my $ce = decode_json($got->[0]{body});
+is_deeply(
+	[ $got->[0]{content_type}, $ce->{specversion}, $ce->{id}, $ce->{type}, $ce->{traceparent}, $ce->{data} ],
+	[ 'application/cloudevents+json', '1.0', $got->[0]{message_id}, 'ce.x', $traceparent, { k => 1 } ],
+	'format cloudevents: a CloudEvent in the JSON format, its id the message_id, with the trace context');
+
 # a routing key no queue is bound to: returned, not delivered
 destination('unrouted', 'unrouted.*', exchange => 'orders', routing_key => 'nobody');
 emit($node, 'postgres', 'unrouted.x', 1);
@@ -112,13 +124,14 @@ is($node->safe_psql('postgres',
 destination('badpass', 'badpass.*', password => 'wrong-pass-9');
 emit($node, 'postgres', 'badpass.x', 1);
 my $port = $rmq->{port};
-is(last_error('badpass.x'),
-	"cannot connect to RabbitMQ: amqp://127.0.0.1:$port: logging in: RabbitMQ closed the connection: 403 ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see the broker logfile.",
+# (the broker's own words after its code differ between RabbitMQ versions)
+like(last_error('badpass.x'),
+	qr{^cannot connect to RabbitMQ: amqp://127\.0\.0\.1:$port: logging in: RabbitMQ closed the connection: 403 ACCESS_REFUSED - Login was refused },
 	'bad credentials');
 destination('noexchange', 'noexchange.*', exchange => 'nope');
 emit($node, 'postgres', 'noexchange.x', 1);
-is(last_error('noexchange.x'),
-	"cannot connect to RabbitMQ: amqp://127.0.0.1:$port: checking exchange \"nope\": RabbitMQ closed the channel: 404 NOT_FOUND - no exchange 'nope' in vhost '/'",
+like(last_error('noexchange.x'),
+	qr{^cannot connect to RabbitMQ: amqp://127\.0\.0\.1:$port: checking exchange "nope": RabbitMQ closed the channel: 404 NOT_FOUND - no exchange 'nope' in vhost '/'},
 	'a missing exchange');
 destination('novhost', 'novhost.*', vhost => 'nope');
 emit($node, 'postgres', 'novhost.x', 1);
@@ -138,10 +151,24 @@ like(last_error('down.x'),
 	qr{^cannot connect to RabbitMQ: amqp://127\.0\.0\.1:\d+: cannot connect: [^;]+; amqp://127\.0\.0\.1:\d+: cannot connect: },
 	'no broker: each URL tried in turn, each named with why');
 
+# the README's destination, as written there but for the test broker's
+# port and password, into an exchange and binding like the README's
+$node->safe_psql('postgres', q{DELETE FROM outbox_destinations WHERE name = 'orders'});
+my $readme = readme_sql(q{VALUES ('orders-exchange', 'rabbitmq'});
+$readme =~ s/127\.0\.0\.1:5672/127.0.0.1:$port/ or die 'the README\'s URL changed';
+$readme =~ s/"s3cret"/"$rmq->{password}"/ or die 'the README\'s password changed';
+$readme =~ s/outbox\.outbox_destinations/outbox_destinations/;	# installed in public here
+$node->safe_psql('postgres', $readme);
+$node->safe_psql('postgres', q{SELECT outbox_emit('order.placed', '{"order": 42}', 'order', '42')});
+$got = $rmq->tool({ command => 'consume', queue => 'orders-q', count => 1, timeout_ms => 30_000 })->{messages};
+is_deeply([ map { [ $_->{routing_key}, decode_json($_->{body})->{payload}{order} ] } @$got ],
+	[ [ 'order.placed', 42 ] ], 'the README\'s destination delivers into the README\'s binding')
+  or diag explain $got;
+
 is(relay_pid($node, 'postgres'), $relay, 'the same relay ran through all of it');
 my $log = slurp_file($node->logfile);
-unlike(join('', grep { !/ statement: / } split /^/, $log), qr/relay-secret-7Qx2|wrong-pass-9/,
-	'no password in the server log (but for the test\'s own statements)');
+unlike(join('', grep { /\[$relay\]/ } split /^/, $log), qr/relay-secret-7Qx2|wrong-pass-9/,
+	'no password in what the relay logged');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox WHERE last_error ~ 'relay-secret|wrong-pass'}),
 	'0', 'nor in last_error');
 unlike($log, qr/PANIC|TRAP|terminated by signal/, 'no crash');

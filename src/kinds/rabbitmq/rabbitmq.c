@@ -532,6 +532,8 @@ rmq_timeout_ms(void *state)
 			earlier(&due, TimestampTzPlusMilliseconds(c->last_io, RMQ_HEARTBEAT_S * 1000 / 4));
 		if (c->phase == RMQ_READY && c->want_write)
 			earlier(&due, TimestampTzPlusMilliseconds(now, RMQ_ROOM_POLL_MS));
+		if (c->phase == RMQ_READY && c->more)
+			earlier(&due, now);
 	}
 	if (due == 0)
 		return -1;

@@ -47,6 +47,8 @@
 #define RMQ_RETRY_MAX_MS 30000
 /* events published in one go, between start log flushes */
 #define RMQ_PUBLISH_BATCH 64
+/* frames read in one go; more are read at the next collect, at once */
+#define RMQ_FRAMES_PER_READ 1000
 
 /* A timeval of ms milliseconds. */
 static struct timeval
@@ -289,9 +291,11 @@ method_frame(RmqConn *c, amqp_frame_t *f, List **done)
 }
 
 /*
- * Reads every frame that is there, without waiting: confirms, returns,
- * closes, blocks. rabbitmq-c sends a heartbeat when one is due, and ends
- * the connection when the broker's are missing.
+ * Reads the frames that are there, without waiting, RMQ_FRAMES_PER_READ
+ * at most (c->more then: the rest may be in rabbitmq-c's buffer, where no
+ * socket event tells of it): confirms, returns, closes, blocks. rabbitmq-c
+ * refuses a frame over the negotiated frame_max, sends a heartbeat when
+ * one is due, and ends the connection when the broker's are missing.
  */
 static void
 read_frames(RmqConn *c, List **done)
@@ -299,11 +303,19 @@ read_frames(RmqConn *c, List **done)
 	struct timeval zero = {0, 0};
 
 	c->last_io = GetCurrentTimestamp();
-	for (;;)
+	c->more = false;
+	for (int n = 0;; n++)
 	{
 		amqp_frame_t f;
-		int			status = amqp_simple_wait_frame_noblock(c->amqp, &f, &zero);
+		int			status;
 
+		/* a broker that never stops sending does not keep the relay here */
+		if (n == RMQ_FRAMES_PER_READ)
+		{
+			c->more = true;
+			break;
+		}
+		status = amqp_simple_wait_frame_noblock(c->amqp, &f, &zero);
 		if (status == AMQP_STATUS_TIMEOUT)
 			break;
 		if (status != AMQP_STATUS_OK)

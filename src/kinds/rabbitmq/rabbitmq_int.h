@@ -149,6 +149,7 @@ typedef struct RmqConn
 	pgsocket	fd;
 	bool		blocked;		/* connection.blocked: publish nothing */
 	bool		want_write;		/* the socket's buffer had no room: polled */
+	bool		more;			/* frames may be left to read: read at once */
 	uint64		next_tag;		/* the next publish's delivery tag */
 	/* a basic.return being read: its content header and body follow */
 	bool		in_return;
