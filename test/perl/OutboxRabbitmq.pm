@@ -35,8 +35,11 @@ sub rabbitmq_available
 }
 
 # Starts a broker and waits until amqplib can use it; returns an OutboxRabbitmq.
+# %opts: heartbeat => the seconds the broker proposes (RabbitMQ's 60 by
+# default; a client asking for fewer gets fewer).
 sub start_rabbitmq
 {
+	my (%opts) = @_;
 	my $dir = PostgreSQL::Test::Utils::tempdir();
 	my $self = bless {
 		dir => $dir,
@@ -50,7 +53,8 @@ sub start_rabbitmq
 	PostgreSQL::Test::Utils::append_to_file("$dir/rabbitmq.conf",
 		"listeners.tcp.default = 127.0.0.1:$self->{port}\n"
 		  . "default_user = $self->{user}\ndefault_pass = $self->{password}\n"
-		  . "loopback_users = none\n");
+		  . "loopback_users = none\n"
+		  . (defined $opts{heartbeat} ? "heartbeat = $opts{heartbeat}\n" : ''));
 	PostgreSQL::Test::Utils::append_to_file("$dir/enabled_plugins", "[].\n");
 	$self->start;
 	return $self;

@@ -23,7 +23,7 @@ require_kind('rabbitmq');
 plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh installs them)'
   unless rabbitmq_available();
 
-my $rmq = start_rabbitmq();
+my $rmq = start_rabbitmq(heartbeat => 2);
 $rmq->tool({ command => 'setup',
 	exchanges => [ { name => 'orders', type => 'topic' } ],
 	queues => [ { name => 'orders-q' }, { name => 'ce-q' },
@@ -164,6 +164,27 @@ $got = $rmq->tool({ command => 'consume', queue => 'orders-q', count => 1, timeo
 is_deeply([ map { [ $_->{routing_key}, decode_json($_->{body})->{payload}{order} ] } @$got ],
 	[ [ 'order.placed', 42 ] ], 'the README\'s destination delivers into the README\'s binding')
   or diag explain $got;
+
+# idle: the connection lives on heartbeats (2 s here, the broker's
+# proposal), and the relay sleeps between them. The failing destinations
+# are disabled first: their retries would keep the relay busy.
+$node->safe_psql('postgres', q{UPDATE outbox_destinations SET enabled = false WHERE name <> 'orders-exchange'});
+ok($node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM outbox_in_flight'), 'nothing in flight');
+sub cpu_ticks
+{
+	my @f = split ' ', (slurp_file("/proc/$relay/stat") =~ s/^.*\) //r);
+	return $f[11] + $f[12];		# utime and stime, in clock ticks
+}
+my $log_offset = -s $node->logfile;
+my $ticks = cpu_ticks();
+my $idle_until = time() + 8;
+ok(wait_until(sub { time() >= $idle_until }), 'idle for 8 s: four heartbeat intervals');
+cmp_ok(cpu_ticks() - $ticks, '<', 100, 'the idle relay used less than a second of CPU in 8 s');
+$node->safe_psql('postgres', q{SELECT outbox_emit('order.placed', '{"order": 43}', 'order', '43')});
+$got = $rmq->tool({ command => 'consume', queue => 'orders-q', count => 1, timeout_ms => 30_000 })->{messages};
+is(decode_json($got->[0]{body})->{payload}{order}, 43, 'an event after the idle time is delivered');
+unlike(log_since($node, $log_offset), qr/the connection to RabbitMQ ended|connected to RabbitMQ again/,
+	'on the same connection');
 
 is(relay_pid($node, 'postgres'), $relay, 'the same relay ran through all of it');
 my $log = slurp_file($node->logfile);

@@ -407,11 +407,24 @@ rmq_pending(void *state)
 	return n;
 }
 
-/* busy: events taken. */
+/*
+ * busy: events taken, messages not confirmed (abandoned ones too, whose
+ * time limit collect keeps), or a connection being made (collect takes it).
+ */
 static bool
 rmq_busy(void *state)
 {
-	return rmq_pending(state) > 0;
+	RmqKindState *ks = state;
+	ListCell   *lc;
+
+	foreach(lc, ks->conns)
+	{
+		RmqConn    *c = lfirst(lc);
+
+		if (c->live > 0 || c->nunconfirmed > 0 || c->phase == RMQ_CONNECTING)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -490,11 +503,32 @@ rmq_sockets(void *state, const OutboxWaitSocket **socks, int *n)
 	return ks->generation;
 }
 
-/* socket_ready: collect reads what came, without waiting. */
+/*
+ * socket_ready: while events are in hand, collect reads what came. A
+ * connection with none is read here: the relay does not collect while it
+ * has nothing in hand, and the broker's heartbeats (every 15 s at the 30 s
+ * the relay asks for) are what wake it then, to send its own and to see a
+ * connection closed. Such a read completes no event.
+ */
 static void
-rmq_socket_ready(void *state pg_attribute_unused(), pgsocket fd pg_attribute_unused(),
-				 uint32 events pg_attribute_unused())
+rmq_socket_ready(void *state, pgsocket fd, uint32 events pg_attribute_unused())
 {
+	RmqKindState *ks = state;
+	ListCell   *lc;
+
+	foreach(lc, ks->conns)
+	{
+		RmqConn    *c = lfirst(lc);
+
+		if (c->phase == RMQ_READY && c->fd == fd && c->live == 0 && c->nunconfirmed == 0)
+		{
+			List	   *done = NIL;
+
+			RabbitmqReadFrames(c, &done);
+			Assert(done == NIL);
+			return;
+		}
+	}
 }
 
 /* Moves *due to t if t comes first. */
@@ -507,8 +541,11 @@ earlier(TimestampTz *due, TimestampTz t)
 
 /*
  * timeout_ms: the first time limit of a waiting or unconfirmed event, a
- * connection's next attempt while events wait, and each connection's
- * heartbeat (rabbitmq-c sends and checks them only when called).
+ * connection's next attempt while events wait, and, while a connection
+ * has events in hand, its heartbeat (rabbitmq-c sends and checks them only
+ * when called), its send buffer's room and frames left to read. An idle
+ * connection asks for no wake-up: the broker's heartbeats wake the relay
+ * (socket_ready).
  */
 static long
 rmq_timeout_ms(void *state)
@@ -528,11 +565,14 @@ rmq_timeout_ms(void *state)
 			earlier(&due, c->retry_at);
 		if (c->nunconfirmed > 0)
 			earlier(&due, dlist_head_element(RmqUnconfirmed, node, &c->unconfirmed)->deadline);
-		if (c->phase == RMQ_READY)
-			earlier(&due, TimestampTzPlusMilliseconds(c->last_io, RMQ_HEARTBEAT_S * 1000 / 4));
-		if (c->phase == RMQ_READY && c->want_write)
+		/* what collect does, which runs only while events are in hand */
+		if (c->phase != RMQ_READY || (c->live == 0 && c->nunconfirmed == 0))
+			continue;
+		if (c->heartbeat_ms > 0)
+			earlier(&due, TimestampTzPlusMilliseconds(c->last_io, c->heartbeat_ms / 2));
+		if (c->want_write)
 			earlier(&due, TimestampTzPlusMilliseconds(now, RMQ_ROOM_POLL_MS));
-		if (c->phase == RMQ_READY && c->more)
+		if (c->more)
 			earlier(&due, now);
 	}
 	if (due == 0)

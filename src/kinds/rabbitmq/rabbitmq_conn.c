@@ -297,8 +297,8 @@ method_frame(RmqConn *c, amqp_frame_t *f, List **done)
  * refuses a frame over the negotiated frame_max, sends a heartbeat when
  * one is due, and ends the connection when the broker's are missing.
  */
-static void
-read_frames(RmqConn *c, List **done)
+void
+RabbitmqReadFrames(RmqConn *c, List **done)
 {
 	struct timeval zero = {0, 0};
 
@@ -472,6 +472,7 @@ connected(RmqConn *c, amqp_connection_state_t conn, TimestampTz now)
 	c->failures = 0;
 	c->next_tag = 1;
 	c->last_io = now;
+	c->heartbeat_ms = amqp_get_heartbeat(conn) * 1000;
 	c->ks->generation++;
 }
 
@@ -495,7 +496,7 @@ RabbitmqService(RmqConn *c, List **done)
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (c->phase == RMQ_READY)
-		read_frames(c, done);
+		RabbitmqReadFrames(c, done);
 	expire(c, now, done);
 	if (c->nwaiting > 0 &&
 		(c->phase == RMQ_IDLE || (c->phase == RMQ_BACKING_OFF && now >= c->retry_at)))

@@ -164,6 +164,7 @@ typedef struct RmqConn
 	TimestampTz retry_at;
 	TimestampTz last_used;
 	TimestampTz last_io;		/* the last call into rabbitmq-c (heartbeats) */
+	int			heartbeat_ms;	/* the heartbeat agreed with the broker; 0: none */
 	char	   *last_failure;	/* why the last attempt failed */
 	/* the options, copied */
 	char	  **urls;
@@ -198,6 +199,7 @@ extern void RabbitmqConnectAbandon(RmqConnect *a);
 /* rabbitmq_conn.c */
 extern RmqConn *RabbitmqConnFor(RmqKindState *ks, OutboxEvent *ev);
 extern void RabbitmqService(RmqConn *c, List **done);
+extern void RabbitmqReadFrames(RmqConn *c, List **done);
 extern void RabbitmqClose(RmqConn *c, const char *why, List **done);
 extern void RabbitmqFreeConn(RmqConn *c);
 extern bool RabbitmqSendRoom(RmqConn *c, size_t bytes, bool alone);
