@@ -27,15 +27,17 @@ SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_t
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"bcc": "other"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"X-Delay": "1000"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"outbox-event-id": "x"}')$$);
--- a kind that does not sign; its formats are the envelope and structured CloudEvents
+-- a kind that does not sign
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, secret) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', 'whsec_c2VjcmV0')$$);
-SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, format) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', 'cloudevents-binary')$$);
 SELECT count(*) AS destinations FROM outbox_destinations;
 
--- what is taken: several URLs, a vhost, credentials, a template, a header
+-- what is taken: several URLs, a vhost, credentials, a template, a header,
+-- and each of the kind's formats
 INSERT INTO outbox_destinations (name, kind, event_types, options, headers, format) VALUES
     ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:5672, amqp://[::1]:5672/", "vhost": "shop", "user": "relay", "password": "s3cret",
       "exchange": "amq.topic", "routing_key": "{aggregate_type}.{event_type}", "max_unconfirmed": 64}', '{"tenant": "acme"}', 'cloudevents');
+UPDATE outbox_destinations SET format = 'cloudevents-binary';
+UPDATE outbox_destinations SET format = 'envelope';
 SELECT name, kind, format FROM outbox_destinations;
 -- a change is checked as a new row is
 SELECT regress.try_detail($$UPDATE outbox_destinations SET options = options || '{"urls": "amqp://u:p@127.0.0.1"}' WHERE name = 'r'$$);

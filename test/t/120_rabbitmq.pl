@@ -102,6 +102,15 @@ is_deeply(
 	[ $got->[0]{content_type}, $ce->{specversion}, $ce->{id}, $ce->{type}, $ce->{traceparent}, $ce->{data} ],
 	[ 'application/cloudevents+json', '1.0', $got->[0]{message_id}, 'ce.x', $traceparent, { k => 1 } ],
 	'format cloudevents: a CloudEvent in the JSON format, its id the message_id, with the trace context');
+$node->safe_psql('postgres', qq{UPDATE outbox_destinations SET format = 'cloudevents-binary' WHERE name = 'ce';
+	SELECT outbox_emit('ce.y', '{"k": 2}', 'thing', '9', '{"traceparent": "$traceparent"}')});
+$got = $rmq->tool({ command => 'consume', queue => 'ce-q', count => 1, timeout_ms => 30_000 })->{messages};
+my $h = $got->[0]{headers};
+is_deeply(
+	[ $got->[0]{content_type}, decode_json($got->[0]{body}), map { $h->{"cloudEvents:$_"} }
+		qw(specversion id type subject traceparent) ],
+	[ 'application/json', { k => 2 }, '1.0', $got->[0]{message_id}, 'ce.y', 'thing/9', $traceparent ],
+	'format cloudevents-binary: the payload as the body, the attributes as cloudEvents: headers (the AMQP binding)');
 
 # a routing key no queue is bound to: returned, not delivered
 destination('unrouted', 'unrouted.*', exchange => 'orders', routing_key => 'nobody');

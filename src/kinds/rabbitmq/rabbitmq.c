@@ -39,6 +39,7 @@
 #include "storage/latch.h"
 #include "utils/memutils.h"
 
+#include "cloudevents.h"
 #include "envelope.h"
 #include "event_template.h"
 #include "format.h"
@@ -51,6 +52,13 @@
 #define RMQ_IDLE_CLOSE_MS (5 * 60 * 1000)
 /* how often a socket without room for the next message is looked at */
 #define RMQ_ROOM_POLL_MS 10
+
+/*
+ * CloudEvents' AMQP protocol binding (section 3.1.4): in binary mode each
+ * attribute is an application property, here a header, named
+ * "cloudEvents:" and the attribute, its value as is.
+ */
+static const OutboxCloudEventBinding rmq_ce_binding = {"cloudEvents:", false};
 
 static const OutboxKindOption rmq_options[] = {
 	{"urls", OUTBOX_OPTION_STRING, true, 1, RMQ_MAX_URLS_BYTES},
@@ -288,7 +296,8 @@ add_text(amqp_table_entry_t *t, int *n, const char *key, const char *value)
  * Publishes ev on c's channel: persistent, mandatory, message_id the
  * event_id, type the event type, timestamp its creation (Unix seconds),
  * content_type the format's; headers: the relay's outbox-*, then the
- * destination's and the event's that header_reserved lets through.
+ * destination's and the event's that header_reserved lets through, then,
+ * in binary CloudEvents, the event's attributes under the AMQP binding.
  * Returns rabbitmq-c's status (AMQP_STATUS_OK: written to the socket).
  */
 int
@@ -297,7 +306,9 @@ RabbitmqPublish(RmqConn *c, OutboxEvent *ev)
 	const RmqDestOptions *o = RMQ_OPTIONS(ev);
 	OutboxHeader *merged;
 	int			nmerged = OutboxMergeHeaders(o->headers, ev->headers, &merged);
-	amqp_table_entry_t *entries = palloc0(sizeof(amqp_table_entry_t) * (nmerged + 5));
+	amqp_table_entry_t *entries = palloc0(sizeof(amqp_table_entry_t) *
+										  (nmerged + 5 + list_length(ev->extra_headers)));
+	ListCell   *lc;
 	amqp_basic_properties_t props;
 	int			n = 0;
 	int			status;
@@ -313,6 +324,15 @@ RabbitmqPublish(RmqConn *c, OutboxEvent *ev)
 	for (int i = 0; i < nmerged; i++)
 		if (!header_reserved(merged[i].name))
 			add_text(entries, &n, merged[i].name, merged[i].value);
+	/* binary CloudEvents: "cloudEvents:<attribute>: <value>" lines, built by prepare */
+	foreach(lc, ev->extra_headers)
+	{
+		char	   *line = lfirst(lc);
+		char	   *sep = strstr(line, ": ");
+
+		if (sep != NULL)
+			add_text(entries, &n, pnstrdup(line, sep - line), sep + 2);
+	}
 
 	memset(&props, 0, sizeof(props));
 	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
@@ -619,7 +639,10 @@ const OutboxDestinationKind OutboxRabbitmqKind = {
 	.target_column = "urls",
 	.own_columns = (const OutboxKindColumn[]) {{NULL}},
 	.options = rmq_options,
-	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, NULL},
+	.formats = (const char *const[]) {
+		OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, OUTBOX_FORMAT_CLOUDEVENTS_BINARY, NULL
+	},
+	.binding = &rmq_ce_binding,
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
 	.check_destination = rmq_check_destination,
 	.decode = rmq_decode,
