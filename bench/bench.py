@@ -62,9 +62,10 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      BullMQ itself): the relay's rate as a ratio of each
  16. RabbitMQ: draining events into one durable queue of a rabbitmq-server
      on 127.0.0.1 (persistent, mandatory, publisher confirms), at
-     max_unconfirmed 256 (the default) and 1024, beside the broker's own
-     ceiling in the same run: as many persistent messages of the same size
-     published by npm amqplib on a confirm channel, 256 unconfirmed at most
+     max_unconfirmed 256 and 1024 (the default), beside the broker's own ceiling in the
+     same run: as many persistent messages of the same size published by
+     npm amqplib on a confirm channel, at most 256 or 1024 unconfirmed (a
+     sliding window); the relay's rate as a ratio of the better one
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
@@ -1180,13 +1181,16 @@ def bench_rabbitmq(c, tmp, n):
         # the ceiling's messages are as long as the relay's envelopes
         size = c.sql("SELECT avg(length(_outbox_envelope(event_id, event_type, aggregate_type, "
                      "aggregate_id, created_at, 1, payload)))::int FROM outbox")[0][0]
-        rabbitmq_tool({"command": "setup", "url": url, "queues": [{"name": "ceiling"}]})
-        ceiling = n / rabbitmq_tool({"command": "publish", "url": url, "queue": "ceiling",
-                                     "count": n, "size": size})["seconds"]
-        print(f"  broker ceiling: {n} persistent messages of {size} bytes by amqplib on a confirm "
-              f"channel, 256 unconfirmed: {ceiling:8.0f} messages/s")
+        ceilings = {}
+        for window in (256, 1024):
+            rabbitmq_tool({"command": "setup", "url": url, "queues": [{"name": f"ceiling{window}"}]})
+            ceilings[window] = n / rabbitmq_tool({"command": "publish", "url": url, "queue": f"ceiling{window}",
+                                                  "count": n, "size": size, "window": window})["seconds"]
+            print(f"  broker ceiling: {n} persistent messages of {size} bytes by amqplib on a confirm "
+                  f"channel, at most {window} unconfirmed: {ceilings[window]:8.0f} messages/s")
+        best = max(ceilings.values())
         for label, rate in rates.items():
-            print(f"  {label}: {rate:8.0f} events/s = {rate / ceiling:.2f} of the ceiling (target 0.7)")
+            print(f"  {label}: {rate:8.0f} events/s = {rate / best:.2f} of the best ceiling (target 0.7)")
     finally:
         broker.send_signal(signal.SIGTERM)
         broker.wait()

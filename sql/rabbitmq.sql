@@ -27,6 +27,11 @@ SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_t
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"bcc": "other"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"X-Delay": "1000"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', '{"outbox-event-id": "x"}')$$);
+-- an AMQP header's name is a short string: 255 bytes at most
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, headers) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', jsonb_build_object(repeat('h', 256), 'v'))$$);
+-- a message's size, at most: 1 kB to RabbitMQ 3.10's 128 MiB
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "max_message_bytes": 1023}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "max_message_bytes": 134217729}')$$);
 -- a kind that does not sign
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options, secret) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1"}', 'whsec_c2VjcmV0')$$);
 SELECT count(*) AS destinations FROM outbox_destinations;

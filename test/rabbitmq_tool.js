@@ -14,10 +14,10 @@
 //     "exchange", "routing_key", "redelivered", "body"}, ...]} in arrival order
 //   {"command": "count", "url": U, "queue": Q}
 //     the queue's ready messages: {"messages": N}
-//   {"command": "publish", "url": U, "queue": Q, "count": N, "size": S}
+//   {"command": "publish", "url": U, "queue": Q, "count": N, "size": S, "window": W}
 //     the broker's own ceiling for the benchmark: N persistent messages of
 //     S bytes published to Q through the default exchange on a confirm
-//     channel, at most 256 unconfirmed, as amqplib's users publish:
+//     channel, at most W (256) unconfirmed at any time:
 //     {"seconds": <wall time until the last confirm>}
 'use strict';
 const amqp = require('amqplib');
@@ -83,16 +83,15 @@ async function publish(input) {
   const ch = await conn.createConfirmChannel();
   const body = Buffer.alloc(input.size || 200, 'x');
   const start = process.hrtime.bigint();
-  let inFlight = [];
+  const window = input.window || 256;
+  const inFlight = [];
   for (let i = 0; i < input.count; i++) {
+    // a sliding window: the next publish waits only for the oldest confirm
+    if (inFlight.length >= window) await inFlight.shift();
     inFlight.push(new Promise((resolve, reject) => {
       ch.publish('', input.queue, body, { persistent: true, messageId: `m-${i}` },
         (err) => (err ? reject(err) : resolve()));
     }));
-    if (inFlight.length >= 256) {
-      await Promise.all(inFlight);
-      inFlight = [];
-    }
   }
   await Promise.all(inFlight);
   const seconds = Number(process.hrtime.bigint() - start) / 1e9;

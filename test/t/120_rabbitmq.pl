@@ -26,10 +26,11 @@ plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh in
 my $rmq = start_rabbitmq(heartbeat => 2);
 $rmq->tool({ command => 'setup',
 	exchanges => [ { name => 'orders', type => 'topic' } ],
-	queues => [ { name => 'orders-q' }, { name => 'ce-q' },
+	queues => [ { name => 'orders-q' }, { name => 'ce-q' }, { name => 'long-q' },
 		{ name => 'capped', arguments => { 'x-max-length' => 1, 'x-overflow' => 'reject-publish' } } ],
 	bindings => [ { queue => 'orders-q', exchange => 'orders', key => 'order.#' },
 		{ queue => 'ce-q', exchange => 'orders', key => 'ce.#' },
+		{ queue => 'long-q', exchange => 'orders', key => 'long' },
 		{ queue => 'capped', exchange => 'orders', key => 'capped' } ] });
 
 my $node = outbox_node('rabbitmq');
@@ -111,6 +112,23 @@ is_deeply(
 		qw(specversion id type subject traceparent) ],
 	[ 'application/json', { k => 2 }, '1.0', $got->[0]{message_id}, 'ce.y', 'thing/9', $traceparent ],
 	'format cloudevents-binary: the payload as the body, the attributes as cloudEvents: headers (the AMQP binding)');
+
+# an event type longer than AMQP's short string (255 bytes) is no message
+# type, only the outbox-event-type header; a message larger than the
+# destination's max_message_bytes is never sent (the broker would close
+# the channel, failing every message on it): dead-lettered at once
+destination('long', 'long.*', exchange => 'orders', routing_key => 'long', max_message_bytes => 1024);
+my $long_type = 'long.' . ('t' x 300);
+$node->safe_psql('postgres', qq{SELECT outbox_emit('$long_type', '{}');
+	SELECT outbox_emit('long.big', jsonb_build_object('text', repeat('b', 2000)))});
+$got = $rmq->tool({ command => 'consume', queue => 'long-q', count => 1, timeout_ms => 30_000 })->{messages};
+is_deeply([ map { [ $_->{type}, $_->{headers}{'outbox-event-type'} ] } @$got ], [ [ undef, $long_type ] ],
+	'a 305-byte event type: no type property, the whole type in outbox-event-type');
+like(last_error('long.big'),
+	qr/^the message of \d+ bytes is larger than the destination's max_message_bytes \(1024\)$/,
+	'a message over max_message_bytes: not sent');
+is($node->safe_psql('postgres', q{SELECT attempts || ' ' || (dead_at IS NOT NULL) FROM outbox WHERE event_type = 'long.big'}),
+	'1 true', 'and dead-lettered at its first attempt');
 
 # a routing key no queue is bound to: returned, not delivered
 destination('unrouted', 'unrouted.*', exchange => 'orders', routing_key => 'nobody');

@@ -68,6 +68,7 @@ static const OutboxKindOption rmq_options[] = {
 	{"exchange", OUTBOX_OPTION_STRING, false, 1, RMQ_SHORTSTR_MAX},
 	{"routing_key", OUTBOX_OPTION_STRING, false, 1, 1024},
 	{"max_unconfirmed", OUTBOX_OPTION_INTEGER, false, 1, RMQ_MAX_UNCONFIRMED_LIMIT},
+	{"max_message_bytes", OUTBOX_OPTION_INTEGER, false, 1024, RMQ_MAX_MESSAGE_BYTES_LIMIT},
 	{NULL}
 };
 
@@ -85,7 +86,9 @@ static const OutboxKindOption rmq_options[] = {
 static bool
 header_reserved(const char *name)
 {
-	return pg_strncasecmp(name, "x-", 2) == 0 || pg_strcasecmp(name, "cc") == 0 ||
+	/* and a name that is no AMQP short string cannot be sent */
+	return strlen(name) > RMQ_SHORTSTR_MAX ||
+		pg_strncasecmp(name, "x-", 2) == 0 || pg_strcasecmp(name, "cc") == 0 ||
 		pg_strcasecmp(name, "bcc") == 0 || pg_strncasecmp(name, "outbox-", 7) == 0 ||
 		pg_strcasecmp(name, "content-type") == 0;
 }
@@ -195,8 +198,8 @@ rmq_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 		for (int i = 0; i < nh; i++)
 			if (header_reserved(list[i].name))
 				return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
-										pstrdup("a RabbitMQ destination's headers may not be named x-*, CC, BCC, outbox-* or content-type"),
-										pstrdup("RabbitMQ reads CC, BCC and x-* headers as its own; the relay sets the others."));
+										pstrdup("a RabbitMQ destination's headers may not be named x-*, CC, BCC, outbox-* or content-type, nor longer than 255 bytes"),
+										pstrdup("RabbitMQ reads CC, BCC and x-* headers as its own; the relay sets the others; an AMQP header's name has at most 255 bytes."));
 	}
 	return true;
 }
@@ -225,6 +228,8 @@ rmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	o->routing_key = OutboxDestinationOptionText(row, "routing_key");
 	o->max_unconfirmed = OutboxDestinationOptionInt(row, "max_unconfirmed", &n) ?
 		(int) n : RMQ_DEFAULT_MAX_UNCONFIRMED;
+	o->max_message_bytes = OutboxDestinationOptionInt(row, "max_message_bytes", &n) ?
+		n : RMQ_DEFAULT_MAX_MESSAGE_BYTES;
 	size = OutboxDestinationSharedOptions(row, &o->timeout_ms, &o->headers);
 	if (o->timeout_ms < 0)
 		o->timeout_ms = RMQ_DEFAULT_TIMEOUT_MS;
@@ -255,6 +260,7 @@ rmq_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 	OutboxProblem p;
 	const char *missing = NULL;
 	const char *why = NULL;
+	Size		cost;
 
 	if (ev->headers != NULL && !OutboxHeadersCheck(ev->headers, true, &p))
 	{
@@ -272,7 +278,15 @@ rmq_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 							  RMQ_SHORTSTR_MAX), true);
 		return 0;
 	}
-	return OutboxBodyToUtf8(ev, OutboxPrepareFormat(ev)) + strlen(o->key);
+	cost = OutboxBodyToUtf8(ev, OutboxPrepareFormat(ev));
+	if (ev->body != NULL && (int64) strlen(ev->body) > o->max_message_bytes)
+	{
+		/* the broker would close the channel, failing every message on it */
+		RabbitmqFail(ev, psprintf("the message of %zu bytes is larger than the destination's max_message_bytes (" INT64_FORMAT ")",
+								  strlen(ev->body), o->max_message_bytes), true);
+		return 0;
+	}
+	return cost + strlen(o->key);
 }
 
 /* ---------------------------------------------------------------------
@@ -290,6 +304,33 @@ add_text(amqp_table_entry_t *t, int *n, const char *key, const char *value)
 	t[*n].value.kind = AMQP_FIELD_KIND_UTF8;
 	t[*n].value.value.bytes = amqp_cstring_bytes(value);
 	(*n)++;
+}
+
+/*
+ * Why ev's properties would not fit in one frame of frame_max bytes (the
+ * header frame, which rabbitmq-c cannot encode otherwise, and then ends
+ * the connection), or NULL: an upper bound of their encoded size, each
+ * header its name and value and 8 bytes, besides 1 kB for the rest.
+ */
+char *
+RabbitmqPropertiesProblem(const OutboxEvent *ev, int frame_max)
+{
+	const RmqDestOptions *o = RMQ_OPTIONS(ev);
+	OutboxHeader *merged;
+	int			n = OutboxMergeHeaders(o->headers, ev->headers, &merged);
+	Size		bytes = 1024 + 4 * 64 + strlen(ev->event_type) + 2 * strlen(ev->event_id) +
+		(ev->aggregate_type ? strlen(ev->aggregate_type) : 0) +
+		(ev->aggregate_id ? strlen(ev->aggregate_id) : 0);
+	ListCell   *lc;
+
+	for (int i = 0; i < n; i++)
+		bytes += strlen(merged[i].name) + strlen(merged[i].value) + 8;
+	foreach(lc, ev->extra_headers)
+		bytes += strlen(lfirst(lc)) + 8;
+	if (frame_max > 0 && bytes > (Size) frame_max)
+		return psprintf("the message's properties and headers, up to %zu bytes, do not fit in a frame of %d bytes, the broker's frame_max",
+						bytes, frame_max);
+	return NULL;
 }
 
 /*
@@ -336,8 +377,11 @@ RabbitmqPublish(RmqConn *c, OutboxEvent *ev)
 
 	memset(&props, 0, sizeof(props));
 	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
+		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
 		AMQP_BASIC_APP_ID_FLAG | AMQP_BASIC_HEADERS_FLAG;
+	/* a short string: a longer type is in the outbox-event-type header only */
+	if (strlen(ev->event_type) <= RMQ_SHORTSTR_MAX)
+		props._flags |= AMQP_BASIC_TYPE_FLAG;
 	props.content_type = amqp_cstring_bytes(ev->dest.fmt->content_type);
 	props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
 	props.message_id = amqp_cstring_bytes(ev->event_id);
@@ -428,8 +472,9 @@ rmq_pending(void *state)
 }
 
 /*
- * busy: events taken, messages not confirmed (abandoned ones too, whose
- * time limit collect keeps), or a connection being made (collect takes it).
+ * busy: events taken, or messages not confirmed (abandoned ones too, whose
+ * time limit collect keeps). A connection being made for events that
+ * failed meanwhile is taken with the next event.
  */
 static bool
 rmq_busy(void *state)
@@ -441,7 +486,7 @@ rmq_busy(void *state)
 	{
 		RmqConn    *c = lfirst(lc);
 
-		if (c->live > 0 || c->nunconfirmed > 0 || c->phase == RMQ_CONNECTING)
+		if (c->live > 0 || c->nunconfirmed > 0)
 			return true;
 	}
 	return false;
@@ -506,14 +551,19 @@ rmq_sockets(void *state, const OutboxWaitSocket **socks, int *n)
 	RmqKindState *ks = state;
 	ListCell   *lc;
 
-	if (ks->socks == NULL)
-		ks->socks = MemoryContextAlloc(TopMemoryContext, sizeof(OutboxWaitSocket) * 64);
+	if (ks->nsocks < list_length(ks->conns))
+	{
+		ks->nsocks = Max(list_length(ks->conns), 16);
+		if (ks->socks != NULL)
+			pfree(ks->socks);
+		ks->socks = MemoryContextAlloc(TopMemoryContext, sizeof(OutboxWaitSocket) * ks->nsocks);
+	}
 	*n = 0;
 	foreach(lc, ks->conns)
 	{
 		RmqConn    *c = lfirst(lc);
 
-		if (c->phase != RMQ_READY || *n == 64)
+		if (c->phase != RMQ_READY)
 			continue;
 		ks->socks[*n].fd = c->fd;
 		ks->socks[*n].events = WL_SOCKET_READABLE;

@@ -40,8 +40,6 @@
 
 #include "rabbitmq_int.h"
 
-/* how long a polite close may wait for close-ok */
-#define RMQ_CLOSE_WAIT_MS 1000
 /* the retries of a failed connection: 0.5 s, doubled up to 30 s */
 #define RMQ_RETRY_MIN_MS 500
 #define RMQ_RETRY_MAX_MS 30000
@@ -49,17 +47,6 @@
 #define RMQ_PUBLISH_BATCH 64
 /* frames read in one go; more are read at the next collect, at once */
 #define RMQ_FRAMES_PER_READ 1000
-
-/* A timeval of ms milliseconds. */
-static struct timeval
-ms_timeval(int ms)
-{
-	struct timeval tv;
-
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	return tv;
-}
 
 /* The broker's code and words, for messages: "404 NOT_FOUND - no exchange..." */
 static char *
@@ -94,9 +81,18 @@ fail_waiting(RmqConn *c, const char *error, List **done)
 	c->nwaiting = 0;
 }
 
+/* Frees u and the text it holds. */
+static void
+free_unconfirmed(RmqUnconfirmed *u)
+{
+	if (u->return_text != NULL)
+		pfree(u->return_text);
+	pfree(u);
+}
+
 /*
- * Ends c's connection. why NULL: a polite close (connection.close, waiting
- * RMQ_CLOSE_WAIT_MS at most for its answer), for an idle connection;
+ * Ends c's connection. why NULL: a polite close (connection.close, its
+ * answer not waited for), for an idle connection;
  * otherwise the connection failed: its socket is closed at once, every
  * unconfirmed event fails with why (the broker may have stored it: the
  * retry carries the same message_id), and a new attempt waits.
@@ -115,10 +111,13 @@ RabbitmqClose(RmqConn *c, const char *why, List **done)
 	{
 		if (why == NULL)
 		{
-			struct timeval tv = ms_timeval(RMQ_CLOSE_WAIT_MS);
+			/* said, not waited for: the broker ends it on its side */
+			amqp_connection_close_t m;
 
-			(void) amqp_set_rpc_timeout(c->amqp, &tv);
-			(void) amqp_connection_close(c->amqp, AMQP_REPLY_SUCCESS);
+			memset(&m, 0, sizeof(m));
+			m.reply_code = AMQP_REPLY_SUCCESS;
+			m.reply_text = amqp_cstring_bytes("closed by the relay");
+			(void) amqp_send_method(c->amqp, 0, AMQP_CONNECTION_CLOSE_METHOD, &m);
 		}
 		amqp_destroy_connection(c->amqp);
 		c->amqp = NULL;
@@ -135,7 +134,7 @@ RabbitmqClose(RmqConn *c, const char *why, List **done)
 			hand_back(c, u->ev, done);
 		}
 		dlist_delete(iter.cur);
-		pfree(u);
+		free_unconfirmed(u);
 	}
 	c->nunconfirmed = 0;
 	c->in_return = false;
@@ -154,6 +153,8 @@ RabbitmqClose(RmqConn *c, const char *why, List **done)
 		c->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												  Min(RMQ_RETRY_MIN_MS << Min(c->failures - 1, 10),
 													  RMQ_RETRY_MAX_MS));
+		if (c->last_failure != NULL)
+			pfree(c->last_failure);
 		c->last_failure = MemoryContextStrdup(c->cxt, why);
 	}
 }
@@ -194,7 +195,7 @@ confirm(RmqConn *c, uint64 tag, bool multiple, bool ack, List **done)
 		}
 		dlist_delete(iter.cur);
 		c->nunconfirmed--;
-		pfree(u);
+		free_unconfirmed(u);
 	}
 }
 
@@ -214,8 +215,9 @@ returned_header(RmqConn *c, amqp_frame_t *f)
 	{
 		RmqUnconfirmed *u = dlist_container(RmqUnconfirmed, node, it.cur);
 
-		if (u->ev != NULL && strlen(u->ev->event_id) == p->message_id.len &&
-			memcmp(u->ev->event_id, p->message_id.bytes, p->message_id.len) == 0)
+		/* the oldest with that id: a given-up copy is returned first */
+		if (!u->returned && strlen(u->message_id) == p->message_id.len &&
+			memcmp(u->message_id, p->message_id.bytes, p->message_id.len) == 0)
 		{
 			u->returned = true;
 			u->return_text = MemoryContextStrdup(c->cxt, c->return_text);
@@ -254,6 +256,8 @@ method_frame(RmqConn *c, amqp_frame_t *f, List **done)
 				amqp_basic_return_t *r = m->decoded;
 
 				c->in_return = true;
+				if (c->return_text != NULL)
+					pfree(c->return_text);
 				c->return_text = MemoryContextStrdup(c->cxt,
 													 broker_words(r->reply_code, r->reply_text));
 				break;
@@ -342,25 +346,28 @@ RabbitmqReadFrames(RmqConn *c, List **done)
 }
 
 /*
- * Whether bytes more can be written to c's socket without waiting: half
- * its send buffer holds them with what is queued there, or (alone: a
- * message larger than that) nothing is queued. Linux's SIOCOUTQ; true
- * where there is none.
+ * How many bytes more can be written to c's socket without waiting: what
+ * half its send buffer has left beside what is queued there (*empty: none
+ * is, so that a message larger than that may go out alone). Linux's
+ * SIOCOUTQ; no limit where there is none.
  */
-bool
-RabbitmqSendRoom(RmqConn *c, size_t bytes, bool alone)
+static size_t
+send_room(RmqConn *c, bool *empty)
 {
 #ifdef SIOCOUTQ
 	int			queued;
 	int			sndbuf;
 	socklen_t	len = sizeof(sndbuf);
 
+	*empty = true;
 	if (ioctl(c->fd, SIOCOUTQ, &queued) != 0 ||
 		getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
-		return true;
-	return (alone && queued == 0) || (size_t) queued + bytes <= (size_t) sndbuf / 2;
+		return SIZE_MAX;
+	*empty = queued == 0;
+	return queued < sndbuf / 2 ? (size_t) (sndbuf / 2 - queued) : 0;
 #else
-	return true;
+	*empty = true;
+	return SIZE_MAX;
 #endif
 }
 
@@ -372,6 +379,8 @@ RabbitmqSendRoom(RmqConn *c, size_t bytes, bool alone)
 static void
 publish_waiting(RmqConn *c, List **done)
 {
+	if (c->blocked)
+		c->want_write = false;	/* connection.unblocked wakes the relay */
 	while (c->phase == RMQ_READY && c->nwaiting > 0 && !c->blocked)
 	{
 		RmqWaiting *batch[RMQ_PUBLISH_BATCH];
@@ -379,15 +388,18 @@ publish_waiting(RmqConn *c, List **done)
 		size_t		bytes = 0;
 		dlist_iter	it;
 		bool		room = true;
+		bool		empty;
+		size_t		free_bytes = send_room(c, &empty);
 
 		dlist_foreach(it, &c->waiting)
 		{
 			RmqWaiting *w = dlist_container(RmqWaiting, node, it.cur);
+			/* the body, and the frames' and properties' bytes around it */
 			size_t		size = strlen(w->ev->body) + 1024;
 
 			if (n == RMQ_PUBLISH_BATCH || c->nunconfirmed + n >= c->cap)
 				break;
-			if (!RabbitmqSendRoom(c, bytes + size, n == 0))
+			if (bytes + size > free_bytes && !(n == 0 && empty))
 			{
 				room = false;
 				break;
@@ -407,11 +419,24 @@ publish_waiting(RmqConn *c, List **done)
 			RmqUnconfirmed *u = MemoryContextAllocZero(c->cxt, sizeof(RmqUnconfirmed));
 			int			status;
 
-			u->tag = c->next_tag++;
-			u->ev = w->ev;
-			u->deadline = w->deadline;
+			char	   *problem = RabbitmqPropertiesProblem(w->ev, amqp_get_frame_max(c->amqp));
+
 			dlist_delete(&w->node);
 			c->nwaiting--;
+			if (problem != NULL)
+			{
+				/* rabbitmq-c would end the connection: fail this one alone */
+				pfree(u);
+				RabbitmqFail(w->ev, problem, false);
+				hand_back(c, w->ev, done);
+				pfree(w);
+				continue;
+			}
+			u->tag = c->next_tag++;
+			u->ev = w->ev;
+			strlcpy(u->message_id, w->ev->event_id, sizeof(u->message_id));
+			/* its confirm has the whole time limit, whatever it waited */
+			u->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
 			dlist_push_tail(&c->unconfirmed, &u->node);
 			c->nunconfirmed++;
 			pfree(w);
@@ -420,6 +445,10 @@ publish_waiting(RmqConn *c, List **done)
 				RabbitmqClose(c, psprintf("cannot publish: %s", amqp_error_string2(status)), done);
 		}
 		c->last_io = GetCurrentTimestamp();
+		/* frames a publish read into rabbitmq-c's buffer: no socket event tells */
+		if (c->phase == RMQ_READY &&
+			(amqp_frames_enqueued(c->amqp) || amqp_data_in_buffer(c->amqp)))
+			c->more = true;
 	}
 }
 

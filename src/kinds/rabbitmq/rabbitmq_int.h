@@ -47,8 +47,15 @@
 #define RMQ_MAX_URLS 16
 /* an AMQP short string (exchange, routing key, virtual host): 255 bytes */
 #define RMQ_SHORTSTR_MAX 255
+/*
+ * A message's body, at most, by default: RabbitMQ 4.0's max_message_size
+ * (16 MiB; 3.10's is 128 MiB), past which the broker closes the channel,
+ * failing every message waiting on it. Most: 3.10's.
+ */
+#define RMQ_DEFAULT_MAX_MESSAGE_BYTES (16 * 1024 * 1024)
+#define RMQ_MAX_MESSAGE_BYTES_LIMIT (128 * 1024 * 1024)
 /* unconfirmed publishes per destination: default and most */
-#define RMQ_DEFAULT_MAX_UNCONFIRMED 256
+#define RMQ_DEFAULT_MAX_UNCONFIRMED 1024
 #define RMQ_MAX_UNCONFIRMED_LIMIT 4096
 /* time limit of a connection's setup and of each confirm, by default (ms) */
 #define RMQ_DEFAULT_TIMEOUT_MS 5000
@@ -69,6 +76,7 @@ typedef struct RmqDestOptions
 	char	   *exchange;		/* "" the default exchange */
 	char	   *routing_key;	/* a key or a template; NULL: the event type */
 	int			max_unconfirmed;
+	int64		max_message_bytes;
 	int			timeout_ms;
 	Jsonb	   *headers;		/* the destination's own, or NULL */
 	/* set by prepare for the event: the routing key built */
@@ -95,7 +103,8 @@ typedef struct RmqUnconfirmed
 	dlist_node	node;
 	uint64		tag;
 	OutboxEvent *ev;
-	TimestampTz deadline;
+	char		message_id[40]; /* the event_id, kept if ev is given up */
+	TimestampTz deadline;		/* published + the time limit */
 	bool		returned;		/* basic.return came for it: unroutable */
 	char	   *return_text;	/* and the broker's words */
 } RmqUnconfirmed;
@@ -183,13 +192,15 @@ typedef struct RmqKindState
 	MemoryContext cxt;			/* of the connections; NULL until the first */
 	List	   *conns;
 	uint64		generation;		/* changes whenever the sockets do */
-	OutboxWaitSocket *socks;	/* what sockets returns */
+	OutboxWaitSocket *socks;	/* what sockets returns, nsocks of them at most */
+	int			nsocks;
 } RmqKindState;
 
 /* rabbitmq.c */
 extern void RabbitmqFail(OutboxEvent *ev, char *error, bool permanent);
 extern char **RabbitmqSplitUrls(const char *urls, int *n, const char **why);
 extern int	RabbitmqPublish(RmqConn *c, OutboxEvent *ev);
+extern char *RabbitmqPropertiesProblem(const OutboxEvent *ev, int frame_max);
 
 /* rabbitmq_thread.c */
 extern RmqConnect *RabbitmqConnectStart(const RmqConn *c, const char **error);
@@ -202,6 +213,5 @@ extern void RabbitmqService(RmqConn *c, List **done);
 extern void RabbitmqReadFrames(RmqConn *c, List **done);
 extern void RabbitmqClose(RmqConn *c, const char *why, List **done);
 extern void RabbitmqFreeConn(RmqConn *c);
-extern bool RabbitmqSendRoom(RmqConn *c, size_t bytes, bool alone);
 
 #endif							/* OUTBOX_RABBITMQ_INT_H */

@@ -340,16 +340,19 @@ void
 RabbitmqConnectAbandon(RmqConnect *a)
 {
 	bool		finished;
+	pthread_t	thread;
 
+	/* once abandoned is set, a thread that finishes frees a: copy first */
 	pthread_mutex_lock(&a->mu);
 	finished = a->finished;
+	thread = a->thread;
 	a->abandoned = true;
 	pthread_mutex_unlock(&a->mu);
 	if (finished)
 	{
-		pthread_join(a->thread, NULL);
+		pthread_join(thread, NULL);
 		connect_free(a);
 	}
 	else
-		pthread_detach(a->thread);
+		pthread_detach(thread);
 }
