@@ -5,13 +5,28 @@
 -- the target is "urls", and the kind is named
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types) VALUES ('r', 'rabbitmq', 'none.*')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "http://127.0.0.1:5672"}')$$);
-SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqps://127.0.0.1:5671"}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://guest:s3cret@127.0.0.1:5672"}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:5672/orders"}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:notaport"}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": " , "}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*',
     jsonb_build_object('urls', (SELECT string_agg('amqp://127.0.0.1:' || (5000 + g), ',') FROM generate_series(1, 17) g)))$$);
+-- a CA file for amqps:// servers: an absolute path, which only a role with
+-- pg_read_server_files may write, as a webhook's ca_file
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqps://127.0.0.1:5671", "tls_ca_file": "ca.pem"}')$$);
+CREATE ROLE regress_rmq_admin IN ROLE outbox_admin;
+SET ROLE regress_rmq_admin;
+SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqps://127.0.0.1:5671", "tls_ca_file": "/etc/ssl/certs/ca-certificates.crt"}')$$);
+-- nor move a destination that names one to other servers
+RESET ROLE;
+INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqps://127.0.0.1:5671", "tls_ca_file": "/etc/ssl/certs/ca-certificates.crt"}');
+SET ROLE regress_rmq_admin;
+SELECT regress.try_detail($$UPDATE outbox_destinations SET options = options || '{"urls": "amqps://127.0.0.1:5999"}' WHERE name = 'r'$$);
+UPDATE outbox_destinations SET enabled = false WHERE name = 'r';
+RESET ROLE;
+DELETE FROM outbox_destinations;
+DROP ROLE regress_rmq_admin;
+
 -- the exchange's name, as RabbitMQ takes it
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1", "exchange": "a b"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('r', 'rabbitmq', 'none.*', jsonb_build_object('urls', 'amqp://127.0.0.1', 'exchange', repeat('e', 256)))$$);
@@ -39,7 +54,7 @@ SELECT count(*) AS destinations FROM outbox_destinations;
 -- what is taken: several URLs, a vhost, credentials, a template, a header,
 -- and each of the kind's formats
 INSERT INTO outbox_destinations (name, kind, event_types, options, headers, format) VALUES
-    ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:5672, amqp://[::1]:5672/", "vhost": "shop", "user": "relay", "password": "s3cret",
+    ('r', 'rabbitmq', 'none.*', '{"urls": "amqp://127.0.0.1:5672, amqps://[::1]:5671/", "vhost": "shop", "user": "relay", "password": "s3cret",
       "exchange": "amq.topic", "routing_key": "{aggregate_type}.{event_type}", "max_unconfirmed": 64}', '{"tenant": "acme"}', 'cloudevents');
 UPDATE outbox_destinations SET format = 'cloudevents-binary';
 UPDATE outbox_destinations SET format = 'envelope';

@@ -7,9 +7,10 @@
 //    "queues": [{"name", "arguments"}], "bindings": [{"queue", "exchange", "key"}],
 //    "purge": [queue names], "delete_exchanges": [names]}
 //     declares durable exchanges and queues and binds them: {"ok": true}
-//   {"command": "consume", "url": U, "queue": Q, "count": N, "timeout_ms": T}
-//     reads (and acks) messages one at a time (prefetch 1) until N have
-//     come or T ms have passed: {"messages": [{"message_id", "type",
+//   {"command": "consume", "url": U, "queue": Q, "count": N, "timeout_ms": T,
+//    "idle_ms": I}
+//     reads (and acks, in order) messages until N have come, T ms have
+//     passed, or (with I) none came for I ms: {"messages": [{"message_id", "type",
 //     "content_type", "delivery_mode", "timestamp", "app_id", "headers",
 //     "exchange", "routing_key", "redelivered", "body"}, ...]} in arrival order
 //   {"command": "count", "url": U, "queue": Q}
@@ -45,11 +46,27 @@ async function setup(input) {
 async function consume(input) {
   const conn = await amqp.connect(input.url);
   const ch = await conn.createChannel();
-  await ch.prefetch(1);
+  await ch.prefetch(100);
   const messages = [];
   await new Promise((resolve) => {
-    const timer = setTimeout(resolve, input.timeout_ms || 10000);
+    let done = false;
+    let idle = null;
+    const finish = () => {
+      done = true;
+      clearTimeout(timer);
+      clearTimeout(idle);
+      resolve();
+    };
+    const timer = setTimeout(finish, input.timeout_ms || 10000);
+    // with idle_ms: done once no message came for that long (the queue is drained)
+    if (input.idle_ms) idle = setTimeout(finish, input.idle_ms);
     ch.consume(input.queue, (m) => {
+      // prefetched after the end: not acked, so the broker keeps it
+      if (done) return;
+      if (input.idle_ms) {
+        clearTimeout(idle);
+        idle = setTimeout(finish, input.idle_ms);
+      }
       const p = m.properties;
       messages.push({
         message_id: p.messageId, type: p.type, content_type: p.contentType,
@@ -58,10 +75,7 @@ async function consume(input) {
         redelivered: m.fields.redelivered, body: m.content.toString('utf8'),
       });
       ch.ack(m);
-      if (messages.length >= (input.count || Infinity)) {
-        clearTimeout(timer);
-        resolve();
-      }
+      if (messages.length >= (input.count || Infinity)) finish();
     });
   });
   // the channel's close-ok comes after the broker took every ack before it

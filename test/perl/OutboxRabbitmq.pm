@@ -36,7 +36,9 @@ sub rabbitmq_available
 
 # Starts a broker and waits until amqplib can use it; returns an OutboxRabbitmq.
 # %opts: heartbeat => the seconds the broker proposes (RabbitMQ's 60 by
-# default; a client asking for fewer gets fewer).
+# default; a client asking for fewer gets fewer); tls => { ca, cert, key }
+# (PEM files, OutboxTest::make_certificates): a TLS listener too, on
+# $self->{tls_port}.
 sub start_rabbitmq
 {
 	my (%opts) = @_;
@@ -55,6 +57,15 @@ sub start_rabbitmq
 		  . "default_user = $self->{user}\ndefault_pass = $self->{password}\n"
 		  . "loopback_users = none\n"
 		  . (defined $opts{heartbeat} ? "heartbeat = $opts{heartbeat}\n" : ''));
+	if (my $tls = $opts{tls})
+	{
+		$self->{tls_port} = PostgreSQL::Test::Cluster::get_free_port();
+		PostgreSQL::Test::Utils::append_to_file("$dir/rabbitmq.conf",
+			"listeners.ssl.default = 127.0.0.1:$self->{tls_port}\n"
+			  . "ssl_options.cacertfile = $tls->{ca}\nssl_options.certfile = $tls->{cert}\n"
+			  . "ssl_options.keyfile = $tls->{key}\nssl_options.verify = verify_none\n"
+			  . "ssl_options.fail_if_no_peer_cert = false\n");
+	}
 	PostgreSQL::Test::Utils::append_to_file("$dir/enabled_plugins", "[].\n");
 	$self->start;
 	return $self;

@@ -55,7 +55,8 @@ sub delivered
 sub all_there
 {
 	my ($type, $q, $n, $label) = @_;
-	my $got = $rmq->tool({ command => 'consume', queue => $q, count => 10 * $n, timeout_ms => 3000 })->{messages};
+	my $got = $rmq->tool({ command => 'consume', queue => $q, count => 10 * $n, idle_ms => 3000,
+		timeout_ms => 300_000 })->{messages};
 	my %ids;
 	$ids{ $_->{message_id} }++ for @$got;
 	is_deeply([ sort keys %ids ],

@@ -65,6 +65,7 @@ static const OutboxKindOption rmq_options[] = {
 	{"vhost", OUTBOX_OPTION_STRING, false, 1, RMQ_SHORTSTR_MAX},
 	{"user", OUTBOX_OPTION_STRING, false, 1, RMQ_SHORTSTR_MAX},
 	{"password", OUTBOX_OPTION_STRING, false, 1, RMQ_SHORTSTR_MAX},
+	{"tls_ca_file", OUTBOX_OPTION_STRING, false, 1, MAXPGPATH - 1},
 	{"exchange", OUTBOX_OPTION_STRING, false, 1, RMQ_SHORTSTR_MAX},
 	{"routing_key", OUTBOX_OPTION_STRING, false, 1, 1024},
 	{"max_unconfirmed", OUTBOX_OPTION_INTEGER, false, 1, RMQ_MAX_UNCONFIRMED_LIMIT},
@@ -95,10 +96,9 @@ header_reserved(const char *name)
 
 /*
  * The URLs of option urls, split at commas and trimmed (palloc'd), or
- * NULL with *why set: at most RMQ_MAX_URLS, each amqp://host[:port] with
- * no credentials (they are options, so that a URL can be named in
- * messages) and no virtual host (the vhost option). amqps:// is refused:
- * this version of the kind has no TLS.
+ * NULL with *why set: at most RMQ_MAX_URLS, each amqp:// or amqps://
+ * host[:port] with no credentials (they are options, so that a URL can be
+ * named in messages) and no virtual host (the vhost option).
  */
 char **
 RabbitmqSplitUrls(const char *urls, int *n, const char **why)
@@ -122,11 +122,12 @@ RabbitmqSplitUrls(const char *urls, int *n, const char **why)
 			return (*why = "more than 16 URLs", NULL);
 		if (*tok == '\0')
 			return (*why = "a URL is empty", NULL);
-		if (pg_strncasecmp(tok, "amqps://", 8) == 0)
-			return (*why = "this version of the kind has no TLS (amqps://)", NULL);
-		if (pg_strncasecmp(tok, "amqp://", 7) != 0)
-			return (*why = "each URL starts with amqp://", NULL);
-		rest = tok + 7;
+		if (pg_strncasecmp(tok, "amqp://", 7) == 0)
+			rest = tok + 7;
+		else if (pg_strncasecmp(tok, "amqps://", 8) == 0)
+			rest = tok + 8;
+		else
+			return (*why = "each URL starts with amqp:// or amqps://", NULL);
 		if (strchr(rest, '@') != NULL)
 			return (*why = "a URL holds no credentials: set the options user and password", NULL);
 		if (strchr(rest, '/') != NULL && strcmp(strchr(rest, '/'), "/") != 0)
@@ -171,6 +172,9 @@ rmq_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination option \"urls\" is not valid"),
 								psprintf("%c%s.", pg_toupper(why[0]), why + 1));
+	/* the file's rule, as for a webhook's ca_file */
+	if (!OutboxDestinationFileCheck(row, "tls_ca_file", "urls", p))
+		return false;
 	if (exchange != NULL && !exchange_name_valid(exchange))
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination option \"exchange\" is not a RabbitMQ exchange name"),
@@ -222,6 +226,7 @@ rmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	o->password = OutboxDestinationOptionText(row, "password");
 	if (o->password == NULL)
 		o->password = pstrdup("guest");
+	o->ca_file = OutboxDestinationOptionText(row, "tls_ca_file");
 	o->exchange = OutboxDestinationOptionText(row, "exchange");
 	if (o->exchange == NULL)
 		o->exchange = pstrdup("");
@@ -236,6 +241,7 @@ rmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 	dest->options = o;
 	return sizeof(RmqDestOptions) + size + strlen(o->urls) + strlen(o->vhost) +
 		strlen(o->user) + strlen(o->password) + strlen(o->exchange) +
+		(o->ca_file ? strlen(o->ca_file) : 0) +
 		(o->routing_key ? strlen(o->routing_key) : 0);
 }
 

@@ -559,8 +559,8 @@ RabbitmqService(RmqConn *c, List **done)
 static char *
 fingerprint(const RmqDestOptions *o)
 {
-	return psprintf("%s\n%s\n%s\n%s\n%s\n%d\n%d", o->urls, o->vhost, o->user, o->password,
-					o->exchange, o->max_unconfirmed, o->timeout_ms);
+	return psprintf("%s\n%s\n%s\n%s\n%s\n%d\n%d\n%s", o->urls, o->vhost, o->user, o->password,
+					o->exchange, o->max_unconfirmed, o->timeout_ms, o->ca_file ? o->ca_file : "");
 }
 
 /*
@@ -613,6 +613,7 @@ RabbitmqConnFor(RmqKindState *ks, OutboxEvent *ev)
 	c->vhost = pstrdup(o->vhost);
 	c->user = pstrdup(o->user);
 	c->password = pstrdup(o->password);
+	c->ca_file = o->ca_file ? pstrdup(o->ca_file) : NULL;
 	c->exchange = pstrdup(o->exchange);
 	c->cap = o->max_unconfirmed;
 	c->timeout_ms = o->timeout_ms;

@@ -30,9 +30,11 @@
 #endif
 #ifdef RMQ_NEW_HEADERS
 #include <rabbitmq-c/amqp.h>
+#include <rabbitmq-c/ssl_socket.h>
 #include <rabbitmq-c/tcp_socket.h>
 #else
 #include <amqp.h>
+#include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 #endif
 
@@ -73,6 +75,7 @@ typedef struct RmqDestOptions
 	char	   *vhost;
 	char	   *user;
 	char	   *password;
+	char	   *ca_file;		/* tls_ca_file: amqps:// servers' CAs, or NULL */
 	char	   *exchange;		/* "" the default exchange */
 	char	   *routing_key;	/* a key or a template; NULL: the event type */
 	int			max_unconfirmed;
@@ -121,9 +124,11 @@ typedef struct RmqConnect
 	char	   *urls[RMQ_MAX_URLS];
 	char	   *hosts[RMQ_MAX_URLS];
 	int			ports[RMQ_MAX_URLS];
+	bool		tls[RMQ_MAX_URLS];	/* amqps:// */
 	char	   *vhost;
 	char	   *user;
 	char	   *password;
+	char	   *ca_file;		/* or NULL: the system's CAs */
 	char	   *exchange;
 	char		connection_name[RMQ_SHORTSTR_MAX + 1];
 	int			timeout_ms;
@@ -181,6 +186,7 @@ typedef struct RmqConn
 	char	   *vhost;
 	char	   *user;
 	char	   *password;
+	char	   *ca_file;
 	char	   *exchange;
 	int			cap;
 	int			timeout_ms;

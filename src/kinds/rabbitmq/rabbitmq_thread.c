@@ -12,10 +12,12 @@
  * from then on (rabbitmq-c's connection is used by one thread at a time).
  *
  * The contract of every function that runs on the thread:
- *	 - it calls rabbitmq-c and the C library, and of PostgreSQL only
- *	   SetLatch (safe from any thread of the process), and that only until
- *	   the process starts to exit (RabbitmqConnectExiting, before shared
- *	   memory, where a worker's latch is, goes);
+ *	 - it calls rabbitmq-c, OpenSSL (an amqps:// server's CAs) and the C
+ *	   library, and of PostgreSQL only SetLatch (safe from any thread of
+ *	   the process), and that only until the process starts to exit
+ *	   (connect_exiting, before shared memory, where a worker's latch is,
+ *	   goes), and what destination.h says is safe on any thread
+ *	   (OutboxReadFile, OutboxDeadlineIn);
  *	 - it never pallocs, raises, logs or checks for interrupts: it reports
  *	   in fixed buffers, which the relay turns into text;
  *	 - it reads of RmqConnect what was set before it started, and touches
@@ -31,6 +33,13 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
+
+/* libssl comes with librabbitmq, which is built with it for amqps:// */
+#include <openssl/crypto.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -38,9 +47,16 @@
 
 #include "rabbitmq_int.h"
 
-/* the process is exiting: no thread sets the latch any more */
+/*
+ * The process is exiting: no thread sets the latch any more (exiting), and
+ * a thread still running when the C library's exit handlers start could
+ * be using OpenSSL while its own exit handler frees it, so then the
+ * process ends at once (exit_guard), with its exit code. Under exit_mu.
+ */
 static pthread_mutex_t exit_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool exiting = false;
+static int	exit_code = 0;
+static int	running = 0;		/* connect threads not ended */
 static bool exit_callback = false;
 
 /* Appends printf-style text to a->error, cut at its size. */
@@ -106,6 +122,58 @@ true_entry(const char *key)
 	e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
 	e.value.value.boolean = 1;
 	return e;
+}
+
+/*
+ * The CAs an amqps:// server's certificate must chain to: the PEM
+ * certificates of a->ca_file, read with OutboxReadFile (a regular file of
+ * at most 1 MB, within the time limit) and handed to OpenSSL from memory,
+ * never by path; without one, the system's. rabbitmq-c checks the chain
+ * and the host name. True, or false with the failure reported.
+ */
+static bool
+tls_trust(RmqConnect *a, amqp_socket_t *sock)
+{
+	SSL_CTX    *ctx = amqp_ssl_socket_get_context(sock);
+	struct timespec deadline = OutboxDeadlineIn(a->timeout_ms);
+	char		error[256];
+	char	   *pem;
+	size_t		len;
+	struct stat st;
+	BIO		   *bio;
+	X509	   *cert;
+	int			added = 0;
+
+	amqp_ssl_socket_set_verify_peer(sock, 1);
+	amqp_ssl_socket_set_verify_hostname(sock, 1);
+	if (a->ca_file == NULL)
+	{
+		if (SSL_CTX_set_default_verify_paths(ctx) != 1)
+			report(a, "cannot load the system's CA certificates");
+		return true;
+	}
+	if (!OutboxReadFile(a->ca_file, "tls_ca_file", &deadline, &pem, &len, &st,
+						error, sizeof(error)))
+	{
+		report(a, "%s", error);
+		return false;
+	}
+	bio = BIO_new_mem_buf(pem, (int) len);
+	while (bio != NULL && (cert = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL)
+	{
+		if (X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), cert) == 1)
+			added++;
+		X509_free(cert);
+	}
+	if (bio != NULL)
+		BIO_free(bio);
+	free(pem);
+	if (added == 0)
+	{
+		report(a, "destination tls_ca_file holds no PEM certificate");
+		return false;
+	}
+	return true;
 }
 
 /*
@@ -190,12 +258,16 @@ connect_main(void *arg)
 	for (int i = 0; i < a->nurls && made == NULL; i++)
 	{
 		amqp_connection_state_t conn = amqp_new_connection();
-		amqp_socket_t *sock = conn ? amqp_tcp_socket_new(conn) : NULL;
+		amqp_socket_t *sock = NULL;
 		int			status;
 
 		report(a, "%s%s: ", i > 0 ? "; " : "", a->urls[i]);
+		if (conn != NULL)
+			sock = a->tls[i] ? amqp_ssl_socket_new(conn) : amqp_tcp_socket_new(conn);
 		if (sock == NULL)
 			report(a, "out of memory");
+		else if (a->tls[i] && !tls_trust(a, sock))
+			;					/* reported */
 		else if ((status = amqp_socket_open_noblock(sock, a->hosts[i], a->ports[i], &tv)) != AMQP_STATUS_OK)
 			report(a, "cannot connect: %s", amqp_error_string2(status));
 		else if (setup(a, conn, &tv))
@@ -214,23 +286,43 @@ connect_main(void *arg)
 	pthread_mutex_unlock(&a->mu);
 	if (abandoned)
 		connect_free(a);
-	else
-	{
-		pthread_mutex_lock(&exit_mu);
-		if (!exiting)
-			SetLatch(MyLatch);
-		pthread_mutex_unlock(&exit_mu);
-	}
+	pthread_mutex_lock(&exit_mu);
+	if (!abandoned && !exiting)
+		SetLatch(MyLatch);
+	running--;
+	pthread_mutex_unlock(&exit_mu);
 	return NULL;
 }
 
-/* before_shmem_exit: from now on no thread of the kind sets the latch. */
+/*
+ * before_shmem_exit: from now on no thread of the kind sets the latch; and
+ * the exit code, for exit_guard.
+ */
 static void
-connect_exiting(int code pg_attribute_unused(), Datum arg pg_attribute_unused())
+connect_exiting(int code, Datum arg pg_attribute_unused())
 {
 	pthread_mutex_lock(&exit_mu);
 	exiting = true;
+	exit_code = code;
 	pthread_mutex_unlock(&exit_mu);
+}
+
+/*
+ * An atexit handler, registered after OpenSSL's (RabbitmqConnectStart),
+ * so run before it: with a connect thread still running, ends the process
+ * at once with its exit code, PostgreSQL's exit callbacks done and the
+ * libraries' handlers not run.
+ */
+static void
+exit_guard(void)
+{
+	bool		left;
+
+	pthread_mutex_lock(&exit_mu);
+	left = running > 0;
+	pthread_mutex_unlock(&exit_mu);
+	if (left)
+		_exit(exit_code);
 }
 
 /* Copies s into the arena at *p, returning the copy. */
@@ -255,7 +347,8 @@ RmqConnect *
 RabbitmqConnectStart(const RmqConn *c, const char **error)
 {
 	size_t		size = sizeof(RmqConnect) + strlen(c->vhost) + strlen(c->user) +
-		strlen(c->password) + strlen(c->exchange) + strlen(c->name) + 64;
+		strlen(c->password) + strlen(c->exchange) + strlen(c->name) +
+		(c->ca_file ? strlen(c->ca_file) : 0) + 64;
 	RmqConnect *a;
 	char	   *p;
 	sigset_t	all;
@@ -265,6 +358,10 @@ RabbitmqConnectStart(const RmqConn *c, const char **error)
 	if (!exit_callback)
 	{
 		before_shmem_exit(connect_exiting, 0);
+		/* OpenSSL registers its exit handler when first initialized */
+		(void) OPENSSL_init_ssl(0, NULL);
+		if (atexit(exit_guard) != 0)
+			return (*error = "cannot register an exit handler", NULL);
 		exit_callback = true;
 	}
 	for (int i = 0; i < c->nurls; i++)
@@ -286,6 +383,7 @@ RabbitmqConnectStart(const RmqConn *c, const char **error)
 		{
 			a->hosts[i] = info.host;
 			a->ports[i] = info.port;
+			a->tls[i] = info.ssl;
 		}
 		else
 			a->hosts[i] = "";
@@ -294,15 +392,22 @@ RabbitmqConnectStart(const RmqConn *c, const char **error)
 	a->user = arena_copy(&p, c->user);
 	a->password = arena_copy(&p, c->password);
 	a->exchange = arena_copy(&p, c->exchange);
+	a->ca_file = c->ca_file ? arena_copy(&p, c->ca_file) : NULL;
 	snprintf(a->connection_name, sizeof(a->connection_name), "outbox relay, destination %s", c->name);
 	a->timeout_ms = c->timeout_ms;
 
+	pthread_mutex_lock(&exit_mu);
+	running++;
+	pthread_mutex_unlock(&exit_mu);
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	rc = pthread_create(&a->thread, NULL, connect_main, a);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0)
 	{
+		pthread_mutex_lock(&exit_mu);
+		running--;
+		pthread_mutex_unlock(&exit_mu);
 		connect_free(a);
 		return (*error = "cannot start a thread to connect", NULL);
 	}
