@@ -15,7 +15,7 @@ use OutboxTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(rabbitmq_available start_rabbitmq);
+our @EXPORT = qw(rabbitmq_available start_rabbitmq last_error_of);
 
 my $seq = 0;
 
@@ -32,6 +32,18 @@ sub rabbitmq_available
 {
 	my $modules = ($ENV{OUTBOX_NODE_DIR} // '/var/cache/outbox-npm') . '/node_modules';
 	return defined _server_script() && -d "$modules/amqplib";
+}
+
+# The last_error of an event of type $type on $node (database postgres),
+# once one is recorded; 'no error recorded' if none is in time.
+sub last_error_of
+{
+	my ($node, $type) = @_;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL")
+	  or return 'no error recorded';
+	return $node->safe_psql('postgres',
+		"SELECT last_error FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL LIMIT 1");
 }
 
 # Starts a broker and waits until amqplib can use it; returns an OutboxRabbitmq.

@@ -45,15 +45,7 @@ sub destination
 		$name, $types, $rmq->options(%options)));
 }
 
-sub last_error
-{
-	my ($type) = @_;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) > 0 FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL")
-	  or return 'no error recorded';
-	return $node->safe_psql('postgres',
-		"SELECT last_error FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL LIMIT 1");
-}
+sub last_error { my ($type) = @_; return last_error_of($node, $type); }
 
 # 1,000 events, each with headers a writer may set: x-* (RabbitMQ's and its
 # plugins' own, such as x-delay) and a trace context, which is forwarded;

@@ -41,15 +41,7 @@ sub destination
 		$name, $name, $rmq->options(urls => "amqps://127.0.0.1:$rmq->{tls_port}", routing_key => 'tls', %options)));
 }
 
-sub last_error
-{
-	my ($type) = @_;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) > 0 FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL")
-	  or return 'no error recorded';
-	return $node->safe_psql('postgres',
-		"SELECT last_error FROM outbox WHERE event_type = '$type' AND last_error IS NOT NULL LIMIT 1");
-}
+sub last_error { my ($type) = @_; return last_error_of($node, $type); }
 
 # a. the private CA, read by the relay from tls_ca_file
 destination('good', tls_ca_file => $ca);
