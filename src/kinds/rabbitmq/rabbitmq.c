@@ -313,42 +313,18 @@ add_text(amqp_table_entry_t *t, int *n, const char *key, const char *value)
 }
 
 /*
- * Why ev's properties would not fit in one frame of frame_max bytes (the
- * header frame, which rabbitmq-c cannot encode otherwise, and then ends
- * the connection), or NULL: an upper bound of their encoded size, each
- * header its name and value and 8 bytes, besides 1 kB for the rest.
- */
-char *
-RabbitmqPropertiesProblem(const OutboxEvent *ev, int frame_max)
-{
-	const RmqDestOptions *o = RMQ_OPTIONS(ev);
-	OutboxHeader *merged;
-	int			n = OutboxMergeHeaders(o->headers, ev->headers, &merged);
-	Size		bytes = 1024 + 4 * 64 + strlen(ev->event_type) + 2 * strlen(ev->event_id) +
-		(ev->aggregate_type ? strlen(ev->aggregate_type) : 0) +
-		(ev->aggregate_id ? strlen(ev->aggregate_id) : 0);
-	ListCell   *lc;
-
-	for (int i = 0; i < n; i++)
-		bytes += strlen(merged[i].name) + strlen(merged[i].value) + 8;
-	foreach(lc, ev->extra_headers)
-		bytes += strlen(lfirst(lc)) + 8;
-	if (frame_max > 0 && bytes > (Size) frame_max)
-		return psprintf("the message's properties and headers, up to %zu bytes, do not fit in a frame of %d bytes, the broker's frame_max",
-						bytes, frame_max);
-	return NULL;
-}
-
-/*
  * Publishes ev on c's channel: persistent, mandatory, message_id the
  * event_id, type the event type, timestamp its creation (Unix seconds),
  * content_type the format's; headers: the relay's outbox-*, then the
  * destination's and the event's that header_reserved lets through, then,
  * in binary CloudEvents, the event's attributes under the AMQP binding.
- * Returns rabbitmq-c's status (AMQP_STATUS_OK: written to the socket).
+ * Returns rabbitmq-c's status (AMQP_STATUS_OK: written to the socket); or
+ * sends nothing and sets *problem when the properties would not fit in one
+ * frame of the broker's frame_max (the header frame, which rabbitmq-c then
+ * cannot encode, and ends the connection), by an upper bound of their size.
  */
 int
-RabbitmqPublish(RmqConn *c, OutboxEvent *ev)
+RabbitmqPublish(RmqConn *c, OutboxEvent *ev, char **problem)
 {
 	const RmqDestOptions *o = RMQ_OPTIONS(ev);
 	OutboxHeader *merged;
@@ -359,6 +335,8 @@ RabbitmqPublish(RmqConn *c, OutboxEvent *ev)
 	amqp_basic_properties_t props;
 	int			n = 0;
 	int			status;
+	int			frame_max = amqp_get_frame_max(c->amqp);
+	Size		bytes = 1024 + strlen(ev->event_type) + strlen(ev->event_id);
 
 	add_text(entries, &n, "outbox-event-id", ev->event_id);
 	add_text(entries, &n, "outbox-event-type", ev->event_type);
@@ -379,6 +357,17 @@ RabbitmqPublish(RmqConn *c, OutboxEvent *ev)
 
 		if (sep != NULL)
 			add_text(entries, &n, pnstrdup(line, sep - line), sep + 2);
+	}
+	*problem = NULL;
+	for (int i = 0; i < n; i++)
+		bytes += entries[i].key.len + 8 + (entries[i].value.kind == AMQP_FIELD_KIND_UTF8 ?
+										   entries[i].value.value.bytes.len : 4);
+	if (frame_max > 0 && bytes > (Size) frame_max)
+	{
+		*problem = psprintf("the message's properties and headers, up to %zu bytes, do not fit in a frame of %d bytes, the broker's frame_max",
+							bytes, frame_max);
+		pfree(entries);
+		return AMQP_STATUS_OK;
 	}
 
 	memset(&props, 0, sizeof(props));

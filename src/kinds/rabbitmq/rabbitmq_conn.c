@@ -415,32 +415,31 @@ publish_waiting(RmqConn *c, List **done)
 		OutboxStartLogFlush();
 		for (int i = 0; i < n && c->phase == RMQ_READY; i++)
 		{
-			RmqWaiting *w = batch[i];
-			RmqUnconfirmed *u = MemoryContextAllocZero(c->cxt, sizeof(RmqUnconfirmed));
+			OutboxEvent *ev = batch[i]->ev;
+			RmqUnconfirmed *u;
+			char	   *problem;
 			int			status;
 
-			char	   *problem = RabbitmqPropertiesProblem(w->ev, amqp_get_frame_max(c->amqp));
-
-			dlist_delete(&w->node);
+			dlist_delete(&batch[i]->node);
 			c->nwaiting--;
+			pfree(batch[i]);
+			status = RabbitmqPublish(c, ev, &problem);
 			if (problem != NULL)
 			{
-				/* rabbitmq-c would end the connection: fail this one alone */
-				pfree(u);
-				RabbitmqFail(w->ev, problem, false);
-				hand_back(c, w->ev, done);
-				pfree(w);
+				/* not sent: rabbitmq-c would end the connection; this one fails alone */
+				RabbitmqFail(ev, problem, false);
+				hand_back(c, ev, done);
 				continue;
 			}
+			/* a failed publish fails it with the rest, in RabbitmqClose below */
+			u = MemoryContextAllocZero(c->cxt, sizeof(RmqUnconfirmed));
 			u->tag = c->next_tag++;
-			u->ev = w->ev;
-			strlcpy(u->message_id, w->ev->event_id, sizeof(u->message_id));
+			u->ev = ev;
+			strlcpy(u->message_id, ev->event_id, sizeof(u->message_id));
 			/* its confirm has the whole time limit, whatever it waited */
 			u->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
 			dlist_push_tail(&c->unconfirmed, &u->node);
 			c->nunconfirmed++;
-			pfree(w);
-			status = RabbitmqPublish(c, u->ev);
 			if (status != AMQP_STATUS_OK)
 				RabbitmqClose(c, psprintf("cannot publish: %s", amqp_error_string2(status)), done);
 		}

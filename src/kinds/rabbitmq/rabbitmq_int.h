@@ -205,8 +205,7 @@ typedef struct RmqKindState
 /* rabbitmq.c */
 extern void RabbitmqFail(OutboxEvent *ev, char *error, bool permanent);
 extern char **RabbitmqSplitUrls(const char *urls, int *n, const char **why);
-extern int	RabbitmqPublish(RmqConn *c, OutboxEvent *ev);
-extern char *RabbitmqPropertiesProblem(const OutboxEvent *ev, int frame_max);
+extern int	RabbitmqPublish(RmqConn *c, OutboxEvent *ev, char **problem);
 
 /* rabbitmq_thread.c */
 extern RmqConnect *RabbitmqConnectStart(const RmqConn *c, const char **error);
