@@ -32,6 +32,11 @@ extern const OutboxDestinationKind OutboxRabbitmqKind;
 #else
 extern const OutboxKindLeftOut OutboxRabbitmqLeftOut;
 #endif
+#ifdef OUTBOX_WITH_KAFKA
+extern const OutboxDestinationKind OutboxKafkaKind;
+#else
+extern const OutboxKindLeftOut OutboxKafkaLeftOut;
+#endif
 
 static const OutboxDestinationKind *const kinds[] = {
 	&OutboxHttpKind,
@@ -42,6 +47,9 @@ static const OutboxDestinationKind *const kinds[] = {
 	&OutboxBullmqKind,
 #ifdef OUTBOX_WITH_RABBITMQ
 	&OutboxRabbitmqKind,
+#endif
+#ifdef OUTBOX_WITH_KAFKA
+	&OutboxKafkaKind,
 #endif
 };
 
@@ -56,6 +64,9 @@ static const OutboxKindLeftOut *const left_out[] = {
 #endif
 #ifndef OUTBOX_WITH_RABBITMQ
 	&OutboxRabbitmqLeftOut,
+#endif
+#ifndef OUTBOX_WITH_KAFKA
+	&OutboxKafkaLeftOut,
 #endif
 	NULL
 };
