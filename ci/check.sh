@@ -15,7 +15,7 @@
 # Environment: PG_CONFIG (default: pg_config on PATH), OUTBOX_TEST_USER,
 # OUTBOX_1_0_SRC, OUTBOX_1_0_SRC_ERROR, OUTBOX_1_1_SRC,
 # OUTBOX_1_1_SRC_ERROR, OUTBOX_TEST_JOBS, OUTBOX_FAN_OUT_EVENTS,
-# OUTBOX_BULLMQ_EVENTS and OUTBOX_RABBITMQ_EVENTS (see ci/slow.sh); and to run some
+# OUTBOX_BULLMQ_EVENTS, OUTBOX_RABBITMQ_EVENTS and OUTBOX_KAFKA_EVENTS (see ci/slow.sh); and to run some
 # tests only, PGXS's own variables: PROVE_TESTS (TAP files, e.g.
 # "test/t/035_gone.pl") and REGRESS (pg_regress files, "setup" first,
 # e.g. "setup secrets"). With one of them only, the other suite is left out;
@@ -68,6 +68,7 @@ if [ "$(id -u)" = 0 ]; then
         ${OUTBOX_FAN_OUT_EVENTS+OUTBOX_FAN_OUT_EVENTS="$OUTBOX_FAN_OUT_EVENTS"} \
         ${OUTBOX_BULLMQ_EVENTS+OUTBOX_BULLMQ_EVENTS="$OUTBOX_BULLMQ_EVENTS"} \
         ${OUTBOX_RABBITMQ_EVENTS+OUTBOX_RABBITMQ_EVENTS="$OUTBOX_RABBITMQ_EVENTS"} \
+        ${OUTBOX_KAFKA_EVENTS+OUTBOX_KAFKA_EVENTS="$OUTBOX_KAFKA_EVENTS"} \
         "${kinds_out[@]}" \
         bash "$work/ci/check.sh"; then
         rm -rf "$work"
