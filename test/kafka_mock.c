@@ -12,6 +12,7 @@
  *   down BROKER | up BROKER      a broker stops or resumes answering
  *   rtt BROKER MS                a broker's answers are delayed
  *   errors APIKEY CODE [CODE...] the next requests of APIKEY fail so
+ *   clear APIKEY                 drop the errors still pushed for APIKEY
  *   quit                         (or end of input) stop
  */
 #include <stdio.h>
@@ -62,6 +63,8 @@ main(int argc, char **argv)
 			e = rd_kafka_mock_broker_set_down(mc, a);
 		else if (sscanf(line, "up %d", &a) == 1)
 			e = rd_kafka_mock_broker_set_up(mc, a);
+		else if (sscanf(line, "clear %d", &a) == 1)
+			rd_kafka_mock_clear_request_errors(mc, (int16_t) a);
 		else if (sscanf(line, "rtt %d %d", &a, &b) == 2)
 			e = rd_kafka_mock_broker_set_rtt(mc, a, b);
 		else if (strncmp(line, "errors ", 7) == 0)

@@ -153,5 +153,20 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM outbox WHERE event_type IN
 	'2', 'neither delivered; both to be retried');
 is(relay_pid($node, 'postgres') > 0 ? 1 : 0, 1, 'the relay still runs');
 
+# the README's example, as written but for the servers
+$kafka->command('clear 0');    # what is left of the errors pushed above
+$node->safe_psql('postgres', "DELETE FROM outbox_destinations WHERE name = 'orders'");
+my $readme = readme_sql(q{VALUES ('orders-topic', 'kafka'});
+$readme =~ s/127\.0\.0\.1:9092/$kafka->{bootstraps}/ or die 'the README\'s servers changed';
+$readme =~ s/outbox\.outbox_/outbox_/g;    # installed in public here
+$node->safe_psql('postgres', $readme);
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox WHERE payload->>'order' = '42' AND delivered_at IS NOT NULL"),
+	"the README's example delivered");
+my @readme_m = grep { ($_->{headers}{'outbox-event-type'} // '') eq 'order.placed' && exists decode_json($_->{payload})->{payload}{order} }
+  @{ $kafka->consume('orders') };
+is_deeply([ map { [ $_->{key}, decode_json($_->{payload})->{payload}{order} ] } @readme_m ], [ [ '42', 42 ] ],
+	"the README's event in topic orders, key 42");
+
 $kafka->stop;
 done_testing();
