@@ -13,7 +13,10 @@
 #     UPDATE, and so does outbox_relay();
 #   - ALTER EXTENSION UPDATE makes the SQL objects 1.2, like the library,
 #     and every event but the dead one is delivered then; CREATE EXTENSION
-#     in the other database makes 1.2.
+#     in the other database makes 1.2;
+#   - an event written under 1.1 that waited, unroutable, across the
+#     upgrade goes to a destination of a kind 1.1 did not have: Kafka
+#     (librdkafka's mock cluster, test/perl/OutboxKafka.pm), when built.
 # What becomes of each event, and pg_dump of the upgraded database:
 # 064_upgrade_from_1_1_events.pl.
 #
@@ -27,6 +30,8 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
+use JSON::PP;
+use OutboxKafka;
 use OutboxUpgrade11;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -35,6 +40,8 @@ my $u = start_1_1();
 my $node = $u->{node};
 my $version = $OutboxUpgrade11::version;
 $node->safe_psql('postgres', 'CREATE DATABASE other');
+# under 1.1, an event for a kind it does not have: it waits, unroutable
+my $waiting = emit_one($node, 'kafka.waiting', '{"n": 1}', 'order', '7');
 
 # the new build installed, no restart yet: the update is refused, says why,
 # and changes nothing
@@ -72,7 +79,32 @@ like($err, qr/ERROR:  the extension's SQL objects are version 1\.1, the library 
 
 # the update: the relay resumes
 update_extension($u);
+my $with_kafka = !grep({ $_ eq 'kafka' } split ' ', ($ENV{OUTBOX_KINDS_LEFT_OUT} // '')) && kafka_available();
+my $kafka;
+if ($with_kafka)
+{
+	$kafka = start_kafka();
+	$kafka->command('topic upgraded 3');
+	$node->safe_psql('postgres', sprintf(q{
+		INSERT INTO outbox.outbox_destinations (name, kind, event_types, options)
+		VALUES ('kafka', 'kafka', 'kafka.*', '%s')}, $kafka->options(topic => 'upgraded')));
+}
+else
+{
+	note('no Kafka kind or no kcat here: the waiting event goes to a webhook');
+	$node->safe_psql('postgres', sprintf(q{
+		INSERT INTO outbox.outbox_destinations (name, event_types, url) VALUES ('kafka', 'kafka.*', '%s')},
+		$u->{sink}->url('/kafka')));
+}
 deliver_the_rest($u);
+SKIP:
+{
+	skip 'no Kafka kind or no kcat', 1 unless $with_kafka;
+	my @got = @{ $kafka->consume('upgraded') };
+	is_deeply([ map { [ $_->{headers}{'outbox-event-id'}, $_->{key}, decode_json($_->{payload})->{payload}{n} ] } @got ],
+		[ [ $waiting, '7', 1 ] ], 'the event written under 1.1 is in the Kafka topic, once, keyed by its aggregate');
+	$kafka->stop;
+}
 
 # the other database can create the extension now
 $node->safe_psql('other', 'CREATE EXTENSION outbox');
