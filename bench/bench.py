@@ -66,6 +66,12 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      same run: as many persistent messages of the same size published by
      npm amqplib on a confirm channel, at most 256 or 1024 unconfirmed (a
      sliding window); the relay's rate as a ratio of the better one
+ 17. Kafka: draining events into a topic of librdkafka's mock cluster (3
+     brokers on 127.0.0.1, test/kafka_mock.c: no Kafka broker is
+     installable here) with acks=all and the idempotent producer, beside
+     kcat -P producing the same envelopes with the same keys and settings
+     to it in the same run: a figure and a ratio, not a target (a mock's
+     speed says little about a real cluster's)
 
 Options: --quick shrinks every size (a smoke run of the script itself);
 --only picks sections: "23" runs 2 and 3, "10" section 10 (1 and 0 are
@@ -1198,18 +1204,71 @@ def bench_rabbitmq(c, tmp, n):
                        capture_output=True)
 
 
+def start_kafka_mock(tmp):
+    """librdkafka's mock cluster, 3 brokers on 127.0.0.1, hosted by
+    test/kafka_mock.c built here: (process, bootstrap servers)."""
+    exe = os.path.join(tmp, "kafka_mock")
+    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "..", "test", "kafka_mock.c"), "-lrdkafka"],
+                   check=True)
+    proc = subprocess.Popen([exe, "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    first = proc.stdout.readline().split()
+    if first[:1] != ["bootstraps"]:
+        raise RuntimeError(f"kafka_mock: {first}")
+    return proc, first[1]
+
+
+def kafka_mock_command(proc, line):
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+    answer = proc.stdout.readline().strip()
+    if answer != "ok":
+        raise RuntimeError(f"kafka_mock: {line}: {answer}")
+
+
+def bench_kafka(c, tmp, n):
+    section("17. Kafka (librdkafka's mock cluster on 127.0.0.1, acks=all, idempotent producer)")
+    proc, servers = start_kafka_mock(tmp)
+    try:
+        print(f"parameters: {n} events keyed by aggregate, 3 mock brokers, a topic of 6 partitions, "
+              f"PostgreSQL, the relay and the brokers on the same {os.cpu_count()} cores")
+        kafka_mock_command(proc, "topic relay 6")
+        kafka_mock_command(proc, "topic ceiling 6")
+        t, _ = drain(c, n, "bench.task",
+                     "INSERT INTO outbox_destinations (name, kind, event_types, options) "
+                     f"VALUES ('kafka', 'kafka', 'bench.*', '{{\"bootstrap_servers\": \"{servers}\", "
+                     "\"topic\": \"relay\"}')", "relay")
+        rate = n / t
+        # the same envelopes and keys, one a line: key TAB envelope
+        lines = os.path.join(tmp, "kafka-envelopes")
+        with open(lines, "w") as f:
+            for key, envelope in c.sql("SELECT aggregate_id, _outbox_envelope(event_id, event_type, "
+                                       "aggregate_type, aggregate_id, created_at, 1, payload) "
+                                       "FROM outbox ORDER BY id"):
+                f.write(f"{key}\t{envelope}\n")
+        t0 = time.time()
+        subprocess.run(["kcat", "-P", "-b", servers, "-t", "ceiling", "-K", "\t", "-l",
+                        "-X", "acks=all", "-X", "enable.idempotence=true", lines], check=True)
+        ceiling = n / (time.time() - t0)
+        print(f"  kcat -P  {n} envelopes from a file, acks=all, idempotent: {ceiling:8.0f} messages/s")
+        print(f"  relay    {rate:8.0f} events/s = {rate / ceiling:.2f} of kcat's rate (a figure, not a target)")
+    finally:
+        proc.stdin.close()
+        proc.wait()
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small sizes: check the script runs")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
                     help='which sections to run: "23", "10", "2,10"')
     ap.add_argument("--pg-bin", default=BIN, help="PostgreSQL binaries to use (default: %(default)s)")
     args = ap.parse_args()
     BIN = args.pg_bin
     q = args.quick
     # "10" is section 10; other digits are one section each; commas optional
-    only = set(re.findall(r"1[0-6]|[1-9]", args.only))
+    only = set(re.findall(r"1[0-7]|[1-9]", args.only))
     tmp = tempfile.mkdtemp(prefix="outbox-bench.")
     shutil.chown(tmp, "postgres")
     os.chmod(tmp, 0o755)
@@ -1259,6 +1318,8 @@ def main():
             bench_bullmq(c, 2000 if q else 20000)
         if "16" in only:
             bench_rabbitmq(c, tmp, 2000 if q else 20000)
+        if "17" in only:
+            bench_kafka(c, tmp, 2000 if q else 20000)
     finally:
         for p in (sink, nginx):
             if p:
