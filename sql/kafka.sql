@@ -18,6 +18,9 @@ SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_t
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', '{"bootstrap_servers": "127.0.0.1:9092", "topic": "a b"}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', '{"bootstrap_servers": "127.0.0.1:9092", "topic": ".."}')$$);
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', jsonb_build_object('bootstrap_servers', '127.0.0.1:9092', 'topic', repeat('t', 250)))$$);
+-- nor one of Kafka's internal topics, which start with "__"
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', '{"bootstrap_servers": "127.0.0.1:9092", "topic": "__consumer_offsets"}')$$);
+SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', '{"bootstrap_servers": "127.0.0.1:9092", "topic": "__{aggregate_type}"}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', '{"bootstrap_servers": "127.0.0.1:9092", "topic": "orders.{customer}"}')$$);
 SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_types, options) VALUES ('k', 'kafka', 'none.*', '{"bootstrap_servers": "127.0.0.1:9092", "topic": "t", "key": "{nothing}"}')$$);
 -- the words of security_protocol, sasl_mechanism and compression_type

@@ -134,6 +134,18 @@ ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 2 FROM outbox WHERE event_type LIKE 'big.%' AND dead_at IS NOT NULL AND attempts = 1"),
 	'both dead-lettered at once: retrying cannot help');
 
+# a topic built from an event's fields never reaches Kafka's internal topics
+destination('hostile', 'hostile.*', topic => '{aggregate_type}');
+$node->safe_psql('postgres', q{
+	SELECT outbox_emit('hostile.internal', '{}', '__consumer_offsets', '1');
+	SELECT outbox_emit('hostile.space', '{}', 'a b', '1')});
+is(last_error_of($node, 'hostile.internal') . ' / ' . last_error_of($node, 'hostile.space'),
+	'the topic built for the event is not a Kafka topic name / the topic built for the event is not a Kafka topic name',
+	'a topic built as __consumer_offsets or with a space: refused');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox WHERE event_type LIKE 'hostile.%' AND dead_at IS NOT NULL AND attempts = 1"),
+	'and dead-lettered at once');
+
 # no broker at all; a topic that does not exist (librdkafka's mock creates
 # any topic a client asks about, so the brokers answer UNKNOWN_TOPIC_OR_PART
 # to every produce request from here on)

@@ -32,6 +32,7 @@
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
@@ -147,12 +148,22 @@ KafkaSplitServers(const char *servers, const char **why)
 	return true;
 }
 
-/* Whether s holds only the characters Kafka allows in a topic's name. */
+/*
+ * Whether s (len bytes) is a topic's name the relay produces to: Kafka's
+ * rule (ASCII letters, digits, ".", "_" and "-", at most 249, not "." or
+ * "..", Topic.java), and not one of Kafka's internal topics, which start
+ * with "__" (__consumer_offsets, __transaction_state): no template fed an
+ * event's fields can reach those.
+ */
 static bool
-topic_chars_valid(const char *s, size_t len)
+topic_valid(const char *s, size_t len)
 {
+	if (len == 0 || len > KAFKA_TOPIC_MAX || strncmp(s, "__", 2) == 0 ||
+		(len == 1 && s[0] == '.') || (len == 2 && strncmp(s, "..", 2) == 0))
+		return false;
 	for (size_t i = 0; i < len; i++)
-		if (!isalnum((unsigned char) s[i]) && strchr("._-", s[i]) == NULL)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+			  (s[i] >= '0' && s[i] <= '9') || strchr("._-", s[i]) != NULL))
 			return false;
 	return true;
 }
@@ -217,11 +228,10 @@ check_template(const OutboxDestinationRow *row, const char *name, OutboxProblem 
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								psprintf("destination option \"%s\" is not valid", name),
 								psprintf("As a template, %s.", why));
-	if (is_topic && (sample.len > KAFKA_TOPIC_MAX || !topic_chars_valid(sample.data, sample.len) ||
-					 strcmp(sample.data, ".") == 0 || strcmp(sample.data, "..") == 0))
+	if (is_topic && !topic_valid(sample.data, sample.len))
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination option \"topic\" is not a Kafka topic name"),
-								psprintf("A topic's name has at most %d letters, digits, \".\", \"_\" and \"-\".",
+								psprintf("A topic's name has at most %d letters, digits, \".\", \"_\" and \"-\", and does not start with \"__\" (Kafka's internal topics).",
 										 KAFKA_TOPIC_MAX));
 	return true;
 }
@@ -374,9 +384,7 @@ kafka_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 				  psprintf("destination option \"topic\" is not valid: %s", why), true);
 		return 0;
 	}
-	if (strlen(o->topic_built) > KAFKA_TOPIC_MAX ||
-		!topic_chars_valid(o->topic_built, strlen(o->topic_built)) ||
-		strcmp(o->topic_built, ".") == 0 || strcmp(o->topic_built, "..") == 0)
+	if (!topic_valid(o->topic_built, strlen(o->topic_built)))
 	{
 		KafkaFail(ev, pstrdup("the topic built for the event is not a Kafka topic name"), true);
 		return 0;
@@ -390,6 +398,9 @@ kafka_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 				  psprintf("destination option \"key\" is not valid: %s", why), true);
 		return 0;
 	}
+	/* in UTF-8, as the body and CloudEvents' partitionkey are */
+	if (o->key_built != NULL)
+		o->key_built = pg_server_to_any(o->key_built, strlen(o->key_built), PG_UTF8);
 	cost = OutboxBodyToUtf8(ev, OutboxPrepareFormat(ev));
 	return cost + strlen(o->topic_built) + (o->key_built ? strlen(o->key_built) : 0);
 }
@@ -480,6 +491,8 @@ kafka_collect(void *state)
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 
+	/* before any outcome is in hand, not after: a stop here loses none */
+	CHECK_FOR_INTERRUPTS();
 	foreach(lc, ks->producers)
 	{
 		KafkaProducer *p = lfirst(lc);
@@ -496,7 +509,6 @@ kafka_collect(void *state)
 			ks->generation++;
 		}
 	}
-	CHECK_FOR_INTERRUPTS();
 	return done;
 }
 
@@ -662,7 +674,8 @@ kafka_timeout_ms(void *state)
 
 /*
  * abandon: forgets every event taken. Waiting ones are dropped; produced
- * ones are still reported, to no event. Must not throw.
+ * ones not sent yet are purged (they will be claimed again), and every
+ * produced one is still reported, to no event. Must not throw.
  */
 static void
 kafka_abandon(void *state)
@@ -685,6 +698,9 @@ kafka_abandon(void *state)
 		p->nwaiting = 0;
 		dlist_foreach(it, &p->in_flight)
 			dlist_container(KafkaMessage, node, it.cur)->ev = NULL;
+		dlist_foreach(it, &p->reported)
+			dlist_container(KafkaMessage, node, it.cur)->ev = NULL;
+		KafkaProducerPurge(p);
 		p->live = 0;
 	}
 }

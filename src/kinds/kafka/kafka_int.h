@@ -75,9 +75,12 @@ typedef struct KafkaDestOptions
  */
 typedef struct KafkaMessage
 {
-	dlist_node	node;			/* in waiting, then in in_flight */
+	dlist_node	node;			/* in waiting, in_flight, then reported */
 	OutboxEvent *ev;
 	struct KafkaProducer *p;
+	/* its delivery report, once in reported */
+	rd_kafka_resp_err_t err;
+	rd_kafka_msg_status_t status;
 } KafkaMessage;
 
 /* A destination's producer, kept across claims. */
@@ -95,6 +98,7 @@ typedef struct KafkaProducer
 	int			nwaiting;
 	dlist_head	in_flight;
 	int			outstanding;	/* produced, not reported (given-up ones too) */
+	dlist_head	reported;		/* reported, outcome not made yet */
 	int			live;			/* events taken, outcome not returned */
 	int			cap;			/* max_outstanding */
 	TimestampTz last_used;
@@ -122,5 +126,6 @@ extern KafkaProducer *KafkaProducerFor(KafkaKindState *ks, OutboxEvent *ev);
 extern void KafkaProduceWaiting(KafkaProducer *p, List **done);
 extern void KafkaReadQueue(KafkaProducer *p, List **done);
 extern void KafkaProducerFree(KafkaKindState *ks, KafkaProducer *p);
+extern void KafkaProducerPurge(KafkaProducer *p);
 
 #endif							/* OUTBOX_KAFKA_INT_H */

@@ -23,10 +23,13 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
 
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/memutils.h"
@@ -47,20 +50,24 @@ static volatile bool threads_left = false;
 static volatile int exit_code = 0;
 
 /*
- * The settings that make a producer, as one string: a destination whose
- * settings changed gets a new producer.
+ * The settings that make a producer, as one string, each text with its
+ * length before it (so that no two sets of settings give one string): a
+ * destination whose settings changed gets a new producer.
  */
 static char *
 fingerprint(const KafkaDestOptions *o)
 {
-	return psprintf("%s|%s|%s|%s|%s|%s|%s|" INT64_FORMAT "|" INT64_FORMAT "|" INT64_FORMAT "|%d|%d",
-					o->servers, o->security_protocol ? o->security_protocol : "",
-					o->sasl_mechanism ? o->sasl_mechanism : "",
-					o->sasl_username ? o->sasl_username : "",
-					o->sasl_password ? o->sasl_password : "",
-					o->ca_file ? o->ca_file : "", o->compression ? o->compression : "",
-					o->linger_ms, o->batch_bytes, o->max_message_bytes,
-					o->timeout_ms, o->max_outstanding);
+	const char *texts[] = {o->servers, o->security_protocol, o->sasl_mechanism, o->sasl_username,
+	o->sasl_password, o->ca_file, o->compression};
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (size_t i = 0; i < lengthof(texts); i++)
+		appendStringInfo(&buf, "%zu:%s|", texts[i] ? strlen(texts[i]) : 0, texts[i] ? texts[i] : "");
+	appendStringInfo(&buf, INT64_FORMAT "|" INT64_FORMAT "|" INT64_FORMAT "|%d|%d",
+					 o->linger_ms, o->batch_bytes, o->max_message_bytes,
+					 o->timeout_ms, o->max_outstanding);
+	return buf.data;
 }
 
 /*
@@ -95,9 +102,11 @@ set_int(rd_kafka_conf_t *conf, const char *name, int64 n, char **failure)
 /*
  * The producer's settings: the destination's, and the relay's own that no
  * destination changes: acknowledged by every in-sync replica, idempotent,
- * no topic made by producing to it, reports, errors and log lines as
- * events on the main queue. NULL with *failure set when one is refused or
- * tls_ca_file cannot be read.
+ * keys partitioned as the Java client does (murmur2), no topic made by
+ * producing to it, reports, errors and log lines as events on the main
+ * queue. NULL with *failure set when one is refused or tls_ca_file cannot
+ * be read (within the destination's time limit, on the relay's thread: a
+ * CA file is read when a producer is made, not again while it lives).
  */
 static rd_kafka_conf_t *
 make_conf(const KafkaDestOptions *o, char **failure)
@@ -111,6 +120,8 @@ make_conf(const KafkaDestOptions *o, char **failure)
 		set(conf, "client.id", "outbox", failure) &&
 		set(conf, "acks", "all", failure) &&
 		set(conf, "enable.idempotence", "true", failure) &&
+		/* the Java client's: a key goes to the partition Java producers pick */
+		set(conf, "partitioner", "murmur2_random", failure) &&
 		set(conf, "message.timeout.ms", timeout, failure) &&
 		set(conf, "allow.auto.create.topics", "false", failure) &&
 		set(conf, "log.queue", "true", failure) &&
@@ -166,7 +177,8 @@ setup_exit(KafkaKindState *ks)
 /*
  * Makes p's librdkafka producer, its main queue and the pipe that queue
  * writes to when an event arrives. On failure p->rk stays NULL and
- * p->failure says why: the events that wait fail with it.
+ * p->failure says why: the events that wait fail with it, and the next
+ * event makes a producer anew.
  */
 static void
 make_producer(KafkaProducer *p, const KafkaDestOptions *o)
@@ -176,9 +188,7 @@ make_producer(KafkaProducer *p, const KafkaDestOptions *o)
 
 	if (conf == NULL)
 		return;
-	if (pipe(p->pipe_fds) != 0 ||
-		fcntl(p->pipe_fds[0], F_SETFL, O_NONBLOCK) != 0 ||
-		fcntl(p->pipe_fds[1], F_SETFL, O_NONBLOCK) != 0)
+	if (pipe2(p->pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0)
 	{
 		p->failure = psprintf("could not make a pipe: %m");
 		rd_kafka_conf_destroy(conf);
@@ -194,9 +204,10 @@ make_producer(KafkaProducer *p, const KafkaDestOptions *o)
 		close(p->pipe_fds[1]);
 		return;
 	}
-	(void) rd_kafka_set_log_queue(p->rk, NULL);
+	/* the wake-up first: it is written only when the queue turns non-empty */
 	p->queue = rd_kafka_queue_get_main(p->rk);
 	rd_kafka_queue_io_event_enable(p->queue, p->pipe_fds[1], "1", 1);
+	(void) rd_kafka_set_log_queue(p->rk, NULL);
 }
 
 /*
@@ -242,10 +253,13 @@ KafkaProducerFor(KafkaKindState *ks, OutboxEvent *ev)
 	p->pipe_fds[0] = p->pipe_fds[1] = -1;
 	dlist_init(&p->waiting);
 	dlist_init(&p->in_flight);
-	make_producer(p, o);
+	dlist_init(&p->reported);
+	/* listed first: a producer made is always one the exit callback ends */
 	MemoryContextSwitchTo(ks->cxt);
 	ks->producers = lappend(ks->producers, p);
 	ks->generation++;
+	MemoryContextSwitchTo(p->cxt);
+	make_producer(p, o);
 	MemoryContextSwitchTo(old);
 	return p;
 }
@@ -301,13 +315,15 @@ KafkaProduceWaiting(KafkaProducer *p, List **done)
 	}
 	if (p->rk == NULL || p->retiring)
 	{
+		/* a producer not made is not kept: the retry makes one anew */
+		p->retiring = true;
 		dlist_foreach_modify(iter, &p->waiting)
 		{
 			dlist_delete(iter.cur);
+			p->nwaiting--;
 			finish(p, dlist_container(KafkaMessage, node, iter.cur),
 				   pstrdup(p->failure ? p->failure : "the Kafka producer was replaced"), false, done);
 		}
-		p->nwaiting = 0;
 		return;
 	}
 	dlist_foreach(it, &p->waiting)
@@ -343,17 +359,25 @@ KafkaProduceWaiting(KafkaProducer *p, List **done)
 	}
 }
 
-/* What a delivery report with an error means, for last_error. */
+/*
+ * What a delivery report with an error means, for last_error. A producer
+ * that failed fatally purges what it holds: those say why it failed.
+ */
 static char *
-report_error(const rd_kafka_message_t *msg, int timeout_ms)
+report_error(KafkaProducer *p, const KafkaMessage *m)
 {
-	const char *maybe = rd_kafka_message_status(msg) == RD_KAFKA_MSG_STATUS_NOT_PERSISTED ? "" :
+	const char *maybe = m->status == RD_KAFKA_MSG_STATUS_NOT_PERSISTED ? "" :
 		" (the broker may have stored it: a retry can be a duplicate)";
+	char		fatal[256];
 
-	if (msg->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT)
+	if ((m->err == RD_KAFKA_RESP_ERR__FATAL || m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+		 m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) && p->rk != NULL &&
+		rd_kafka_fatal_error(p->rk, fatal, sizeof(fatal)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return psprintf("the Kafka producer failed: %s%s", OutboxRedact(fatal, strlen(fatal)), maybe);
+	if (m->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT)
 		return psprintf("Kafka did not acknowledge the message within the time limit of %d ms%s",
-						timeout_ms, maybe);
-	return psprintf("Kafka did not take the message: %s%s", rd_kafka_err2str(msg->err), maybe);
+						KAFKA_OPTIONS(m->ev)->timeout_ms, maybe);
+	return psprintf("Kafka did not take the message: %s%s", rd_kafka_err2str(m->err), maybe);
 }
 
 /*
@@ -385,6 +409,57 @@ report_client_error(KafkaProducer *p, rd_kafka_event_t *rkev)
 }
 
 /*
+ * One event of p's main queue, destroyed here: a delivery report moves
+ * its messages to p->reported, with nothing allocated (so that no ERROR
+ * leaves the event undestroyed or a message counted outstanding); an
+ * error is logged; a log line goes to DEBUG1.
+ */
+static void
+read_event(KafkaProducer *p, rd_kafka_event_t *rkev)
+{
+	const rd_kafka_message_t *msg;
+	const char *fac;
+	const char *text;
+	int			level;
+
+	switch (rd_kafka_event_type(rkev))
+	{
+		case RD_KAFKA_EVENT_DR:
+			while ((msg = rd_kafka_event_message_next(rkev)) != NULL)
+			{
+				KafkaMessage *m = msg->_private;
+
+				m->err = msg->err;
+				m->status = rd_kafka_message_status(msg);
+				dlist_delete(&m->node);
+				dlist_push_tail(&p->reported, &m->node);
+				p->outstanding--;
+			}
+			break;
+		case RD_KAFKA_EVENT_ERROR:
+			PG_TRY();
+			{
+				report_client_error(p, rkev);
+			}
+			PG_CATCH();
+			{
+				rd_kafka_event_destroy(rkev);
+				PG_RE_THROW();
+			}
+			PG_END_TRY();
+			break;
+		case RD_KAFKA_EVENT_LOG:
+			if (rd_kafka_event_log(rkev, &fac, &text, &level) == 0)
+				ereport(DEBUG1, (errmsg_internal("Kafka destination \"%s\": librdkafka: %s: %s",
+												 p->name, fac, OutboxRedact(text, strlen(text)))));
+			break;
+		default:
+			break;
+	}
+	rd_kafka_event_destroy(rkev);
+}
+
+/*
  * Reads everything on p's main queue, and the pipe that woke the relay:
  * delivery reports (each its event's outcome, into *done), errors and log
  * lines (librdkafka's, at DEBUG1).
@@ -394,83 +469,51 @@ KafkaReadQueue(KafkaProducer *p, List **done)
 {
 	char		drain[64];
 	rd_kafka_event_t *rkev;
-	int			timeout_ms = -1;
+	dlist_mutable_iter iter;
 
-	if (p->rk == NULL)
-		return;
-	while (read(p->pipe_fds[0], drain, sizeof(drain)) > 0)
-		;
-	while ((rkev = rd_kafka_queue_poll(p->queue, 0)) != NULL)
-	{
-		const rd_kafka_message_t *msg;
-		const char *fac;
-		const char *text;
-		int			level;
-
-		switch (rd_kafka_event_type(rkev))
-		{
-			case RD_KAFKA_EVENT_DR:
-				while ((msg = rd_kafka_event_message_next(rkev)) != NULL)
-				{
-					KafkaMessage *m = msg->_private;
-
-					if (m->ev != NULL && timeout_ms < 0)
-						timeout_ms = KAFKA_OPTIONS(m->ev)->timeout_ms;
-					dlist_delete(&m->node);
-					p->outstanding--;
-					finish(p, m, msg->err == RD_KAFKA_RESP_ERR_NO_ERROR ? NULL :
-						   report_error(msg, timeout_ms), err_permanent(msg->err), done);
-				}
-				break;
-			case RD_KAFKA_EVENT_ERROR:
-				report_client_error(p, rkev);
-				break;
-			case RD_KAFKA_EVENT_LOG:
-				if (rd_kafka_event_log(rkev, &fac, &text, &level) == 0)
-					ereport(DEBUG1, (errmsg_internal("Kafka destination \"%s\": librdkafka: %s: %s",
-													 p->name, fac, text)));
-				break;
-			default:
-				break;
-		}
-		rd_kafka_event_destroy(rkev);
-	}
-}
-
-/*
- * Ends p's producer, once nothing of it is out (it then has nothing to
- * flush, and its threads end at once), and frees p.
- */
-void
-KafkaProducerFree(KafkaKindState *ks pg_attribute_unused(), KafkaProducer *p)
-{
 	if (p->rk != NULL)
 	{
-		rd_kafka_queue_destroy(p->queue);
-		rd_kafka_destroy(p->rk);
-		close(p->pipe_fds[0]);
-		close(p->pipe_fds[1]);
+		while (read(p->pipe_fds[0], drain, sizeof(drain)) > 0)
+			;
+		while ((rkev = rd_kafka_queue_poll(p->queue, 0)) != NULL)
+			read_event(p, rkev);
 	}
-	MemoryContextDelete(p->cxt);
-	pfree(p);
+	/* outcomes made apart from the events: an ERROR here loses no report */
+	dlist_foreach_modify(iter, &p->reported)
+	{
+		KafkaMessage *m = dlist_container(KafkaMessage, node, iter.cur);
+
+		dlist_delete(iter.cur);
+		finish(p, m, m->ev == NULL || m->err == RD_KAFKA_RESP_ERR_NO_ERROR ? NULL :
+			   report_error(p, m), err_permanent(m->err), done);
+	}
 }
 
 /* ---------------------------------------------------------------------
- * At exit
+ * Ending producers
  * ---------------------------------------------------------------------
  */
 
-/* the producers being ended at exit, on a thread: malloc'd */
+/*
+ * Producers being ended on a thread of their own (rd_kafka_destroy joins
+ * librdkafka's threads, which may wait on a name lookup): malloc'd, in the
+ * process's list endings until finished.
+ */
 typedef struct KafkaEnding
 {
+	struct KafkaEnding *next;
 	pthread_mutex_t mu;
-	bool		finished;
-	bool		abandoned;		/* the process stopped waiting: the thread frees it */
+	bool		finished;		/* under mu */
+	bool		abandoned;		/* under mu: the process stopped waiting, the
+								 * thread frees it */
 	int			n;
 	rd_kafka_t *rk[FLEXIBLE_ARRAY_MEMBER];
 } KafkaEnding;
 
-/* The thread that ends the producers: rd_kafka_destroy joins theirs. */
+/* the endings started, in the process's main thread only */
+static KafkaEnding *endings = NULL;
+
+/* The thread that ends producers: librdkafka only, no PostgreSQL call. */
 static void *
 end_producers(void *arg)
 {
@@ -489,68 +532,181 @@ end_producers(void *arg)
 }
 
 /*
+ * Frees the endings that finished; returns how many still run. With
+ * give_up, those still running are abandoned to their threads.
+ */
+static int
+reap_endings(bool give_up)
+{
+	KafkaEnding **link = &endings;
+	int			running = 0;
+
+	while (*link != NULL)
+	{
+		KafkaEnding *e = *link;
+		bool		finished;
+
+		pthread_mutex_lock(&e->mu);
+		finished = e->finished;
+		if (!finished && give_up)
+			e->abandoned = true;
+		pthread_mutex_unlock(&e->mu);
+		if (finished || give_up)
+		{
+			*link = e->next;
+			if (finished)
+				free(e);
+			running += finished ? 0 : 1;
+		}
+		else
+		{
+			running++;
+			link = &e->next;
+		}
+	}
+	return running;
+}
+
+/*
+ * Ends the n producers in rk on a thread, with every signal blocked so
+ * that PostgreSQL's handlers never run on it; their queues' wake-ups must
+ * be off. If no thread can be started, ends them here.
+ */
+static void
+end_in_background(rd_kafka_t **rk, int n)
+{
+	KafkaEnding *e = malloc(offsetof(KafkaEnding, rk) + sizeof(rd_kafka_t *) * n);
+	pthread_t	thread;
+	sigset_t	all;
+	sigset_t	old;
+	int			rc = -1;
+
+	if (e != NULL)
+	{
+		pthread_mutex_init(&e->mu, NULL);
+		e->finished = e->abandoned = false;
+		e->n = n;
+		memcpy(e->rk, rk, sizeof(rd_kafka_t *) * n);
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		rc = pthread_create(&thread, NULL, end_producers, e);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	if (rc != 0)
+	{
+		free(e);
+		for (int i = 0; i < n; i++)
+			rd_kafka_destroy(rk[i]);
+		return;
+	}
+	pthread_detach(thread);
+	e->next = endings;
+	endings = e;
+}
+
+/*
+ * Takes p's librdkafka producer from it: its queue's wake-up off (so that
+ * no thread writes to the pipe once closed), the queue released, the pipe
+ * closed. Returns the handle, to be ended, or NULL if p had none.
+ */
+static rd_kafka_t *
+detach(KafkaProducer *p)
+{
+	rd_kafka_t *rk = p->rk;
+
+	if (rk == NULL)
+		return NULL;
+	rd_kafka_queue_io_event_enable(p->queue, -1, NULL, 0);
+	rd_kafka_queue_destroy(p->queue);
+	close(p->pipe_fds[0]);
+	close(p->pipe_fds[1]);
+	p->rk = NULL;
+	return rk;
+}
+
+/*
+ * Ends p's producer once nothing of it is out (it then has nothing to
+ * flush), on a thread, and frees p; frees the endings that finished.
+ */
+void
+KafkaProducerFree(KafkaKindState *ks pg_attribute_unused(), KafkaProducer *p)
+{
+	rd_kafka_t *rk = detach(p);
+
+	if (rk != NULL)
+		end_in_background(&rk, 1);
+	(void) reap_endings(false);
+	MemoryContextDelete(p->cxt);
+	pfree(p);
+}
+
+/*
+ * Drops what p's producer has not sent yet (abandon: outbox_relay()
+ * aborted, its events to be claimed again): their reports come, purged,
+ * to no event. Raises no error.
+ */
+void
+KafkaProducerPurge(KafkaProducer *p)
+{
+	if (p->rk != NULL && p->outstanding > 0)
+		(void) rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_NON_BLOCKING);
+}
+
+/*
  * At the exit of a process that produced (a before_shmem_exit callback):
  * what librdkafka still holds is purged, not flushed (those events were
  * not recorded delivered and are sent again: flushing would only make
- * more duplicates), and the producers are ended on a thread, waited for
- * up to KAFKA_EXIT_WAIT_MS, so that a relay stops within a second
- * whatever the brokers do. Producers not ended in time are left, with a
- * LOG line; then the process skips the libraries' exit handlers
- * (kafka_atexit), as PostgreSQL's own quick exit does.
+ * more duplicates), and the producers are ended on a thread. The process
+ * waits up to KAFKA_EXIT_WAIT_MS (by the monotonic clock) for that and for
+ * producers ended earlier, so that a relay stops within a second whatever
+ * the brokers do. Producers not ended in time are left, with a LOG line;
+ * then the process skips the libraries' exit handlers (kafka_atexit), as
+ * PostgreSQL's own quick exit does.
  */
 static void
 kafka_at_exit(int code, Datum arg)
 {
 	KafkaKindState *ks = (KafkaKindState *) DatumGetPointer(arg);
-	KafkaEnding *e = malloc(offsetof(KafkaEnding, rk) +
-							sizeof(rd_kafka_t *) * (list_length(ks->producers) + 1));
-	pthread_t	thread;
-	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), KAFKA_EXIT_WAIT_MS);
-	bool		finished = false;
+	rd_kafka_t **rk = malloc(sizeof(rd_kafka_t *) * (list_length(ks->producers) + 1));
+	int			n = 0;
+	int			running;
+	struct timespec now;
+	struct timespec until;
 	ListCell   *lc;
 
 	exit_code = code;
-	if (e == NULL)
-		return;
-	pthread_mutex_init(&e->mu, NULL);
-	e->finished = e->abandoned = false;
-	e->n = 0;
 	foreach(lc, ks->producers)
 	{
 		KafkaProducer *p = lfirst(lc);
 
-		if (p->rk == NULL)
-			continue;
-		rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |
-					   RD_KAFKA_PURGE_F_NON_BLOCKING);
-		rd_kafka_queue_destroy(p->queue);
-		e->rk[e->n++] = p->rk;
-		p->rk = NULL;
+		if (p->rk != NULL)
+			rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |
+						   RD_KAFKA_PURGE_F_NON_BLOCKING);
+		if (rk != NULL && p->rk != NULL)
+			rk[n++] = detach(p);
 	}
-	if (e->n == 0 || pthread_create(&thread, NULL, end_producers, e) != 0)
+	if (n > 0)
+		end_in_background(rk, n);
+	free(rk);
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += KAFKA_EXIT_WAIT_MS * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	while ((running = reap_endings(false)) > 0)
 	{
-		threads_left = e->n > 0;
-		free(e);
-		return;
-	}
-	pthread_detach(thread);
-	while (!finished && GetCurrentTimestamp() < until)
-	{
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+			break;
 		pg_usleep(2000L);
-		pthread_mutex_lock(&e->mu);
-		finished = e->finished;
-		e->abandoned = !finished && GetCurrentTimestamp() >= until;
-		pthread_mutex_unlock(&e->mu);
 	}
-	if (finished)
-	{
-		free(e);
+	if (running == 0)
 		return;
-	}
-	threads_left = true;
-	ereport(LOG,
-			(errmsg("Kafka producers did not end within %d ms of exit", KAFKA_EXIT_WAIT_MS),
-			 errdetail("The process exits without the libraries' exit handlers, which would free what those producers use.")));
+	running = reap_endings(true);
+	threads_left = running > 0;
+	if (threads_left)
+		ereport(LOG,
+				(errmsg("Kafka producers did not end within %d ms of exit", KAFKA_EXIT_WAIT_MS),
+				 errdetail("The process exits without the libraries' exit handlers, which would free what those producers use.")));
 }
 
 /*
