@@ -3,13 +3,15 @@
 // independently of the extension's code: from the request's HTTP headers,
 // and from each CloudEvent in it (structured, binary or batch, read by the
 // npm cloudevents SDK) through its Distributed Tracing extension
-// attributes. Reads {"headers": {...}, "body": "..."} from stdin; prints
+// attributes. Reads {"headers": {...}, "body": "..."} from stdin (with
+// "binding": "kafka", a Kafka message's headers and value, read by the
+// SDK's Kafka binding: ce_ headers or a structured value); prints
 // {"headers": <trace id or null>, "cloudevents": [<trace id or null>, ...]}
 // ("cloudevents" is absent when the body is not CloudEvents).
 'use strict';
 const { ROOT_CONTEXT, defaultTextMapGetter, trace } = require('@opentelemetry/api');
 const { W3CTraceContextPropagator } = require('@opentelemetry/core');
-const { HTTP } = require('cloudevents');
+const { HTTP, Kafka } = require('cloudevents');
 
 const propagator = new W3CTraceContextPropagator();
 
@@ -27,7 +29,9 @@ process.stdin.on('end', () => {
   for (const [k, v] of Object.entries(m.headers)) lower[k.toLowerCase()] = v;
   const out = { headers: traceId(lower) };
   try {
-    const got = HTTP.toEvent({ headers: m.headers, body: m.body });
+    const got = m.binding === 'kafka'
+      ? Kafka.toEvent({ headers: m.headers, key: m.key, value: m.body, body: m.body })
+      : HTTP.toEvent({ headers: m.headers, body: m.body });
     const events = Array.isArray(got) ? got : [got];
     out.cloudevents = events.map((e) => {
       const carrier = {};

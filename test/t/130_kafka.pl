@@ -111,6 +111,13 @@ is_deeply([ @{ $bin->{headers} }{qw(ce_id ce_type ce_specversion ce_subject ce_p
 my ($str) = @{ $kafka->consume('ces') };
 is_deeply([ decode_json($str->{payload})->{type}, $str->{headers}{'content-type'}, $str->{key} ],
 	[ 'ce.str', 'application/cloudevents+json', 'order/8' ], 'structured mode');
+# an OpenTelemetry consumer (test/trace_check.js, W3C propagator) reads the
+# trace from the headers, and through the cloudevents SDK's Kafka binding
+# from the binary mode's ce_traceparent
+is_deeply(node_json('trace_check.js', { headers => $bin->{headers}, body => $bin->{payload}, key => $bin->{key},
+			binding => 'kafka' }, '@opentelemetry/core', 'cloudevents'),
+	{ headers => '4bf92f3577b34da6a3ce929d0e0e4736', cloudevents => ['4bf92f3577b34da6a3ce929d0e0e4736'] },
+	'the trace id, read by OpenTelemetry from the headers and from the CloudEvent');
 
 # a key template, and the errors librdkafka's retries absorb: delivered once, first attempt
 destination('flaky', 'flaky.*', topic => 'flaky', key => '{event_type}');
