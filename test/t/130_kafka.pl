@@ -141,6 +141,21 @@ ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 2 FROM outbox WHERE event_type LIKE 'big.%' AND dead_at IS NOT NULL AND attempts = 1"),
 	'both dead-lettered at once: retrying cannot help');
 
+# SASL's settings reach librdkafka (the mock has no SASL: authentication
+# fails); the password is in no log line and no last_error
+my $log_offset = -s $node->logfile;
+destination('sasl', 'sasl.*', topic => 'flaky', timeout_ms => 1000, security_protocol => 'sasl_plaintext',
+	sasl_mechanism => 'PLAIN', sasl_username => 'relay', sasl_password => 'kafka-s3cret-7q');
+send_event('sasl.one', '{}');
+like(last_error_of($node, 'sasl.one'), qr/^Kafka did not acknowledge the message within the time limit of 1000 ms$/,
+	'SASL that fails: a failed attempt');
+ok(wait_until(sub { log_since($node, $log_offset) =~ /LOG:  Kafka destination "sasl": .*SASL/ }),
+	"librdkafka's reason in the server log");
+my $server_lines = log_since($node, $log_offset);
+$server_lines =~ s/^.*statement: .*\n(?:\t.*\n)*//mg;    # the test's own statements, logged
+unlike($server_lines . $node->safe_psql('postgres', 'SELECT string_agg(last_error, $$ $$) FROM outbox'),
+	qr/kafka-s3cret-7q/, 'the SASL password in no log line and no last_error');
+
 # a topic built from an event's fields never reaches Kafka's internal topics
 destination('hostile', 'hostile.*', topic => '{aggregate_type}');
 $node->safe_psql('postgres', q{
