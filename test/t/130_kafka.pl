@@ -1,6 +1,6 @@
 # The kafka kind against librdkafka's mock Kafka cluster (3 brokers on
 # 127.0.0.1, test/kafka_mock.c; no Kafka broker is installable here), read
-# back with Debian's kcat: 1,000 events become 1,000 messages, each
+# back with Debian's kcat: 10,000 events become 10,000 messages, each
 # event_id once, keyed by aggregate with a key's messages in order within
 # its partition, with the headers the README names; CloudEvents in the
 # Kafka binding's binary (ce_* headers, partitionkey the key) and
@@ -54,21 +54,21 @@ sub delivered
 		"SELECT count(*) = $n FROM outbox WHERE event_type = '$type' AND delivered_at IS NOT NULL");
 }
 
-# 1,000 events of 50 aggregates, with a trace context and an x-* header
+# 10,000 events of 50 aggregates, with a trace context and an x-* header
 destination('orders', 'order.*', topic => 'orders');
 $node->safe_psql('postgres', q{UPDATE outbox_destinations SET headers = '{"tenant": "acme"}' WHERE name = 'orders'});
 my $traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 $node->safe_psql('postgres', qq{
 	SELECT count(outbox_emit('order.placed', jsonb_build_object('n', g), 'order', (g % 50)::text,
 		jsonb_build_object('x-custom', 'yes', 'traceparent', '$traceparent')))
-	  FROM generate_series(1, 1000) g});
-ok(delivered('order.placed', 1000), '1,000 events delivered (acknowledged by the brokers)');
+	  FROM generate_series(1, 10000) g});
+ok(delivered('order.placed', 10000), '10,000 events delivered (acknowledged by the brokers)');
 my $got = $kafka->consume('orders');
 my %ids;
 $ids{ $_->{headers}{'outbox-event-id'} }++ for @$got;
 is_deeply([ sort keys %ids ],
 	[ sort split /\n/, $node->safe_psql('postgres', "SELECT event_id FROM outbox WHERE event_type = 'order.placed'") ],
-	'1,000 messages, their outbox-event-id headers the event_ids');
+	'10,000 messages, their outbox-event-id headers the event_ids');
 is(scalar(grep { $_ > 1 } values %ids), 0, 'each event_id once');
 
 my (%partitions, %last, $disorder);
