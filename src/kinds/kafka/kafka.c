@@ -491,7 +491,7 @@ kafka_collect(void *state)
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 
-	/* before any outcome is in hand, not after: a stop here loses none */
+	/* before outcomes are in hand, not after, where a stop would drop them */
 	CHECK_FOR_INTERRUPTS();
 	foreach(lc, ks->producers)
 	{
