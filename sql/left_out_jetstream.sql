@@ -8,7 +8,7 @@ SELECT regress.try_detail($$INSERT INTO outbox_destinations (name, kind, event_t
     VALUES ('js', 'jetstream', 'js.*', 'nats://127.0.0.1:4222', 'events', 'EVENTS')$$);
 -- a kind that exists in no build is still just not valid
 SELECT regress.try($$INSERT INTO outbox_destinations (name, kind, event_types, url)
-    VALUES ('k', 'kafka', 'k.*', 'http://127.0.0.1:1/')$$);
+    VALUES ('k', 'mqtt', 'k.*', 'http://127.0.0.1:1/')$$);
 SELECT count(*) AS destinations FROM outbox_destinations;
 SELECT regress.try_detail($$SELECT * FROM _outbox_jetstream_check(jsonb_populate_record(NULL::outbox_destinations, '{"name": "js"}'))$$);
 -- no setting of the kind is defined
