@@ -75,9 +75,15 @@ to_utf8(const char *text)
 static List *cloudevent_headers(const OutboxEvent *ev, const char *source,
 								 const OutboxCloudEventBinding *binding);
 
-/* "<aggregate_type>/<aggregate_id>", the aggregate_id alone, or NULL */
-static char *
-aggregate_key(const OutboxEvent *ev)
+/*
+ * An event's CloudEvents subject and partitionkey: "<aggregate_type>/
+ * <aggregate_id>", the aggregate_id alone without a type, or NULL without
+ * an aggregate_id; in the server's encoding (not a copy). Also the message
+ * key of a kind whose protocol binding maps partitionkey to one (Kafka's).
+ * Raises no error but out of memory; any process.
+ */
+char *
+OutboxCloudEventPartitionKey(const OutboxEvent *ev)
 {
 	if (ev->aggregate_id == NULL)
 		return NULL;
@@ -183,7 +189,7 @@ OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source, const OutboxCloudEv
 {
 	OutboxProblem p;
 	StringInfoData buf;
-	char	   *key = aggregate_key(ev);
+	char	   *key = OutboxCloudEventPartitionKey(ev);
 
 	char	   *traceparent;
 	char	   *tracestate;
@@ -278,7 +284,7 @@ static List *
 cloudevent_headers(const OutboxEvent *ev, const char *source, const OutboxCloudEventBinding *b)
 {
 	List	   *lines = NIL;
-	char	   *key = aggregate_key(ev);
+	char	   *key = OutboxCloudEventPartitionKey(ev);
 	char	   *traceparent;
 	char	   *tracestate;
 

@@ -33,6 +33,7 @@ extern const OutboxCloudEventBinding OutboxCloudEventsBindingHTTP;
 
 extern bool OutboxCloudEventSourceCheck(const char *source, OutboxProblem *p);
 extern const char *OutboxCloudEventSource(const char *column);
+extern char *OutboxCloudEventPartitionKey(const OutboxEvent *ev);
 extern Size OutboxPrepareCloudEvent(OutboxEvent *ev, const char *source,
 									const OutboxCloudEventBinding *binary);
 

@@ -111,8 +111,8 @@ one_of(const char *value, const char *const *words)
  * a host name, an IPv4 address or a bracketed IPv6 one, and a port;
  * else false with *why set. No scheme: security_protocol says how to talk.
  */
-bool
-KafkaSplitServers(const char *servers, const char **why)
+static bool
+servers_valid(const char *servers, const char **why)
 {
 	char	   *copy = pstrdup(servers);
 	char	   *save = NULL;
@@ -250,7 +250,7 @@ kafka_check_destination(const OutboxDestinationRow *row, OutboxProblem *p)
 	int64		linger;
 	Jsonb	   *headers;
 
-	if (!KafkaSplitServers(OutboxDestinationOptionText(row, "bootstrap_servers"), &why))
+	if (!servers_valid(OutboxDestinationOptionText(row, "bootstrap_servers"), &why))
 		return OutboxProblemSet(p, ERRCODE_CHECK_VIOLATION,
 								pstrdup("destination option \"bootstrap_servers\" is not valid"),
 								psprintf("%c%s.", pg_toupper(why[0]), why + 1));
@@ -343,17 +343,15 @@ KafkaFail(OutboxEvent *ev, char *error, bool permanent)
 
 /*
  * The event's aggregate as the message key: in the CloudEvents formats
- * their partitionkey ("<aggregate_type>/<aggregate_id>", the Kafka
- * binding's key), else the aggregate_id; NULL without an aggregate_id.
+ * their partitionkey (the Kafka binding's key), else the aggregate_id;
+ * NULL without an aggregate_id.
  */
 static char *
 aggregate_key(const OutboxEvent *ev)
 {
-	if (ev->aggregate_id == NULL)
-		return NULL;
-	if (strcmp(ev->dest.format, OUTBOX_FORMAT_ENVELOPE) != 0 && ev->aggregate_type != NULL)
-		return psprintf("%s/%s", ev->aggregate_type, ev->aggregate_id);
-	return pstrdup(ev->aggregate_id);
+	if (strcmp(ev->dest.format, OUTBOX_FORMAT_ENVELOPE) != 0)
+		return OutboxCloudEventPartitionKey(ev);
+	return ev->aggregate_id;
 }
 
 /*
@@ -472,7 +470,6 @@ kafka_enqueue(void *state, OutboxEvent *ev)
 
 	p->last_used = GetCurrentTimestamp();
 	m->ev = ev;
-	m->p = p;
 	dlist_push_tail(&p->waiting, &m->node);
 	p->nwaiting++;
 	p->live++;
@@ -504,7 +501,7 @@ kafka_collect(void *state)
 			p->retiring = true;
 		if (p->retiring && p->live == 0 && p->outstanding == 0)
 		{
-			KafkaProducerFree(ks, p);
+			KafkaProducerFree(p);
 			ks->producers = foreach_delete_current(ks->producers, lc);
 			ks->generation++;
 		}

@@ -30,6 +30,7 @@
 #include "utils/timestamp.h"
 
 #include "destination.h"
+#include "log_limit.h"
 
 /* brokers named in bootstrap_servers, at most */
 #define KAFKA_MAX_SERVERS 16
@@ -77,7 +78,6 @@ typedef struct KafkaMessage
 {
 	dlist_node	node;			/* in waiting, in_flight, then reported */
 	OutboxEvent *ev;
-	struct KafkaProducer *p;
 	/* its delivery report, once in reported */
 	rd_kafka_resp_err_t err;
 	rd_kafka_msg_status_t status;
@@ -102,8 +102,7 @@ typedef struct KafkaProducer
 	int			live;			/* events taken, outcome not returned */
 	int			cap;			/* max_outstanding */
 	TimestampTz last_used;
-	TimestampTz error_logged_at;	/* a broker error last logged */
-	int			errors_left_out;	/* broker errors not logged since */
+	OutboxLogLimit error_log;	/* librdkafka's errors, logged once a minute */
 } KafkaProducer;
 
 /* The kind's state in a process, in TopMemoryContext. */
@@ -118,14 +117,13 @@ typedef struct KafkaKindState
 
 /* kafka.c */
 extern void KafkaFail(OutboxEvent *ev, char *error, bool permanent);
-extern bool KafkaSplitServers(const char *servers, const char **why);
 extern rd_kafka_headers_t *KafkaHeaders(const OutboxEvent *ev);
 
 /* kafka_producer.c */
 extern KafkaProducer *KafkaProducerFor(KafkaKindState *ks, OutboxEvent *ev);
 extern void KafkaProduceWaiting(KafkaProducer *p, List **done);
 extern void KafkaReadQueue(KafkaProducer *p, List **done);
-extern void KafkaProducerFree(KafkaKindState *ks, KafkaProducer *p);
+extern void KafkaProducerFree(KafkaProducer *p);
 extern void KafkaProducerPurge(KafkaProducer *p);
 
 #endif							/* OUTBOX_KAFKA_INT_H */

@@ -35,7 +35,6 @@
 #include "utils/memutils.h"
 
 #include "kafka_int.h"
-#include "log_limit.h"
 
 /* at exit, how long the producers have to end (ms), threads included */
 #define KAFKA_EXIT_WAIT_MS 500
@@ -390,18 +389,12 @@ report_client_error(KafkaProducer *p, rd_kafka_event_t *rkev)
 {
 	bool		fatal = rd_kafka_event_error_is_fatal(rkev);
 	const char *text = rd_kafka_event_error_string(rkev);
-	OutboxLogLimit limit = {p->error_logged_at, p->errors_left_out};
 	int			left_out = 0;
 
 	if (fatal)
 		p->retiring = true;
-	if (!fatal && !OutboxLogLimitAllows(&limit, KAFKA_ERROR_LOG_MS, &left_out))
-	{
-		p->errors_left_out = limit.left_out;
+	if (!fatal && !OutboxLogLimitAllows(&p->error_log, KAFKA_ERROR_LOG_MS, &left_out))
 		return;
-	}
-	p->error_logged_at = limit.logged_at;
-	p->errors_left_out = limit.left_out;
 	ereport(LOG,
 			(errmsg("Kafka destination \"%s\": %s%s", p->name,
 					fatal ? "the producer failed: " : "", OutboxRedact(text, strlen(text))),
@@ -629,7 +622,7 @@ detach(KafkaProducer *p)
  * flush), on a thread, and frees p; frees the endings that finished.
  */
 void
-KafkaProducerFree(KafkaKindState *ks pg_attribute_unused(), KafkaProducer *p)
+KafkaProducerFree(KafkaProducer *p)
 {
 	rd_kafka_t *rk = detach(p);
 
@@ -684,6 +677,8 @@ kafka_at_exit(int code, Datum arg)
 						   RD_KAFKA_PURGE_F_NON_BLOCKING);
 		if (rk != NULL && p->rk != NULL)
 			rk[n++] = detach(p);
+		else if (p->rk != NULL)
+			threads_left = true;	/* no memory to end it: its threads run on */
 	}
 	if (n > 0)
 		end_in_background(rk, n);
@@ -702,8 +697,8 @@ kafka_at_exit(int code, Datum arg)
 	if (running == 0)
 		return;
 	running = reap_endings(true);
-	threads_left = running > 0;
-	if (threads_left)
+	threads_left = threads_left || running > 0;
+	if (running > 0)
 		ereport(LOG,
 				(errmsg("Kafka producers did not end within %d ms of exit", KAFKA_EXIT_WAIT_MS),
 				 errdetail("The process exits without the libraries' exit handlers, which would free what those producers use.")));
