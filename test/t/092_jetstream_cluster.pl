@@ -37,7 +37,8 @@ ok( $node->poll_query_until('postgres',
 # kill the node the relay is connected to: the remote port of a TCP
 # socket the relay holds (its fds, looked up in /proc/net/tcp)
 my $relay = relay_pid($node, 'postgres');
-my %inodes = map { readlink($_) =~ /^socket:\[(\d+)\]$/ ? ($1 => 1) : () } glob("/proc/$relay/fd/*");
+# (an fd closed between the listing and readlink is skipped)
+my %inodes = map { (readlink($_) // '') =~ /^socket:\[(\d+)\]$/ ? ($1 => 1) : () } glob("/proc/$relay/fd/*");
 my %remote_ports;
 for my $line (split /\n/, slurp_file('/proc/net/tcp'))
 {
