@@ -13,6 +13,9 @@
 #   e. SIGTERM ends the relay within a second while the broker is frozen
 #      (SIGSTOP) with messages waiting for confirms, and while a connection
 #      is being made to a server that accepts and never answers
+#   f. a 24 MB message that the frozen broker stops reading in the middle
+#      of: the event's time limit ends the write, and so does SIGTERM,
+#      within a second
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -36,7 +39,7 @@ my $n = $ENV{OUTBOX_RABBITMQ_EVENTS} // 3000;
 die "OUTBOX_RABBITMQ_EVENTS must be a number of events, at least 1,000\n"
   unless $n =~ /^\d+$/ && $n >= 1000;
 my $rmq = start_rabbitmq();
-$rmq->tool({ command => 'setup', queues => [ map { { name => $_ } } qw(flow outage ordered fan) ] });
+$rmq->tool({ command => 'setup', queues => [ map { { name => $_ } } qw(flow outage ordered fan big) ] });
 my $node = outbox_node('rabbitmq_faults', restart_after_crash => 'on');
 my $pid = wait_relay($node, 'postgres');
 ok($pid, 'relay runs');
@@ -161,6 +164,62 @@ kill 'TERM', $pid;
 ok(wait_until(sub { !kill(0, $pid) }), 'e: the relay ended');
 $took = time() - $t0;
 cmp_ok($took, '<', time_bound(1), sprintf('e: within a second, where the connection may take 60 s (%.3f s)', $took));
+# f. a write the frozen broker stops reading: the largest backlog of bytes
+# received and not read on the broker's port, from /proc/net/tcp (a
+# heartbeat is 8 bytes; the message, 24 MB, is more than any buffer holds)
+sub unread_by_broker
+{
+	my $most = 0;
+	for my $line (split /\n/, slurp_file('/proc/net/tcp'))
+	{
+		my @f = split ' ', $line;
+		next unless @f > 4 && $f[1] =~ /:([0-9A-F]{4})$/ && hex($1) == $rmq->{port};
+		my $rx = hex((split /:/, $f[4])[1]);
+		$most = $rx if $rx > $most;
+	}
+	return $most;
+}
+
+sub big_write_stalls
+{
+	my ($type, $label) = @_;
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', "SELECT outbox_emit('big.warm', '{}')");
+	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM outbox WHERE event_type = 'big.warm' AND delivered_at IS NULL"),
+		"$label: the destination's connection is made");
+	$rmq->signal('STOP');
+	$node->safe_psql('postgres', "SELECT outbox_emit('$type', jsonb_build_object('s', repeat('x', 24 * 1024 * 1024)))");
+	ok(wait_until(sub { unread_by_broker() >= 65536 }), "$label: the relay writes a 24 MB message the broker does not read");
+	return $offset;
+}
+
+$pid = wait_relay($node, 'postgres', $pid);
+$node->safe_psql('postgres', sprintf(q{
+	INSERT INTO outbox_destinations (name, kind, event_types, options, timeout_ms)
+	VALUES ('big', 'rabbitmq', 'big.*', '%s', 2000)}, $rmq->options(routing_key => 'big', max_message_bytes => 64 << 20)));
+my $offset = big_write_stalls('big.limit', 'f');
+my $bytes = $node->safe_psql('postgres', q{
+	SELECT length(_outbox_envelope(event_id, event_type, aggregate_type, aggregate_id, created_at, 1, payload))
+	  FROM outbox WHERE event_type = 'big.limit'});
+# the retries that follow, while the broker is frozen, fail to connect
+ok($node->wait_for_log(qr/destination "big": the connection to RabbitMQ ended: RabbitMQ did not read a message of $bytes bytes within 2000 ms\n/,
+		$offset), "f: the time limit ends the write of $bytes bytes, and says so");
+$rmq->signal('CONT');
+is(relay_pid($node, 'postgres'), $pid, 'f: the same relay goes on');
+ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'big.limit'"),
+	'f: delivered once the broker reads again');
+$node->safe_psql('postgres', "UPDATE outbox_destinations SET timeout_ms = 60000 WHERE name = 'big'");
+big_write_stalls('big.term', 'f');
+$t0 = time();
+kill 'TERM', $pid;
+ok(wait_until(sub { !kill(0, $pid) }), 'f: the relay ended');
+$took = time() - $t0;
+cmp_ok($took, '<', time_bound(1), sprintf('f: SIGTERM ends the write within a second, its limit 60 s (%.3f s)', $took));
+$rmq->signal('CONT');
+$pid = wait_relay($node, 'postgres', $pid);
+ok($node->poll_query_until('postgres', "SELECT delivered_at IS NOT NULL FROM outbox WHERE event_type = 'big.term'"),
+	'f: delivered by the next relay');
+
 unlike(slurp_file($node->logfile), qr/PANIC|TRAP|terminated by signal 11|server process .* was terminated by signal 6/,
 	'no crash but the one the test made');
 

@@ -13,6 +13,9 @@
  * until the message is written: a message is published only when the
  * socket's send buffer has room for it, and nothing while the broker has
  * blocked the connection (connection.blocked, which the relay asks for).
+ * A message larger than the room goes out alone once the buffer is empty,
+ * under a guard that cuts the write at SIGTERM, a cancel or the event's
+ * time limit (guarded_publish).
  *
  * Confirms come in the order of the delivery tags, which the channel
  * counts from 1 for each publish (RabbitMQ's publisher confirms); a
@@ -37,6 +40,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timeout.h"
 
 #include "rabbitmq_int.h"
 
@@ -372,6 +376,71 @@ send_room(RmqConn *c, bool *empty)
 }
 
 /*
+ * The guard of a publish that may wait. rabbitmq-c writes a message whole
+ * before it returns, with no time limit, and polls again when a signal
+ * interrupts it: while a broker stops reading in the middle of a large
+ * message (flow control, an alarm, a frozen process), neither SIGTERM nor
+ * the event's time limit would end the wait. For as long as such a
+ * publish lasts, a timer looks every RMQ_GUARD_TICK_MS whether the relay
+ * is to stop (die() or a cancel set their flag) or the limit has passed,
+ * and then shuts the socket down, in the SIGALRM handler (shutdown(2) is
+ * async-signal-safe, POSIX): the write fails and the connection ends as
+ * any broken one does.
+ */
+#define RMQ_GUARD_TICK_MS 100
+static volatile sig_atomic_t guarded_fd = -1;
+static volatile sig_atomic_t guard_cut = false;
+static TimestampTz guard_deadline;
+static TimeoutId guard_timeout = MAX_TIMEOUTS;
+
+/* The timer's handler: runs in the SIGALRM handler. */
+static void
+guard_tick(void)
+{
+	int			fd = guarded_fd;
+
+	if (fd >= 0 && !guard_cut &&
+		(ProcDiePending || QueryCancelPending || GetCurrentTimestamp() >= guard_deadline))
+	{
+		guard_cut = true;
+		(void) shutdown(fd, SHUT_RDWR);
+	}
+}
+
+/*
+ * RabbitmqPublish under the guard above, cut after timeout_ms at most (ms).
+ * Sets *cut when the guard ended the write on its time limit. Relay
+ * thread (or a backend's outbox_relay()), with PostgreSQL's timeouts set
+ * up, as in any process that ran InitPostgres.
+ */
+static int
+guarded_publish(RmqConn *c, OutboxEvent *ev, char **problem, bool *cut)
+{
+	volatile int status = AMQP_STATUS_OK;
+
+	if (guard_timeout == MAX_TIMEOUTS)
+		guard_timeout = RegisterTimeout(USER_TIMEOUT, guard_tick);
+	guard_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
+	guard_cut = false;
+	guarded_fd = c->fd;
+	enable_timeout_every(guard_timeout,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RMQ_GUARD_TICK_MS),
+						 RMQ_GUARD_TICK_MS);
+	PG_TRY();
+	{
+		status = RabbitmqPublish(c, ev, problem);
+	}
+	PG_FINALLY();
+	{
+		disable_timeout(guard_timeout, false);
+		guarded_fd = -1;
+	}
+	PG_END_TRY();
+	*cut = guard_cut && !ProcDiePending && !QueryCancelPending;
+	return status;
+}
+
+/*
  * Publishes what waits, while the destination's unconfirmed messages are
  * under its cap, the broker has not blocked the connection and the
  * socket has room: notes each in the start log before any goes out.
@@ -389,6 +458,7 @@ publish_waiting(RmqConn *c, List **done)
 		dlist_iter	it;
 		bool		room = true;
 		bool		empty;
+		bool		alone = false;	/* batch[0] is larger than the room */
 		size_t		free_bytes = send_room(c, &empty);
 
 		dlist_foreach(it, &c->waiting)
@@ -406,6 +476,11 @@ publish_waiting(RmqConn *c, List **done)
 			}
 			bytes += size;
 			batch[n++] = w;
+			if (bytes > free_bytes)
+			{
+				alone = true;
+				break;
+			}
 		}
 		c->want_write = !room && n == 0;
 		if (n == 0)
@@ -419,11 +494,13 @@ publish_waiting(RmqConn *c, List **done)
 			RmqUnconfirmed *u;
 			char	   *problem;
 			int			status;
+			bool		cut = false;
 
 			dlist_delete(&batch[i]->node);
 			c->nwaiting--;
 			pfree(batch[i]);
-			status = RabbitmqPublish(c, ev, &problem);
+			status = alone ? guarded_publish(c, ev, &problem, &cut) :
+				RabbitmqPublish(c, ev, &problem);
 			if (problem != NULL)
 			{
 				/* not sent: rabbitmq-c would end the connection; this one fails alone */
@@ -440,7 +517,10 @@ publish_waiting(RmqConn *c, List **done)
 			u->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
 			dlist_push_tail(&c->unconfirmed, &u->node);
 			c->nunconfirmed++;
-			if (status != AMQP_STATUS_OK)
+			if (cut)
+				RabbitmqClose(c, psprintf("RabbitMQ did not read a message of %zu bytes within %d ms",
+										  strlen(ev->body), c->timeout_ms), done);
+			else if (status != AMQP_STATUS_OK)
 				RabbitmqClose(c, psprintf("cannot publish: %s", amqp_error_string2(status)), done);
 		}
 		c->last_io = GetCurrentTimestamp();
