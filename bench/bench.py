@@ -8,8 +8,9 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
 (which records arrival times) for the latency figures.
 
   1. emit cost: pgbench TPS of a task insert, + a plain INSERT INTO outbox,
-     + outbox_emit(), + outbox_emit() under SET LOCAL outbox.traceparent, and
-     with that traceparent given as the event's header
+     + outbox_emit(), + outbox_emit() under SET LOCAL outbox.traceparent
+     (and under an empty one: the capture's own cost), and with that
+     traceparent given as the event's header; the capture's CPU per emit
   2. relay throughput: draining 100,000 events to NOTIFY and to HTTP
   3. latency: COMMIT to arrival of single events, relay idle
   4. a relay pass that finds nothing due, under 1,000,000 delivered and
@@ -346,6 +347,11 @@ def bench_emit(c, tmp, seconds, clients):
         "e": "BEGIN;\nSET LOCAL outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';\n"
              "INSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
              "SELECT outbox_emit('task.created', '{\"title\": \"task\"}', 'task', :uid::text);\nCOMMIT;",
+        # (e) with an empty setting: the same statements, nothing captured,
+        # so that (g)/(e) is the capture's own cost
+        "g": "BEGIN;\nSET LOCAL outbox.traceparent = '';\n"
+             "INSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
+             "SELECT outbox_emit('task.created', '{\"title\": \"task\"}', 'task', :uid::text);\nCOMMIT;",
         # (c) with the same trace context given as the event's header: what
         # (e) costs beyond it is its SET statement and the capture itself
         "f": "BEGIN;\nINSERT INTO bench_tasks (user_id, title) VALUES (:uid, 'task');\n"
@@ -358,6 +364,7 @@ def bench_emit(c, tmp, seconds, clients):
     labels = {"a": "task insert only", "b": "task + plain INSERT INTO outbox",
               "c": "task + outbox_emit()",
               "e": "task + outbox_emit(), trace context set",
+              "g": "task + outbox_emit(), SET LOCAL of nothing",
               "f": "task + outbox_emit(), traceparent header",
               "d": f"task + pg_logical_emit_message ({envelope_len} B)"}
     tps = {}
@@ -387,6 +394,36 @@ def bench_emit(c, tmp, seconds, clients):
           f"(SET LOCAL outbox.traceparent, a statement of its own; target: at most 1.03)")
     print(f"  (f)/(e) = {f_ / e:.3f}: the same context given as the event's header instead "
           f"(the SET's round trip and the capture); (c)/(f) = {cc / f_:.3f}: the header itself")
+    g = statistics.median(tps["g"])
+    print(f"  (g)/(e) = {g / e:.3f}: the capture alone, same statements, the setting empty in (g) "
+          f"(target: at most 1.03)")
+    # The capture's CPU, without COMMIT's flush: one statement of 50,000
+    # emits in a transaction that set the context, that set it empty, and
+    # that set it empty but gives the same traceparent as each event's
+    # header, in turn, 9 times each, in one session
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    cases = {"empty": ("", "NULL"), "set": (tp, "NULL"),
+             "header": ("", f"'{{\"traceparent\": \"{tp}\"}}'::jsonb")}
+    per = {k: [] for k in cases}
+    n_emits = 50000
+    conn = c.connect()
+    with conn.cursor() as cur:
+        for _ in range(9):
+            for key, (setting, hdr) in cases.items():
+                cur.execute("TRUNCATE outbox")
+                t0 = time.perf_counter()
+                cur.execute(f"""BEGIN; SET LOCAL outbox.traceparent = '{setting}';
+                                SELECT count(outbox_emit('task.created', '{{"title": "task"}}', 'task',
+                                                         g::text, {hdr}))
+                                  FROM generate_series(1, {n_emits}) g; COMMIT""")
+                per[key].append((time.perf_counter() - t0) * 1e6 / n_emits)
+    conn.close()
+    m = {k: statistics.median(v) for k, v in per.items()}
+    print(f"  CPU per emit, one statement of {n_emits:,} (9 alternating runs, median): "
+          f"{m['empty']:.2f} us without a context, {m['header']:.2f} us with it as the event's header, "
+          f"{m['set']:.2f} us capturing it from the setting")
+    print(f"  capturing against none: {m['set'] / m['empty']:.3f}x; against the same header given: "
+          f"{m['set'] / m['header']:.3f}x ({m['set'] - m['header']:+.2f} us per event)")
     c.sql("TRUNCATE outbox")
     c.restart(wal_level="replica")
     c.set(databases="postgres")

@@ -31,6 +31,8 @@
  */
 #include "postgres.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #ifdef __linux__
@@ -376,6 +378,25 @@ send_room(RmqConn *c, bool *empty)
 }
 
 /*
+ * Corks c's socket while a batch is written (on), uncorks it after (off):
+ * rabbitmq-c sends each message's frames with MSG_MORE but its body
+ * without, a packet per message, and a broker woken for each reads
+ * fewer messages per wake-up. Corked, the kernel sends full segments, and
+ * what is left when the cork is taken out (Linux's TCP_CORK). Nothing if
+ * the connection has no socket any more or where there is no TCP_CORK.
+ */
+static void
+cork(RmqConn *c, bool on)
+{
+#ifdef TCP_CORK
+	int			v = on ? 1 : 0;
+
+	if (c->phase == RMQ_READY && c->fd != PGINVALID_SOCKET)
+		(void) setsockopt(c->fd, IPPROTO_TCP, TCP_CORK, &v, sizeof(v));
+#endif
+}
+
+/*
  * The guard of a publish that may wait. rabbitmq-c writes a message whole
  * before it returns, with no time limit, and polls again when a signal
  * interrupts it: while a broker stops reading in the middle of a large
@@ -488,6 +509,8 @@ publish_waiting(RmqConn *c, List **done)
 		for (int i = 0; i < n; i++)
 			OutboxStartLogNote(batch[i]->ev);
 		OutboxStartLogFlush();
+		if (n > 1)
+			cork(c, true);
 		for (int i = 0; i < n && c->phase == RMQ_READY; i++)
 		{
 			OutboxEvent *ev = batch[i]->ev;
@@ -523,6 +546,8 @@ publish_waiting(RmqConn *c, List **done)
 			else if (status != AMQP_STATUS_OK)
 				RabbitmqClose(c, psprintf("cannot publish: %s", amqp_error_string2(status)), done);
 		}
+		if (n > 1)
+			cork(c, false);
 		c->last_io = GetCurrentTimestamp();
 		/* frames a publish read into rabbitmq-c's buffer: no socket event tells */
 		if (c->phase == RMQ_READY &&
