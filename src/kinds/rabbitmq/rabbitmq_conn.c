@@ -462,6 +462,48 @@ guarded_publish(RmqConn *c, OutboxEvent *ev, char **problem, bool *cut)
 }
 
 /*
+ * Picks the next events of c to publish into batch (RMQ_PUBLISH_BATCH at
+ * most), in order, while the unconfirmed messages stay under the cap and
+ * the socket has room; returns how many. *room: false when one was left
+ * for lack of room; *alone: batch[0] is larger than the room, and goes
+ * out alone (the socket's buffer is empty).
+ */
+static int
+pick_batch(RmqConn *c, RmqWaiting **batch, bool *room, bool *alone)
+{
+	int			n = 0;
+	size_t		bytes = 0;
+	dlist_iter	it;
+	bool		empty;
+	size_t		free_bytes = send_room(c, &empty);
+
+	*room = true;
+	*alone = false;
+	dlist_foreach(it, &c->waiting)
+	{
+		RmqWaiting *w = dlist_container(RmqWaiting, node, it.cur);
+		/* the body, and the frames' and properties' bytes around it */
+		size_t		size = strlen(w->ev->body) + 1024;
+
+		if (n == RMQ_PUBLISH_BATCH || c->nunconfirmed + n >= c->cap)
+			break;
+		if (bytes + size > free_bytes && !(n == 0 && empty))
+		{
+			*room = false;
+			break;
+		}
+		bytes += size;
+		batch[n++] = w;
+		if (bytes > free_bytes)
+		{
+			*alone = true;
+			break;
+		}
+	}
+	return n;
+}
+
+/*
  * Publishes what waits, while the destination's unconfirmed messages are
  * under its cap, the broker has not blocked the connection and the
  * socket has room: notes each in the start log before any goes out.
@@ -474,35 +516,10 @@ publish_waiting(RmqConn *c, List **done)
 	while (c->phase == RMQ_READY && c->nwaiting > 0 && !c->blocked)
 	{
 		RmqWaiting *batch[RMQ_PUBLISH_BATCH];
-		int			n = 0;
-		size_t		bytes = 0;
-		dlist_iter	it;
-		bool		room = true;
-		bool		empty;
-		bool		alone = false;	/* batch[0] is larger than the room */
-		size_t		free_bytes = send_room(c, &empty);
+		bool		room;
+		bool		alone;
+		int			n = pick_batch(c, batch, &room, &alone);
 
-		dlist_foreach(it, &c->waiting)
-		{
-			RmqWaiting *w = dlist_container(RmqWaiting, node, it.cur);
-			/* the body, and the frames' and properties' bytes around it */
-			size_t		size = strlen(w->ev->body) + 1024;
-
-			if (n == RMQ_PUBLISH_BATCH || c->nunconfirmed + n >= c->cap)
-				break;
-			if (bytes + size > free_bytes && !(n == 0 && empty))
-			{
-				room = false;
-				break;
-			}
-			bytes += size;
-			batch[n++] = w;
-			if (bytes > free_bytes)
-			{
-				alone = true;
-				break;
-			}
-		}
 		c->want_write = !room && n == 0;
 		if (n == 0)
 			return;
