@@ -326,6 +326,21 @@ def section(title):
 
 
 # 1 ------------------------------------------------------------------------
+def pgbench_round(c, tmp, name, body, clients, seconds):
+    """Empties the tables, runs pgbench with script body (a uid variable
+    set) for seconds, and returns its TPS."""
+    c.sql("TRUNCATE bench_tasks; TRUNCATE outbox; CHECKPOINT")
+    path = os.path.join(tmp, f"emit_{name}.sql")
+    with open(path, "w") as f:
+        f.write("\\set uid random(1, 100000)\n" + body + "\n")
+    os.chmod(path, 0o644)
+    out = subprocess.run([f"{BIN}/pgbench", "-n", "-M", "prepared", "-c", str(clients),
+                          "-j", "2", "-T", str(seconds), "-f", path],
+                         env=c.env, capture_output=True, text=True, check=True).stdout
+    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+    return float(m.group(1))
+
+
 def bench_emit(c, tmp, seconds, clients):
     section("1. emit cost (pgbench)")
     # (d) needs logical decoding's WAL level, for this section only
@@ -370,16 +385,7 @@ def bench_emit(c, tmp, seconds, clients):
     tps = {}
     for rnd in range(2):  # interleave rounds so drift hits each case alike
         for key, body in scripts.items():
-            c.sql("TRUNCATE bench_tasks; TRUNCATE outbox; CHECKPOINT")
-            path = os.path.join(tmp, f"emit_{key}.sql")
-            with open(path, "w") as f:
-                f.write("\\set uid random(1, 100000)\n" + body + "\n")
-            os.chmod(path, 0o644)
-            out = subprocess.run([f"{BIN}/pgbench", "-n", "-M", "prepared", "-c", str(clients),
-                                  "-j", "2", "-T", str(seconds), "-f", path],
-                                 env=c.env, capture_output=True, text=True, check=True).stdout
-            m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
-            tps.setdefault(key, []).append(float(m.group(1)))
+            tps.setdefault(key, []).append(pgbench_round(c, tmp, key, body, clients, seconds))
     print(f"parameters: pgbench -M prepared -c {clients} -j 2 -T {seconds}, 2 interleaved rounds, "
           f"median; synchronous_commit = on; wal_level = logical; relay stopped")
     for key in scripts:
@@ -394,7 +400,16 @@ def bench_emit(c, tmp, seconds, clients):
           f"(SET LOCAL outbox.traceparent, a statement of its own; target: at most 1.03)")
     print(f"  (f)/(e) = {f_ / e:.3f}: the same context given as the event's header instead "
           f"(the SET's round trip and the capture); (c)/(f) = {cc / f_:.3f}: the header itself")
-    g = statistics.median(tps["g"])
+    bench_trace_capture(c, tmp, seconds, clients, scripts, e, statistics.median(tps["g"]))
+    c.sql("TRUNCATE outbox")
+    c.restart(wal_level="replica")
+    c.set(databases="postgres")
+
+
+def bench_trace_capture(c, tmp, seconds, clients, scripts, e, g):
+    """Section 1's trace-context figures beyond (e): (g)/(e) from the rounds
+    run (medians e and g), the same pair without COMMIT's flush, and the
+    capture's CPU per emit without COMMIT."""
     print(f"  (g)/(e) = {g / e:.3f}: the capture alone, same statements, the setting empty in (g) "
           f"(target: at most 1.03)")
     # (e) against (g) without COMMIT's flush, whose pace hides 3 %: both
@@ -403,17 +418,9 @@ def bench_emit(c, tmp, seconds, clients):
     pair = {}
     for rnd in range(6):
         for key in "eg":
-            c.sql("TRUNCATE bench_tasks; TRUNCATE outbox; CHECKPOINT")
-            path = os.path.join(tmp, f"emit_{key}_async.sql")
-            with open(path, "w") as f:
-                f.write("\\set uid random(1, 100000)\n" +
-                        scripts[key].replace("BEGIN;\n", "BEGIN;\nSET LOCAL synchronous_commit = off;\n", 1) + "\n")
-            os.chmod(path, 0o644)
-            out = subprocess.run([f"{BIN}/pgbench", "-n", "-M", "prepared", "-c", str(clients),
-                                  "-j", "2", "-T", str(min(8, seconds)), "-f", path],
-                                 env=c.env, capture_output=True, text=True, check=True).stdout
-            m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
-            pair.setdefault(key, []).append(float(m.group(1)))
+            body = scripts[key].replace("BEGIN;\n", "BEGIN;\nSET LOCAL synchronous_commit = off;\n", 1)
+            pair.setdefault(key, []).append(pgbench_round(c, tmp, f"{key}_async", body, clients,
+                                                          min(8, seconds)))
     ratios = [g_ / e_ for g_, e_ in zip(pair["g"], pair["e"])]
     print(f"  (g)/(e) with synchronous_commit off, 6 rounds of {min(8, seconds)} s in turn: median of the rounds' ratios "
           f"{statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)}; "
@@ -445,9 +452,6 @@ def bench_emit(c, tmp, seconds, clients):
           f"{m['set']:.2f} us capturing it from the setting")
     print(f"  capturing against none: {m['set'] / m['empty']:.3f}x; against the same header given: "
           f"{m['set'] / m['header']:.3f}x ({m['set'] - m['header']:+.2f} us per event)")
-    c.sql("TRUNCATE outbox")
-    c.restart(wal_level="replica")
-    c.set(databases="postgres")
 
 
 # 2 ------------------------------------------------------------------------
