@@ -29,7 +29,7 @@ version=$("$PG_CONFIG" --version) || exit 3
 start=$SECONDS
 echo "==> build: $version, PG_CFLAGS=\"$cflags\""
 make -s PG_CONFIG="$PG_CONFIG" clean &&
-    make -s PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$cflags" || exit 3
+    make -s -j"${OUTBOX_BUILD_JOBS:-$(nproc)}" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="$cflags" || exit 3
 echo "==> install into $("$PG_CONFIG" --pkglibdir) and $("$PG_CONFIG" --sharedir)/extension"
 make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || exit 3
 echo "==> built and installed in $((SECONDS - start))s"

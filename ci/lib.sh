@@ -13,6 +13,7 @@
 #                            (default /tmp/outbox-logs)
 #   OUTBOX_TEST_JOBS         TAP test files run at once (default 2: the
 #                            tests mostly wait on servers and sockets)
+#   OUTBOX_BUILD_JOBS        make jobs for a build (default: the cores)
 #   OUTBOX_NODE_DIR          where the tests' npm packages are installed
 #                            (default /var/cache/outbox-npm; the tests read
 #                            its node_modules)
@@ -20,6 +21,7 @@
 APT_LOCK_TIMEOUT=${OUTBOX_APT_LOCK_TIMEOUT:-600}
 LOG_DIR=${OUTBOX_LOG_DIR:-/tmp/outbox-logs}
 TEST_JOBS=${OUTBOX_TEST_JOBS:-2}
+BUILD_JOBS=${OUTBOX_BUILD_JOBS:-$(nproc)}
 NODE_DIR=${OUTBOX_NODE_DIR:-/var/cache/outbox-npm}
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 

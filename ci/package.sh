@@ -63,7 +63,7 @@ grep -qx "Package: $pkg" "$src/debian/control" ||
 # the tree without debian/ (what make dist's release tarball holds)
 tar -C "$work" --exclude="pg-outbox-$ext_version/debian" -czf "$work/pg-outbox_${deb_version%-*}.orig.tar.gz" \
     "pg-outbox-$ext_version" || fail 3 "cannot make the upstream tarball"
-(cd "$src" && dpkg-buildpackage -uc -us) >>"$log" 2>&1 || fail 3 "dpkg-buildpackage failed"
+(cd "$src" && dpkg-buildpackage -uc -us -j"$BUILD_JOBS") >>"$log" 2>&1 || fail 3 "dpkg-buildpackage failed"
 [ -f "$work/pg-outbox_$deb_version.dsc" ] || fail 3 "dpkg-buildpackage made no source package pg-outbox_$deb_version.dsc"
 deb=$work/${pkg}_${deb_version}_$(dpkg --print-architecture).deb
 [ -f "$deb" ] || fail 3 "dpkg-buildpackage made no $deb"
@@ -106,7 +106,7 @@ if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; the
 fi
 if [ -n "$release" ]; then
     cp -R "$release/." "$work/build-$prev" &&
-        make -s -C "$work/build-$prev" PG_CONFIG="$PG_CONFIG" >>"$log" 2>&1 &&
+        make -s -j"$BUILD_JOBS" -C "$work/build-$prev" PG_CONFIG="$PG_CONFIG" >>"$log" 2>&1 &&
         make -s -C "$work/build-$prev" PG_CONFIG="$PG_CONFIG" install >>"$log" 2>&1 ||
         fail 4 "release $prev does not build"
     chown "$user" "$work"

@@ -42,7 +42,7 @@ dir=$work/${zip%.zip}
 [ -d "$dir" ] || { echo "pgxn.sh: $zip has no top directory ${zip%.zip}/" >&2; exit 3; }
 [ ! -e "$dir/.git" ] && ! git -C "$dir" rev-parse --git-dir >/dev/null 2>&1 ||
     { echo "pgxn.sh: $dir is inside a git repository" >&2; exit 3; }
-make -s -C "$dir" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Werror" >/dev/null &&
+make -s -j"${OUTBOX_BUILD_JOBS:-$(nproc)}" -C "$dir" PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Werror" >/dev/null &&
     make -s -C "$dir" PG_CONFIG="$PG_CONFIG" install >/dev/null || { echo "pgxn.sh: the zip does not build" >&2; exit 3; }
 make -s -C "$dir" PG_CONFIG="$PG_CONFIG" installcheck TAP_TESTS= || { echo "pgxn.sh: pg_regress failed on the zip's build (kept: $work)" >&2; exit 4; }
 rm -rf "$work"

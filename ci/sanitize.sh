@@ -131,7 +131,7 @@ copy_tree "$work"
 cflags=("-fsanitize=address,undefined,float-cast-overflow" -fno-omit-frame-pointer -g -O1
         -DUSE_ASSERT_CHECKING)
 echo "==> building with ${cflags[*]}"
-make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no PG_CFLAGS="${cflags[*]}" &&
+make -s -j"$BUILD_JOBS" -C "$work" PG_CONFIG="$pg_config" with_llvm=no PG_CFLAGS="${cflags[*]}" &&
     make -s -C "$work" PG_CONFIG="$pg_config" with_llvm=no install >/dev/null || exit 1
 if ! readelf -d "$pkglibdir/outbox.so" | grep -q 'libasan'; then
     echo "sanitize.sh: $pkglibdir/outbox.so is not instrumented" >&2
