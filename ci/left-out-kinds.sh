@@ -60,7 +60,7 @@ while read -r kind optional lib _; do
 done < <(grep -v '^#' src/kinds/kinds.list)
 # then a build without any of them: pg_regress, each left-out kind's
 # left_out_<kind> test among it, and the TAP files above
-step "without ${out[*]}: pg_regress, and TAP: ${OUTBOX_LEFT_OUT_TAP:-$tap}"
+step "without ${out[*]}: pg_regress, and TAP: ${OUTBOX_LEFT_OUT_TAP:-$(echo $tap)}"
 if make -s PG_CONFIG="$pg_config" clean &&
     make -s -j"$BUILD_JOBS" PG_CONFIG="$pg_config" "${out[@]}" PG_CFLAGS="$cflags" &&
     make -s PG_CONFIG="$pg_config" "${out[@]}" install >/dev/null; then
