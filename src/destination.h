@@ -182,6 +182,15 @@ typedef struct OutboxDestinationKind
 	 * reason. 0: none.
 	 */
 	int			commit_full_errcode;
+	/*
+	 * OUTBOX_SEND_AFTER_COMMIT with room: whether the receiver keeps every
+	 * copy of a message sent twice (it does not deduplicate on the
+	 * event_id), so that room is also the bound on the copies a crash
+	 * makes. Outcomes commit without waiting for the WAL flush; for such a
+	 * kind the worker flushes those that freed room before a claim hands it
+	 * more events, so that a crash loses none whose room was used again.
+	 */
+	bool		room_bounds_copies;
 
 	/*
 	 * Checks a destination row under the kind's own rules (its target and

@@ -21,6 +21,8 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
@@ -188,9 +190,28 @@ OutboxKindSend(OutboxEvent *ev)
 	ev->dest.kind->send(OutboxKindState(ev->dest.kind), ev);
 }
 
+/*
+ * The end of the commit that recorded outcomes of kinds whose room bounds
+ * the copies a crash makes (room_bounds_copies), until it is flushed.
+ */
+static XLogRecPtr copies_lsn = InvalidXLogRecPtr;
+
+/*
+ * Hands ev to its kind after its claim's COMMIT. For a kind whose room
+ * bounds the copies, the outcomes noted by OutboxKindRecorded since the
+ * last flush are flushed first, with the claim (XactLastCommitEnd): their
+ * events freed the room ev takes, and a crash must not lose them once
+ * it is used again, or the copies would exceed the room. (In an
+ * outbox_relay() call nothing was noted.)
+ */
 void
 OutboxKindEnqueue(OutboxEvent *ev)
 {
+	if (!XLogRecPtrIsInvalid(copies_lsn) && ev->dest.kind->room_bounds_copies)
+	{
+		XLogFlush(Max(copies_lsn, XactLastCommitEnd));
+		copies_lsn = InvalidXLogRecPtr;
+	}
 	ev->dest.kind->enqueue(OutboxKindState(ev->dest.kind), ev);
 }
 
@@ -201,6 +222,18 @@ OutboxKindRoom(const OutboxEvent *ev)
 	if (ev->dest.kind->room == NULL)
 		return -1;
 	return ev->dest.kind->room(OutboxKindState(ev->dest.kind), ev);
+}
+
+/*
+ * Notes that ev's outcome, if recorded, committed with this process's last
+ * commit (XactLastCommitEnd): the relay worker calls this for each outcome
+ * after the step that recorded it, with no transaction open. No error.
+ */
+void
+OutboxKindRecorded(const OutboxEvent *ev)
+{
+	if (ev->recorded && ev->dest.kind != NULL && ev->dest.kind->room_bounds_copies)
+		copies_lsn = XactLastCommitEnd;
 }
 
 /* sockets of the i-th kind; 0 and none for a kind without the callback */

@@ -43,6 +43,7 @@ extern Size OutboxKindPrepare(OutboxEvent *ev);
 extern void OutboxKindSend(OutboxEvent *ev);
 extern void OutboxKindEnqueue(OutboxEvent *ev);
 extern int	OutboxKindRoom(const OutboxEvent *ev);
+extern void OutboxKindRecorded(const OutboxEvent *ev);
 extern uint64 OutboxKindSockets(int i, const OutboxWaitSocket **socks, int *n);
 extern long OutboxKindTimeoutMs(int i);
 extern void OutboxKindSocketReady(int i, pgsocket fd, uint32 events);

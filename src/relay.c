@@ -700,7 +700,10 @@ worker_record(WorkerState *st, List *done)
 		OutboxInFlightRemove(MyDatabaseId, ids, nids);
 	}
 	for (i = 0; i < n; i++)
+	{
+		OutboxKindRecorded(events[i]);
 		batch_done(st, events[i]);
+	}
 	if (st->journal_done.n > 0)
 	{
 		OutboxJournalDoneStepArgs j = {st->journal_done.ids, st->journal_done.n, st->journal_extoid};

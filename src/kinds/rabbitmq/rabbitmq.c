@@ -689,6 +689,8 @@ const OutboxDestinationKind OutboxRabbitmqKind = {
 	},
 	.binding = &rmq_ce_binding,
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	/* RabbitMQ keeps no record of message_ids */
+	.room_bounds_copies = true,
 	.check_destination = rmq_check_destination,
 	.decode = rmq_decode,
 	.startup = rmq_startup,
