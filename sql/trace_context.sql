@@ -76,6 +76,31 @@ SET LOCAL outbox.tracestate = 'bad state';
 SELECT trace_emit();
 COMMIT;
 
+-- the settings change between the events of one session: each event has
+-- those in force when it was written (the headers built for the settings
+-- are kept only while they keep their values), by outbox_emit and by a
+-- plain INSERT
+BEGIN;
+SET LOCAL outbox.traceparent = '00-11111111111111111111111111111111-1111111111111111-01';
+SET LOCAL outbox.tracestate = 'a=1';
+SELECT trace_emit();
+SET LOCAL outbox.traceparent = '00-22222222222222222222222222222222-2222222222222222-01';
+SELECT trace_emit();
+SET LOCAL outbox.tracestate = '';
+SELECT trace_emit();
+SET LOCAL outbox.tracestate = 'b=2';
+SELECT trace_emit();
+SET LOCAL outbox.tracestate = 'not one';
+SELECT trace_emit();
+SET LOCAL outbox.traceparent = '00-11111111111111111111111111111111-1111111111111111-01';
+SET LOCAL outbox.tracestate = 'a=1';
+SELECT trace_emit();
+INSERT INTO outbox (event_type, payload) VALUES ('trace.plain', '{}');
+SET LOCAL outbox.traceparent = '';
+SELECT trace_emit();
+COMMIT;
+SELECT headers FROM outbox WHERE event_type = 'trace.plain';
+
 -- no room among 64 headers: the event is written as given
 BEGIN;
 SET LOCAL outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
