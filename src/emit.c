@@ -18,10 +18,7 @@
  * gets the id inserted explicitly, as in 1.0.
  *
  * The rules and limits of an event are checked by the trigger on outbox
- * (validate.c), which this INSERT fires like any other. The trigger also
- * adds the trace context of the settings to an event written without
- * headers (trace_context.c); outbox_emit() passes those headers in the
- * INSERT itself, so that the trigger finds them there and keeps the row.
+ * (validate.c), which this INSERT fires like any other.
  *
  * The wake-up is armed by a per-transaction flag; one transaction callback,
  * registered on first use in each backend, sets the relay's latch at COMMIT
@@ -50,7 +47,6 @@
 #include "event.h"
 #include "shmem.h"
 #include "statements.h"
-#include "trace_context.h"
 
 PG_FUNCTION_INFO_V1(outbox_emit);
 PG_FUNCTION_INFO_V1(_outbox_event_id);
@@ -200,33 +196,6 @@ may_insert_event_id(Oid nspoid)
 }
 
 /*
- * The INSERT's parameters from outbox_emit's arguments (values[0..5),
- * nulls[0..5)). Without headers, the event gets those of the settings'
- * trace context here: the trigger would add the same, rebuilding the row.
- */
-static void
-insert_values(FunctionCallInfo fcinfo, Datum *values, char *nulls)
-{
-	for (int i = 0; i < 5; i++)
-	{
-		if (PG_ARGISNULL(i))
-			nulls[i] = 'n';
-		else
-			values[i] = PG_GETARG_DATUM(i);
-	}
-	if (PG_ARGISNULL(4))
-	{
-		Jsonb	   *trace = OutboxTraceContextOfSettings();
-
-		if (trace != NULL)
-		{
-			values[4] = JsonbPGetDatum(trace);
-			nulls[4] = ' ';
-		}
-	}
-}
-
-/*
  * outbox_emit(event_type text, payload jsonb, aggregate_type text,
  *			   aggregate_id text, headers jsonb) RETURNS uuid
  *
@@ -282,7 +251,13 @@ outbox_emit(PG_FUNCTION_ARGS)
 	generate_uuidv7(event_id);
 
 	values[0] = UUIDPGetDatum(event_id);
-	insert_values(fcinfo, values + 1, nulls + 1);
+	for (int i = 0; i < 5; i++)
+	{
+		if (PG_ARGISNULL(i))
+			nulls[i + 1] = 'n';
+		else
+			values[i + 1] = PG_GETARG_DATUM(i);
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

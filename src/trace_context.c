@@ -29,7 +29,6 @@
 
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
-#include "utils/memutils.h"
 
 #include "event.h"
 #include "guc.h"
@@ -284,63 +283,6 @@ with_trace(Jsonb *headers, const char *traceparent, const char *tracestate)
 }
 
 /*
- * The settings' trace context as headers, built by OutboxTraceContextOfSettings
- * and kept in TopMemoryContext for as long as the settings keep the values
- * it was built from: a transaction's events share one object.
- */
-static char *cached_parent = NULL;
-static char *cached_state = NULL;	/* NULL: the setting was empty */
-static Jsonb *cached_headers = NULL;
-
-/* whether setting value now (NULL or "": empty) is cached */
-static bool
-same_value(const char *cached, const char *now)
-{
-	if (now == NULL || now[0] == '\0')
-		return cached == NULL;
-	return cached != NULL && strcmp(cached, now) == 0;
-}
-
-/*
- * {"traceparent": outbox.traceparent, "tracestate": outbox.tracestate} (no
- * tracestate when that setting is empty), or NULL when outbox.traceparent
- * is empty or either setting is not a W3C trace context: then the
- * trigger's OutboxTraceContextSettle handles the event, with its WARNING.
- * The object is shared and must not be changed. Any backend, in a
- * transaction; no error but out of memory, which leaves the cache empty.
- */
-Jsonb *
-OutboxTraceContextOfSettings(void)
-{
-	const char *state = outbox_tracestate;
-	MemoryContext old;
-
-	if (outbox_traceparent == NULL || outbox_traceparent[0] == '\0')
-		return NULL;
-	if (cached_headers != NULL && same_value(cached_parent, outbox_traceparent) &&
-		same_value(cached_state, state))
-		return cached_headers;
-	if (!OutboxTraceparentValid(outbox_traceparent, strlen(outbox_traceparent)) ||
-		(state != NULL && state[0] != '\0' && !OutboxTracestateValid(state, strlen(state))))
-		return NULL;
-	if (cached_headers != NULL)
-	{
-		pfree(cached_headers);
-		pfree(cached_parent);
-		if (cached_state != NULL)
-			pfree(cached_state);
-		cached_headers = NULL;
-		cached_parent = cached_state = NULL;
-	}
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	cached_parent = pstrdup(outbox_traceparent);
-	cached_state = state != NULL && state[0] != '\0' ? pstrdup(state) : NULL;
-	cached_headers = with_trace(NULL, cached_parent, cached_state);
-	MemoryContextSwitchTo(old);
-	return cached_headers;
-}
-
-/*
  * The headers an event is written with, its trace context settled (see
  * the file's header): headers as given (NULL: none) when they hold a valid
  * traceparent, or hold neither header and the settings hold none; else a
@@ -385,14 +327,6 @@ OutboxTraceContextSettle(Jsonb *headers)
 	}
 	if (outbox_traceparent == NULL || outbox_traceparent[0] == '\0')
 		return headers;
-	if (headers == NULL)
-	{
-		Jsonb	   *settings = OutboxTraceContextOfSettings();
-
-		/* both valid: the object built for them (else the checks below warn) */
-		if (settings != NULL)
-			return settings;
-	}
 	if (!OutboxTraceparentValid(outbox_traceparent, strlen(outbox_traceparent)))
 	{
 		warn_dropped("outbox.traceparent is not a W3C trace context", false);

@@ -14,7 +14,6 @@
 
 extern bool OutboxTraceparentValid(const char *s, size_t len);
 extern bool OutboxTracestateValid(const char *s, size_t len);
-extern Jsonb *OutboxTraceContextOfSettings(void);
 extern Jsonb *OutboxTraceContextSettle(Jsonb *headers);
 extern void OutboxTraceContextOf(Jsonb *headers, char **traceparent, char **tracestate);
 
