@@ -48,7 +48,8 @@ sub last_error_of
 
 # Starts a broker and waits until amqplib can use it; returns an OutboxRabbitmq.
 # %opts: heartbeat => the seconds the broker proposes (RabbitMQ's 60 by
-# default; a client asking for fewer gets fewer); tls => { ca, cert, key }
+# default; a client asking for fewer gets fewer); max_message_size => the
+# largest message body the broker takes, in bytes; tls => { ca, cert, key }
 # (PEM files, OutboxTest::make_certificates): a TLS listener too, on
 # $self->{tls_port}.
 sub start_rabbitmq
@@ -68,7 +69,8 @@ sub start_rabbitmq
 		"listeners.tcp.default = 127.0.0.1:$self->{port}\n"
 		  . "default_user = $self->{user}\ndefault_pass = $self->{password}\n"
 		  . "loopback_users = none\n"
-		  . (defined $opts{heartbeat} ? "heartbeat = $opts{heartbeat}\n" : ''));
+		  . (defined $opts{heartbeat} ? "heartbeat = $opts{heartbeat}\n" : '')
+		  . (defined $opts{max_message_size} ? "max_message_size = $opts{max_message_size}\n" : ''));
 	if (my $tls = $opts{tls})
 	{
 		$self->{tls_port} = PostgreSQL::Test::Cluster::get_free_port();

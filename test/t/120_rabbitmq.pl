@@ -4,7 +4,9 @@
 # README names and no x-* header a writer set (RabbitMQ's own names);
 # a message no queue takes comes back (basic.return) and a full queue with
 # overflow reject-publish refuses it (basic.nack): failed attempts, never
-# delivered; bad credentials, a missing exchange and a wrong virtual host
+# delivered; a broker whose max_message_size is under the destination's
+# max_message_bytes closes the channel (406): that event is dead-lettered,
+# and later ones over the limit it named are not sent; bad credentials, a missing exchange and a wrong virtual host
 # are each a clear last_error, with the password never shown, and the relay
 # keeps running through all of it.
 use strict;
@@ -23,7 +25,7 @@ require_kind('rabbitmq');
 plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh installs them)'
   unless rabbitmq_available();
 
-my $rmq = start_rabbitmq(heartbeat => 2);
+my $rmq = start_rabbitmq(heartbeat => 2, max_message_size => 4096);
 $rmq->tool({ command => 'setup',
 	exchanges => [ { name => 'orders', type => 'topic' } ],
 	queues => [ { name => 'orders-q' }, { name => 'ce-q' }, { name => 'long-q' },
@@ -121,6 +123,32 @@ like(last_error('long.big'),
 	'a message over max_message_bytes: not sent');
 is($node->safe_psql('postgres', q{SELECT attempts || ' ' || (dead_at IS NOT NULL) FROM outbox WHERE event_type = 'long.big'}),
 	'1 true', 'and dead-lettered at its first attempt');
+
+# the broker's max_message_size (4,096 bytes here) under the destination's
+# max_message_bytes (16 MiB): the broker closes the channel (406); the
+# event is dead-lettered at its first attempt with the broker's words, the
+# one after it on the channel is retried and delivered, and a larger event
+# after that is dead-lettered without being sent (the channel stays open)
+destination('huge', 'huge.*', exchange => 'orders', routing_key => 'long');
+my $log_406 = -s $node->logfile;
+$node->safe_psql('postgres', q{BEGIN; SELECT outbox_emit('huge.big', jsonb_build_object('text', repeat('b', 5000)));
+	SELECT outbox_emit('huge.small', '{}'); COMMIT});
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM outbox
+		WHERE event_type IN ('huge.big', 'huge.small') AND (dead_at IS NOT NULL OR delivered_at IS NOT NULL)}),
+	'a message over the broker\'s max_message_size: its events end');
+my $too_large = qr/^the message of (\d+) bytes is larger than RabbitMQ's max_message_size \(4096\), as the broker said closing the channel: 406 PRECONDITION_FAILED - message size \1 is larger than configured max size 4096$/;
+like(last_error('huge.big'), $too_large, 'the broker\'s 406, with its limit, is the last_error');
+my $first_words = last_error('huge.big') =~ s/^.*closing the channel: //r;
+is($node->safe_psql('postgres', q{SELECT string_agg(event_type || ' ' || attempts || ' ' || (dead_at IS NOT NULL), ', ' ORDER BY id)
+		FROM outbox WHERE event_type LIKE 'huge.%'}),
+	'huge.big 1 true, huge.small 2 false', 'dead-lettered at its first attempt; the next one retried, then delivered');
+$node->safe_psql('postgres', q{SELECT outbox_emit('huge.big2', jsonb_build_object('text', repeat('c', 5000)))});
+ok($node->poll_query_until('postgres', q{SELECT dead_at IS NOT NULL FROM outbox WHERE event_type = 'huge.big2'}),
+	'a second such event: dead-lettered');
+like(last_error('huge.big2'), qr/^the message of 5\d{3} bytes is larger than RabbitMQ's max_message_size \(4096\), as the broker said closing the channel: \Q$first_words\E$/,
+	'with the limit and the words the broker gave before');
+my @closes = log_since($node, $log_406) =~ /the connection to RabbitMQ ended: RabbitMQ closed the channel: 406/g;
+is(scalar(@closes), 1, 'and not sent: the broker closed the channel once');
 
 # a routing key no queue is bound to: returned, not delivered
 destination('unrouted', 'unrouted.*', exchange => 'orders', routing_key => 'nobody');

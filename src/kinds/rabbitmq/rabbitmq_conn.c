@@ -87,6 +87,74 @@ fail_waiting(RmqConn *c, const char *error, List **done)
 	c->nwaiting = 0;
 }
 
+/*
+ * The number in text right after prefix, or -1: decimal digits only, at
+ * most PG_INT64_MAX (a broker's words are not trusted to be in range).
+ */
+static int64
+number_after(const char *text, const char *prefix)
+{
+	const char *p = strstr(text, prefix);
+	int64		v = 0;
+
+	if (p == NULL)
+		return -1;
+	p += strlen(prefix);
+	if (*p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++)
+	{
+		if (v > (PG_INT64_MAX - (*p - '0')) / 10)
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	return v;
+}
+
+/*
+ * A channel closed with code and text: if it is RabbitMQ's 406 for a
+ * message over its max_message_size ("message size N is larger than
+ * configured max size M", rabbit_channel's check of each publish, 3.10
+ * and 4.x), notes M, so that the events over it are dead-lettered
+ * (RabbitmqTooLarge) rather than retried into the same close.
+ */
+static void
+note_broker_max_size(RmqConn *c, uint16_t code, amqp_bytes_t text)
+{
+	char	   *words;
+	int64		max;
+
+	if (code != AMQP_PRECONDITION_FAILED)
+		return;
+	words = pnstrdup(text.bytes, text.len);
+	max = number_after(words, "is larger than configured max size ");
+	if (max > 0 && number_after(words, "message size ") > max)
+	{
+		c->broker_max_size = max;
+		if (c->broker_max_words != NULL)
+			pfree(c->broker_max_words);
+		c->broker_max_words = MemoryContextStrdup(c->cxt, broker_words(code, text));
+	}
+	pfree(words);
+}
+
+/*
+ * Whether ev's message is over the broker's max_message_size as c knows
+ * it; if so, fails ev for good, with the broker's words: no retry can
+ * help, and each would close the channel again.
+ */
+static bool
+too_large(RmqConn *c, OutboxEvent *ev)
+{
+	size_t		len = strlen(ev->body);
+
+	if (c->broker_max_size <= 0 || (int64) len <= c->broker_max_size)
+		return false;
+	RabbitmqFail(ev, psprintf("the message of %zu bytes is larger than RabbitMQ's max_message_size (" INT64_FORMAT "), as the broker said closing the channel: %s",
+							  len, c->broker_max_size, c->broker_max_words), true);
+	return true;
+}
+
 /* Frees u and the text it holds. */
 static void
 free_unconfirmed(RmqUnconfirmed *u)
@@ -135,8 +203,9 @@ RabbitmqClose(RmqConn *c, const char *why, List **done)
 
 		if (u->ev != NULL)
 		{
-			RabbitmqFail(u->ev, psprintf("%s, before RabbitMQ confirmed the message (it may be stored: the retry carries the same message_id)",
-										 why ? why : "the connection was closed"), false);
+			if (!too_large(c, u->ev))
+				RabbitmqFail(u->ev, psprintf("%s, before RabbitMQ confirmed the message (it may be stored: the retry carries the same message_id)",
+											 why ? why : "the connection was closed"), false);
 			hand_back(c, u->ev, done);
 		}
 		dlist_delete(iter.cur);
@@ -280,6 +349,7 @@ method_frame(RmqConn *c, amqp_frame_t *f, List **done)
 				amqp_channel_close_ok_t ok;
 
 				(void) amqp_send_method(c->amqp, 1, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+				note_broker_max_size(c, cl->reply_code, cl->reply_text);
 				RabbitmqClose(c, psprintf("RabbitMQ closed the channel: %s",
 										  broker_words(cl->reply_code, cl->reply_text)), done);
 				return false;
@@ -539,6 +609,11 @@ publish_waiting(RmqConn *c, List **done)
 			dlist_delete(&batch[i]->node);
 			c->nwaiting--;
 			pfree(batch[i]);
+			if (too_large(c, ev))
+			{
+				hand_back(c, ev, done);
+				continue;
+			}
 			status = alone ? guarded_publish(c, ev, &problem, &cut) :
 				RabbitmqPublish(c, ev, &problem);
 			if (problem != NULL)
@@ -676,12 +751,16 @@ RabbitmqService(RmqConn *c, List **done)
 	publish_waiting(c, done);
 }
 
-/* A string of the options that decide a connection: a change makes a new one. */
+/*
+ * A string of the options that decide a connection: a change makes a new
+ * one (max_message_bytes too: changing it forgets the broker's limit).
+ */
 static char *
 fingerprint(const RmqDestOptions *o)
 {
-	return psprintf("%s\n%s\n%s\n%s\n%s\n%d\n%d\n%s", o->urls, o->vhost, o->user, o->password,
-					o->exchange, o->max_unconfirmed, o->timeout_ms, o->ca_file ? o->ca_file : "");
+	return psprintf("%s\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n" INT64_FORMAT, o->urls, o->vhost, o->user,
+					o->password, o->exchange, o->max_unconfirmed, o->timeout_ms,
+					o->ca_file ? o->ca_file : "", o->max_message_bytes);
 }
 
 /*

@@ -180,6 +180,13 @@ typedef struct RmqConn
 	TimestampTz last_io;		/* the last call into rabbitmq-c (heartbeats) */
 	int			heartbeat_ms;	/* the heartbeat agreed with the broker; 0: none */
 	char	   *last_failure;	/* why the last attempt failed */
+	/*
+	 * The broker's max_message_size, as its 406 closing the channel for a
+	 * larger message gave it (0: not known): kept across reconnects, for
+	 * as long as this connection's options stand.
+	 */
+	int64		broker_max_size;
+	char	   *broker_max_words;	/* the broker's words then */
 	/* the options, copied */
 	char	  **urls;
 	int			nurls;
