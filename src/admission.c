@@ -253,7 +253,7 @@ OutboxAdmit(SPITupleTable *tt, OutboxEvent *ev, int nrows, OutboxPrepareFn prepa
 			OutboxAdmission *adm)
 {
 	TupleDesc	desc = tt->tupdesc;
-	OutboxDecoding dd = {.desc = NULL, .secrets = adm->secrets};
+	OutboxDecoding dd = {.desc = NULL, .secrets = adm->secrets, .decoded = NULL};
 	int			n = 0;
 
 	for (int i = 0; i < nrows; i++)

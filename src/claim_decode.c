@@ -28,7 +28,9 @@
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "executor/spi.h"
+#include "common/hashfn.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
@@ -148,26 +150,23 @@ attach_secrets(OutboxDestination *dest, char *column, const OutboxClaimSecrets *
 }
 
 /*
- * Decodes the destination of a claimed row (the composite column dest, a
- * row of outbox_destinations) into ev->dest: the columns every kind reads
- * here, the kind's own through its decode. Returns the bytes that takes.
- * A kind or format this library does not have (a newer version's, whose
- * library the server has not loaded) sets ev->error instead: the event is
- * retried, and goes once the library is there.
+ * Decodes destination row h (the composite column dest of a claimed row,
+ * a row of outbox_destinations) into ev->dest: the columns every kind
+ * reads here, the kind's own through its decode. Returns the bytes that
+ * takes. A kind or format this library does not have (a newer version's,
+ * whose library the server has not loaded) sets ev->error instead: the
+ * event is retried, and goes once the library is there.
  */
 static Size
-decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecoding *dd)
+decode_row(HeapTupleHeader h, OutboxEvent *ev, OutboxDecoding *dd)
 {
 	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, Anum_claim_dest, &isnull);
-	HeapTupleHeader h;
+	Datum		d;
 	HeapTupleData row_tuple;
 	OutboxDestinationRow row;
 	char	   *kind;
 	Size		bytes;
 
-	Assert(!isnull);
-	h = DatumGetHeapTupleHeader(d);
 	bytes = HeapTupleHeaderGetDatumLength(h);
 	row_tuple.t_len = HeapTupleHeaderGetDatumLength(h);
 	ItemPointerSetInvalid(&row_tuple.t_self);
@@ -217,6 +216,103 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecod
 		bytes += OutboxKindDecode(&row, &ev->dest);
 	}
 	return bytes;
+}
+
+/*
+ * A destination row decoded in this claim, for its next events: the
+ * composite as read (in the claim's tuple table, or detoasted in the
+ * claim's memory context), and what decoding it gave, the kind's options
+ * as decode left them.
+ */
+typedef struct DecodedDest
+{
+	HeapTupleHeader row;
+	uint32		len;
+	OutboxDestination dest;
+	char	   *error;
+	Size		bytes;
+} DecodedDest;
+
+/* An entry of dd->decoded: the rows whose bytes hash to hash. */
+typedef struct DecodedBucket
+{
+	uint32		hash;
+	List	   *rows;
+} DecodedBucket;
+
+/* A copy of dest's kind options struct, its pointers shared. */
+static void *
+copy_options(const OutboxDestination *dest)
+{
+	void	   *o = palloc(dest->kind->options_size);
+
+	memcpy(o, dest->options, dest->kind->options_size);
+	return o;
+}
+
+/*
+ * Decodes the destination of a claimed row into ev->dest (see
+ * decode_row), once per destination row and claim: an event of a row
+ * decoded before gets what that gave, the kind's options as a copy of
+ * their struct (options_size in destination.h), and the same bytes. A row
+ * is the same if its bytes are: within one statement's snapshot, every
+ * event of a destination has the same row.
+ */
+static Size
+decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecoding *dd)
+{
+	bool		isnull;
+	HeapTupleHeader h = DatumGetHeapTupleHeader(SPI_getbinval(tuple, desc, Anum_claim_dest,
+															   &isnull));
+	uint32		len = HeapTupleHeaderGetDatumLength(h);
+	uint32		hash = hash_bytes((const unsigned char *) h, len);
+	DecodedBucket *b;
+	DecodedDest *dec;
+	ListCell   *lc;
+	bool		found;
+	Size		bytes;
+	char	   *name = ev->dest.name;
+
+	if (dd->decoded == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(uint32);
+		ctl.entrysize = sizeof(DecodedBucket);
+		ctl.hcxt = CurrentMemoryContext;
+		dd->decoded = hash_create("outbox destinations decoded", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	b = hash_search(dd->decoded, &hash, HASH_ENTER, &found);
+	if (!found)
+		b->rows = NIL;
+	foreach(lc, b->rows)
+	{
+		dec = lfirst(lc);
+		if (dec->len != len || memcmp(dec->row, h, len) != 0)
+			continue;
+		ev->dest = dec->dest;
+		ev->dest.name = name;
+		if (dec->error != NULL)
+			ev->error = pstrdup(dec->error);
+		else if (dec->dest.options != NULL)
+			ev->dest.options = copy_options(&dec->dest);
+		return dec->bytes;
+	}
+	bytes = decode_row(h, ev, dd);
+	if (ev->error == NULL && ev->dest.kind->options_size == 0)
+		return bytes;			/* the kind decodes for every event */
+	dec = palloc(sizeof(DecodedDest));
+	dec->bytes = bytes;
+	dec->row = h;
+	dec->len = len;
+	dec->dest = ev->dest;
+	dec->error = ev->error != NULL ? pstrdup(ev->error) : NULL;
+	/* as decode left them: prepare may set fields of the event's copy */
+	if (ev->error == NULL && ev->dest.options != NULL)
+		dec->dest.options = copy_options(&ev->dest);
+	b->rows = lappend(b->rows, dec);
+	return dec->bytes;
 }
 
 /*
@@ -296,4 +392,6 @@ OutboxDecodingEnd(OutboxDecoding *dd)
 {
 	if (dd->desc != NULL)
 		ReleaseTupleDesc(dd->desc);
+	if (dd->decoded != NULL)
+		hash_destroy(dd->decoded);
 }

@@ -59,15 +59,17 @@ typedef struct OutboxClaimSecrets
 
 /*
  * What the claim keeps while it decodes destinations: the row type's
- * descriptor (pinned; NULL until the first) and its column numbers. Set
- * desc to NULL and secrets before the first row, and end with
- * OutboxDecodingEnd.
+ * descriptor (pinned; NULL until the first), its column numbers, and
+ * the destination rows decoded so far, whose next events get a copy (see
+ * options_size in destination.h). Set desc and decoded to NULL and
+ * secrets before the first row, and end with OutboxDecodingEnd.
  */
 typedef struct OutboxDecoding
 {
 	TupleDesc	desc;
 	OutboxColumnCache cache;
 	const OutboxClaimSecrets *secrets;	/* outbox_destination_secrets */
+	struct HTAB *decoded;		/* destination rows decoded, or NULL */
 } OutboxDecoding;
 
 extern void OutboxLoadSecrets(OutboxClaimSecrets *cs);

@@ -191,6 +191,14 @@ typedef struct OutboxDestinationKind
 	 * more events, so that a crash loses none whose room was used again.
 	 */
 	bool		room_bounds_copies;
+	/*
+	 * The size of the struct decode puts in dest->options. Set, a claim
+	 * decodes each destination row once and gives every event of it a
+	 * copy of that struct, whose pointers all copies share: prepare and
+	 * later callbacks may set the struct's own fields for their event,
+	 * never change what those point to. 0: decoded for every event.
+	 */
+	Size		options_size;
 
 	/*
 	 * Checks a destination row under the kind's own rules (its target and
@@ -206,8 +214,9 @@ typedef struct OutboxDestinationKind
 	 * options) into dest->options, allocated in the current memory
 	 * context, and returns the bytes they take there. Called by the claim,
 	 * in its transaction, for every event routed to a destination of the
-	 * kind; the row passed the trigger's checks when it was written. The
-	 * only code that reads the kind's columns in the relay. Required.
+	 * kind (once per destination row and claim with options_size); the
+	 * row passed the trigger's checks when it was written. The only code
+	 * that reads the kind's columns in the relay. Required.
 	 */
 	Size		(*decode) (const OutboxDestinationRow *row, OutboxDestination *dest);
 	/*

@@ -77,16 +77,22 @@ $node->safe_psql('postgres', qq{
 	SET LOCAL outbox.tracestate = 'vendor=1';
 	SELECT outbox_emit('traced.done', '{}');
 	COMMIT;
-	SELECT outbox_emit('traced.untraced', '{}');});
+	-- one claim: the first event's trace context must not reach the second
+	BEGIN;
+	SELECT outbox_emit('traced.given', '{}', NULL, NULL, '{"traceparent": "00-$trace_id-00f067aa0ba902b7-00"}');
+	SELECT outbox_emit('traced.untraced', '{}');
+	COMMIT;});
 my $traced = node_json('bullmq_tool.js', { command => 'work', connection => \%conn,
-	queue => 'traced', count => 2, timeout_ms => 60_000 }, 'bullmq', 'pg');
+	queue => 'traced', count => 3, timeout_ms => 60_000 }, 'bullmq', 'pg');
 my %telemetry = map { ($_->{name} => $_->{telemetry}) } @{ $traced->{jobs} };
 is_deeply($telemetry{'traced.done'}, { metadata => { traceparent => "00-$trace_id-00f067aa0ba902b7-01",
 			tracestate => 'vendor=1' } }, 'the job carries the trace context in opts.telemetry.metadata');
 is(node_json('trace_check.js', { headers => $telemetry{'traced.done'}{metadata}, body => '' },
 		'@opentelemetry/core')->{headers}, $trace_id, 'where a W3C propagator finds the writer\'s trace id');
+is_deeply($telemetry{'traced.given'}, { metadata => { traceparent => "00-$trace_id-00f067aa0ba902b7-00" } },
+	'a trace context given as the event\'s header');
 ok(exists $telemetry{'traced.untraced'} && !defined $telemetry{'traced.untraced'},
-	'an event without trace context: no telemetry');
+	'an event without trace context, after it in the same claim: no telemetry');
 
 # A template of the queue's name: each event's queue from its fields; one
 # whose field is missing or makes a name BullMQ refuses fails for good

@@ -369,6 +369,7 @@ const OutboxDestinationKind OutboxBullmqKind = {
 	.options = bullmq_options,
 	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
 	.send_point = OUTBOX_SEND_AT_COMMIT,
+	.options_size = sizeof(BullmqDestOptions),
 	.check_destination = bullmq_check_destination,
 	.decode = bullmq_decode,
 	.prepare = bullmq_prepare,

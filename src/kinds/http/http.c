@@ -687,6 +687,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 	/* the CloudEvents HTTP protocol binding's ce-* headers */
 	.binding = &OutboxCloudEventsBindingHTTP,
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.options_size = sizeof(HttpDestOptions),
 	.signs = true,
 	.check_destination = OutboxHttpCheckDestination,
 	.decode = OutboxHttpDecode,

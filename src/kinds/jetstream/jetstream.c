@@ -533,6 +533,7 @@ const OutboxDestinationKind OutboxJetStreamKind = {
 	.own_columns = (const OutboxKindColumn[]) {JETSTREAM_OWN_COLUMNS},
 	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, OUTBOX_FORMAT_CLOUDEVENTS, NULL},
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.options_size = sizeof(JsDestOptions),
 	.check_destination = JetStreamCheckDestination,
 	.decode = JetStreamDecode,
 	.init = js_define_settings,

@@ -716,6 +716,7 @@ const OutboxDestinationKind OutboxKafkaKind = {
 	},
 	.binding = &kafka_ce_binding,
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.options_size = sizeof(KafkaDestOptions),
 	/* a new producer is a new idempotence session: the broker keeps its copies */
 	.room_bounds_copies = true,
 	.check_destination = kafka_check_destination,

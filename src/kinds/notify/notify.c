@@ -252,6 +252,7 @@ const OutboxDestinationKind OutboxNotifyKind = {
 	},
 	.formats = (const char *const[]) {OUTBOX_FORMAT_ENVELOPE, NULL},
 	.send_point = OUTBOX_SEND_AT_COMMIT,
+	.options_size = sizeof(NotifyDestOptions),
 	.signs = true,
 	/* a full notification queue fails COMMIT so (async.c, PreCommit_Notify) */
 	.commit_full_errcode = ERRCODE_PROGRAM_LIMIT_EXCEEDED,

@@ -689,6 +689,7 @@ const OutboxDestinationKind OutboxRabbitmqKind = {
 	},
 	.binding = &rmq_ce_binding,
 	.send_point = OUTBOX_SEND_AFTER_COMMIT,
+	.options_size = sizeof(RmqDestOptions),
 	/* RabbitMQ keeps no record of message_ids */
 	.room_bounds_copies = true,
 	.check_destination = rmq_check_destination,
