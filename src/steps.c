@@ -441,6 +441,7 @@ OutboxRecordIsolatedFailure(OutboxEvent *ev, const char *what, const char *error
 	r.single_failure = true;
 	if (OutboxRunStep("record the failure of an event", OutboxRecordStep, &r, NULL))
 		return true;
+	ev->recorded = false;		/* rolled back, even if its COMMIT was what failed */
 	if (!OutboxStepSuperuser())
 		return false;
 	r.replica = true;
