@@ -263,7 +263,7 @@ with_trace_context(Jsonb *opts, const OutboxEvent *ev)
 static Size
 bullmq_prepare(void *state pg_attribute_unused(), OutboxEvent *ev)
 {
-	/* decode made these options for this event */
+	/* this event's copy of the options: its fields are set for it alone */
 	BullmqDestOptions *o = (BullmqDestOptions *) ev->dest.options;
 	const char *missing;
 	const char *why;

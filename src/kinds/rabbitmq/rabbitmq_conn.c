@@ -583,6 +583,23 @@ publish_waiting(RmqConn *c, List **done)
 {
 	if (c->blocked)
 		c->want_write = false;	/* connection.unblocked wakes the relay */
+	if (c->broker_max_size > 0)
+	{
+		dlist_mutable_iter iter;
+
+		/* over the broker's limit: never noted as sent, nor waited for */
+		dlist_foreach_modify(iter, &c->waiting)
+		{
+			RmqWaiting *w = dlist_container(RmqWaiting, node, iter.cur);
+
+			if (!too_large(c, w->ev))
+				continue;
+			hand_back(c, w->ev, done);
+			dlist_delete(iter.cur);
+			c->nwaiting--;
+			pfree(w);
+		}
+	}
 	while (c->phase == RMQ_READY && c->nwaiting > 0 && !c->blocked)
 	{
 		RmqWaiting *batch[RMQ_PUBLISH_BATCH];
@@ -609,11 +626,6 @@ publish_waiting(RmqConn *c, List **done)
 			dlist_delete(&batch[i]->node);
 			c->nwaiting--;
 			pfree(batch[i]);
-			if (too_large(c, ev))
-			{
-				hand_back(c, ev, done);
-				continue;
-			}
 			status = alone ? guarded_publish(c, ev, &problem, &cut) :
 				RabbitmqPublish(c, ev, &problem);
 			if (problem != NULL)
