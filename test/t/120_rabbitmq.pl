@@ -136,16 +136,16 @@ $node->safe_psql('postgres', q{BEGIN; SELECT outbox_emit('huge.big', jsonb_build
 ok($node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM outbox
 		WHERE event_type IN ('huge.big', 'huge.small') AND (dead_at IS NOT NULL OR delivered_at IS NOT NULL)}),
 	'a message over the broker\'s max_message_size: its events end');
-my $too_large = qr/^the message of (\d+) bytes is larger than RabbitMQ's max_message_size \(4096\), as the broker said closing the channel: 406 PRECONDITION_FAILED - message size \1 is larger than configured max size 4096$/;
+my $too_large = qr/^the message of (\d+) bytes is larger than RabbitMQ's max_message_size \(4096\), which the broker gave when it closed the channel: 406 PRECONDITION_FAILED - message size \1 is larger than configured max size 4096$/;
 like(last_error('huge.big'), $too_large, 'the broker\'s 406, with its limit, is the last_error');
-my $first_words = last_error('huge.big') =~ s/^.*closing the channel: //r;
+my $first_words = last_error('huge.big') =~ s/^.*closed the channel: //r;
 is($node->safe_psql('postgres', q{SELECT string_agg(event_type || ' ' || attempts || ' ' || (dead_at IS NOT NULL), ', ' ORDER BY id)
 		FROM outbox WHERE event_type LIKE 'huge.%'}),
 	'huge.big 1 true, huge.small 2 false', 'dead-lettered at its first attempt; the next one retried, then delivered');
 $node->safe_psql('postgres', q{SELECT outbox_emit('huge.big2', jsonb_build_object('text', repeat('c', 5000)))});
 ok($node->poll_query_until('postgres', q{SELECT dead_at IS NOT NULL FROM outbox WHERE event_type = 'huge.big2'}),
 	'a second such event: dead-lettered');
-like(last_error('huge.big2'), qr/^the message of 5\d{3} bytes is larger than RabbitMQ's max_message_size \(4096\), as the broker said closing the channel: \Q$first_words\E$/,
+like(last_error('huge.big2'), qr/^the message of 5\d{3} bytes is larger than RabbitMQ's max_message_size \(4096\), which the broker gave when it closed the channel: \Q$first_words\E$/,
 	'with the limit and the words the broker gave before');
 my @closes = log_since($node, $log_406) =~ /the connection to RabbitMQ ended: RabbitMQ closed the channel: 406/g;
 is(scalar(@closes), 1, 'and not sent: the broker closed the channel once');

@@ -150,7 +150,7 @@ too_large(RmqConn *c, OutboxEvent *ev)
 
 	if (c->broker_max_size <= 0 || (int64) len <= c->broker_max_size)
 		return false;
-	RabbitmqFail(ev, psprintf("the message of %zu bytes is larger than RabbitMQ's max_message_size (" INT64_FORMAT "), as the broker said closing the channel: %s",
+	RabbitmqFail(ev, psprintf("the message of %zu bytes is larger than RabbitMQ's max_message_size (" INT64_FORMAT "), which the broker gave when it closed the channel: %s",
 							  len, c->broker_max_size, c->broker_max_words), true);
 	return true;
 }
