@@ -42,6 +42,7 @@ typedef struct DestTaken
 	const char *name;
 	int			n;
 	int			room;			/* -1: no limit */
+	bool		limited;		/* an event of it was left for lack of room */
 } DestTaken;
 
 /*
@@ -65,6 +66,7 @@ dest_entry(List **taken, const OutboxEvent *ev, List *holding)
 	t = palloc(sizeof(DestTaken));
 	t->name = ev->dest.name;
 	t->n = 0;
+	t->limited = false;
 	t->room = OutboxKindRoom(ev);
 	if (t->room >= 0)
 	{
@@ -142,6 +144,15 @@ may_prepare(OutboxEvent *e, Size cost, OutboxAdmission *adm, DestTaken **t)
 	{
 		/* its kind could not start it: it would wait there, its clock running */
 		adm->kind_limited = true;
+		if (!dt->limited)
+		{
+			OutboxRoomLimited *l = palloc(sizeof(OutboxRoomLimited));
+
+			l->name = dt->name;
+			l->kind = e->dest.kind;
+			adm->room_limited = lappend(adm->room_limited, l);
+			dt->limited = true;
+		}
 		return false;
 	}
 	if (dt != NULL && adm->per_dest > 0 && dt->n >= adm->per_dest)

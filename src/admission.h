@@ -26,6 +26,13 @@ typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
  * claim sets held, per_dest, holding, leave_alone and secrets, zeroes the
  * rest, and reads the flags after OutboxAdmit.
  */
+/* A destination whose kind had no room for more of its events. */
+typedef struct OutboxRoomLimited
+{
+	const char *name;
+	const struct OutboxDestinationKind *kind;
+} OutboxRoomLimited;
+
 typedef struct OutboxAdmission
 {
 	Size		held;			/* in flight, the events admitted included */
@@ -37,6 +44,7 @@ typedef struct OutboxAdmission
 	bool		budget_limited;
 	bool		dest_limited;
 	bool		kind_limited;
+	List	   *room_limited;	/* OutboxRoomLimited: whose events it left */
 	bool		alone_left;		/* one such event was left out */
 	const struct OutboxClaimSecrets *secrets;
 } OutboxAdmission;
