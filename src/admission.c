@@ -42,17 +42,18 @@ typedef struct DestTaken
 	const char *name;
 	int			n;
 	int			room;			/* -1: no limit */
-	bool		limited;		/* an event of it was left for lack of room */
 } DestTaken;
 
 /*
  * The entry of ev's destination in *taken (a List of DestTaken), made at
  * the first event of it: its room is what its kind can take now (room,
  * see destination.h), less the events of it in holding, whose outcome the
- * caller holds unrecorded: they are still in flight.
+ * caller holds unrecorded: they are still in flight. A destination whose
+ * kind limits its room, and says it by name (room_by_name), is added to
+ * *roomed (OutboxRoomLimited).
  */
 static DestTaken *
-dest_entry(List **taken, const OutboxEvent *ev, List *holding)
+dest_entry(List **taken, const OutboxEvent *ev, List *holding, List **roomed)
 {
 	ListCell   *lc;
 	DestTaken  *t;
@@ -66,7 +67,6 @@ dest_entry(List **taken, const OutboxEvent *ev, List *holding)
 	t = palloc(sizeof(DestTaken));
 	t->name = ev->dest.name;
 	t->n = 0;
-	t->limited = false;
 	t->room = OutboxKindRoom(ev);
 	if (t->room >= 0)
 	{
@@ -78,6 +78,14 @@ dest_entry(List **taken, const OutboxEvent *ev, List *holding)
 				t->room--;
 		}
 		t->room = Max(t->room, 0);
+	}
+	if (t->room >= 0 && ev->dest.kind->room_by_name != NULL)
+	{
+		OutboxRoomLimited *l = palloc(sizeof(OutboxRoomLimited));
+
+		l->name = t->name;
+		l->kind = ev->dest.kind;
+		*roomed = lappend(*roomed, l);
 	}
 	*taken = lappend(*taken, t);
 	return t;
@@ -139,20 +147,11 @@ may_prepare(OutboxEvent *e, Size cost, OutboxAdmission *adm, DestTaken **t)
 	}
 	if (e->error == NULL && e->dest.name != NULL &&
 		e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
-		dt = dest_entry(&adm->taken, e, adm->holding);
+		dt = dest_entry(&adm->taken, e, adm->holding, &adm->room_limited);
 	if (dt != NULL && dt->room >= 0 && dt->n >= dt->room)
 	{
 		/* its kind could not start it: it would wait there, its clock running */
 		adm->kind_limited = true;
-		if (!dt->limited)
-		{
-			OutboxRoomLimited *l = palloc(sizeof(OutboxRoomLimited));
-
-			l->name = dt->name;
-			l->kind = e->dest.kind;
-			adm->room_limited = lappend(adm->room_limited, l);
-			dt->limited = true;
-		}
 		return false;
 	}
 	if (dt != NULL && adm->per_dest > 0 && dt->n >= adm->per_dest)

@@ -72,33 +72,37 @@ prepare_event(OutboxEvent *ev)
 static int64 claim_seq = 0;
 
 /*
- * The destinations whose events the relay's last claim left for lack of
- * room in their kind (OutboxRoomLimited, names copied), in
+ * The destinations of kinds that limit their room that the relay's last
+ * claim met, or left out as full (OutboxRoomLimited, names copied), in
  * TopMemoryContext.
  */
 static List *room_limited = NIL;
 
 /*
- * The most rows a relay's claim locks, or -1: no bound. A claim locks up
- * to batch_size rows and leaves those whose destination's kind has no
- * room (a RabbitMQ window, Kafka's outstanding messages), unlocked and
- * unchanged, at a cost of a row lock each: with one such destination,
- * claims in a drain locked 2.2 rows per event sent at a window of 1,024,
- * 5.7 at 256. The events the last claim left so are the first due now:
- * the claim asks for the rooms their destinations have now (less the
- * outcomes in hand, holding, still in flight) and a share of batch_size
- * for the events of others behind them, which the next claim, run at once
- * after a bound one (OutboxDispatch), reaches whole once those are full.
- * No bound (-1) for outbox_relay() or an isolated event, if a kind does
- * not know a destination's room, if none has room (the claim leaves them
- * all out, as full), or if it is batch_size or more.
+ * How many rows a relay's claim locks. A claim locks up to batch_size rows
+ * and leaves those whose destination's kind has no room (a RabbitMQ
+ * window, Kafka's outstanding messages), unlocked and unchanged, at a cost
+ * of a row lock each: with one such destination, claims in a drain locked
+ * 2.2 rows per event sent at a window of 1,024, 5.7 at 256. The events of
+ * the room-limited destinations the last claim met are likely the first
+ * due now. So the claim asks their kinds for the room those have now, less
+ * the outcomes in hand (holding, still in flight): one with none is left
+ * out, as a full one is (*skip: the caller's skip and those); if the
+ * others have room, it locks at most that room and an eighth of batch_size
+ * for the events of other destinations behind them, which the next claim,
+ * run at once after a bound one that made progress (OutboxDispatch),
+ * reaches whole once those are full. Returns the bound, or -1: none
+ * (outbox_relay(), an isolated event, a kind that does not know a
+ * destination's room, no room left, or batch_size or more).
  */
 static int
-claim_bound(const OutboxClaimRequest *req, int batch_size)
+claim_bound(const OutboxClaimRequest *req, int batch_size, List **skip)
 {
 	int			total = 0;
+	int			share = Max(batch_size / 8, 1);
 	ListCell   *lc;
 
+	*skip = req->skip;
 	if (req->run == 0 || req->only_id != 0)
 		return -1;
 	foreach(lc, room_limited)
@@ -116,23 +120,43 @@ claim_bound(const OutboxClaimRequest *req, int batch_size)
 			if (h->dest.name != NULL && strcmp(h->dest.name, l->name) == 0)
 				room--;
 		}
+		if (room <= 0)
+			*skip = lappend(list_copy(*skip), (char *) l->name);
 		total += Max(room, 0);
 	}
-	total += Max(batch_size / 8, 1);
-	return total > Max(batch_size / 8, 1) && total < batch_size ? total : -1;
+	return total > 0 && total + share < batch_size ? total + share : -1;
 }
 
-/* Keeps the destinations of limited (OutboxRoomLimited) for the next claim. */
+/*
+ * Keeps, for the next claim, the room-limited destinations this claim met
+ * (limited, OutboxRoomLimited) and those it left out as full (in skip)
+ * that the last claim kept: they have no room yet.
+ */
 static void
-remember_room_limited(List *limited)
+remember_room_limited(List *limited, List *skip)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	List	   *kept = NIL;
 	ListCell   *lc;
 
 	foreach(lc, room_limited)
-		pfree((char *) ((OutboxRoomLimited *) lfirst(lc))->name);
-	list_free_deep(room_limited);
-	room_limited = NIL;
+	{
+		OutboxRoomLimited *l = lfirst(lc);
+		ListCell   *lc2;
+		bool		skipped = false;
+
+		foreach(lc2, skip)
+			skipped |= strcmp(lfirst(lc2), l->name) == 0;
+		if (skipped)
+			kept = lappend(kept, l);
+		else
+		{
+			pfree((char *) l->name);
+			pfree(l);
+		}
+	}
+	list_free(room_limited);
+	room_limited = kept;
 	foreach(lc, limited)
 	{
 		OutboxRoomLimited *l = palloc(sizeof(OutboxRoomLimited));
@@ -313,11 +337,10 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		if (room > 0)
 			batch_size = room;
 	}
-	if ((bound = claim_bound(req, batch_size)) >= 0)
+	if ((bound = claim_bound(req, batch_size, &lim.skip)) >= 0)
 		batch_size = bound;
 	d->asked = batch_size;
 	lim.batch_size = batch_size;
-	lim.skip = req->skip;
 	lim.exclude = exclude;
 	lim.nexclude = nexclude;
 	lim.only_id = req->only_id;
@@ -345,7 +368,9 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	keep = publish_claimed(req, events, n, d);
 	send_and_mark(req, events, n, keep, d);
 	if (req->run != 0)
-		remember_room_limited(left.room_limited);
+		remember_room_limited(left.room_limited, lim.skip);
+	/* left out for want of room, as if met: recorded outcomes bring a claim */
+	d->kind_limited |= list_length(lim.skip) > list_length(req->skip);
 	/* cut by its bound, and moving: the next claim reaches the others */
 	if (bound >= 0 && d->claimed >= bound &&
 		d->nin_flight + d->delivered + d->failed + d->unroutable + d->held > 0)

@@ -273,9 +273,9 @@ typedef struct OutboxDestinationKind
 	 *	 transaction, once per destination and claim. Optional: no limit.
 	 * room_by_name: room, for destination name as the kind holds it now;
 	 *	 -1 if the kind holds nothing of it (or sets no limit). Asked by the
-	 *	 relay's claim, before it locks rows, for each destination whose
-	 *	 events its last claim left for lack of room: the claim then locks
-	 *	 no more rows than those rooms and a share for the others (claim.c).
+	 *	 relay's claim, before it locks rows, for each destination of the
+	 *	 kind its last claim met: the claim then locks no more rows than
+	 *	 those rooms and a share for the others (claim.c).
 	 *	 Optional, with room: without it, claims are not bounded so.
 	 * sockets: the sockets to wait on, in *socks (the kind's memory, valid
 	 *	 until its next call); returns a number that changes whenever the
