@@ -48,12 +48,10 @@ typedef struct DestTaken
  * The entry of ev's destination in *taken (a List of DestTaken), made at
  * the first event of it: its room is what its kind can take now (room,
  * see destination.h), less the events of it in holding, whose outcome the
- * caller holds unrecorded: they are still in flight. A destination whose
- * kind limits its room, and says it by name (room_by_name), is added to
- * *roomed (OutboxRoomLimited).
+ * caller holds unrecorded: they are still in flight.
  */
 static DestTaken *
-dest_entry(List **taken, const OutboxEvent *ev, List *holding, List **roomed)
+dest_entry(List **taken, const OutboxEvent *ev, List *holding)
 {
 	ListCell   *lc;
 	DestTaken  *t;
@@ -78,14 +76,6 @@ dest_entry(List **taken, const OutboxEvent *ev, List *holding, List **roomed)
 				t->room--;
 		}
 		t->room = Max(t->room, 0);
-	}
-	if (t->room >= 0 && ev->dest.kind->room_by_name != NULL)
-	{
-		OutboxRoomLimited *l = palloc(sizeof(OutboxRoomLimited));
-
-		l->name = t->name;
-		l->kind = ev->dest.kind;
-		*roomed = lappend(*roomed, l);
 	}
 	*taken = lappend(*taken, t);
 	return t;
@@ -147,7 +137,7 @@ may_prepare(OutboxEvent *e, Size cost, OutboxAdmission *adm, DestTaken **t)
 	}
 	if (e->error == NULL && e->dest.name != NULL &&
 		e->dest.kind->send_point == OUTBOX_SEND_AFTER_COMMIT)
-		dt = dest_entry(&adm->taken, e, adm->holding, &adm->room_limited);
+		dt = dest_entry(&adm->taken, e, adm->holding);
 	if (dt != NULL && dt->room >= 0 && dt->n >= dt->room)
 	{
 		/* its kind could not start it: it would wait there, its clock running */

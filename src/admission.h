@@ -26,16 +26,6 @@ typedef Size (*OutboxPrepareFn) (OutboxEvent *ev);
  * claim sets held, per_dest, holding, leave_alone and secrets, zeroes the
  * rest, and reads the flags after OutboxAdmit.
  */
-/*
- * A destination whose kind limits how many of its events it takes (room)
- * and says it by name (room_by_name).
- */
-typedef struct OutboxRoomLimited
-{
-	const char *name;
-	const struct OutboxDestinationKind *kind;
-} OutboxRoomLimited;
-
 typedef struct OutboxAdmission
 {
 	Size		held;			/* in flight, the events admitted included */
@@ -47,7 +37,6 @@ typedef struct OutboxAdmission
 	bool		budget_limited;
 	bool		dest_limited;
 	bool		kind_limited;
-	List	   *room_limited;	/* OutboxRoomLimited: those it met */
 	bool		alone_left;		/* one such event was left out */
 	const struct OutboxClaimSecrets *secrets;
 } OutboxAdmission;

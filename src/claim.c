@@ -72,103 +72,6 @@ prepare_event(OutboxEvent *ev)
 static int64 claim_seq = 0;
 
 /*
- * The destinations of kinds that limit their room that the relay's last
- * claim met, or left out as full (OutboxRoomLimited, names copied), in
- * TopMemoryContext.
- */
-static List *room_limited = NIL;
-
-/*
- * How many rows a relay's claim locks. A claim locks up to batch_size rows
- * and leaves those whose destination's kind has no room (a RabbitMQ
- * window, Kafka's outstanding messages), unlocked and unchanged, at a cost
- * of a row lock each: with one such destination, claims in a drain locked
- * 2.2 rows per event sent at a window of 1,024, 5.7 at 256. The events of
- * the room-limited destinations the last claim met are likely the first
- * due now. So the claim asks their kinds for the room those have now, less
- * the outcomes in hand (holding, still in flight): one with none is left
- * out, as a full one is (*skip: the caller's skip and those); if the
- * others have room, it locks at most that room and an eighth of batch_size
- * for the events of other destinations behind them, which the next claim,
- * run at once after a bound one that made progress (OutboxDispatch),
- * reaches whole once those are full. Returns the bound, or -1: none
- * (outbox_relay(), an isolated event, a kind that does not know a
- * destination's room, no room left, or batch_size or more).
- */
-static int
-claim_bound(const OutboxClaimRequest *req, int batch_size, List **skip)
-{
-	int			total = 0;
-	int			share = Max(batch_size / 8, 1);
-	ListCell   *lc;
-
-	*skip = req->skip;
-	if (req->run == 0 || req->only_id != 0)
-		return -1;
-	foreach(lc, room_limited)
-	{
-		OutboxRoomLimited *l = lfirst(lc);
-		int			room = OutboxKindRoomByName(l->kind, l->name);
-		ListCell   *lc2;
-
-		if (room < 0)
-			return -1;
-		foreach(lc2, req->holding)
-		{
-			const OutboxEvent *h = lfirst(lc2);
-
-			if (h->dest.name != NULL && strcmp(h->dest.name, l->name) == 0)
-				room--;
-		}
-		if (room <= 0)
-			*skip = lappend(list_copy(*skip), (char *) l->name);
-		total += Max(room, 0);
-	}
-	return total > 0 && total + share < batch_size ? total + share : -1;
-}
-
-/*
- * Keeps, for the next claim, the room-limited destinations this claim met
- * (limited, OutboxRoomLimited) and those it left out as full (in skip)
- * that the last claim kept: they have no room yet.
- */
-static void
-remember_room_limited(List *limited, List *skip)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	List	   *kept = NIL;
-	ListCell   *lc;
-
-	foreach(lc, room_limited)
-	{
-		OutboxRoomLimited *l = lfirst(lc);
-		ListCell   *lc2;
-		bool		skipped = false;
-
-		foreach(lc2, skip)
-			skipped |= strcmp(lfirst(lc2), l->name) == 0;
-		if (skipped)
-			kept = lappend(kept, l);
-		else
-		{
-			pfree((char *) l->name);
-			pfree(l);
-		}
-	}
-	list_free(room_limited);
-	room_limited = kept;
-	foreach(lc, limited)
-	{
-		OutboxRoomLimited *l = palloc(sizeof(OutboxRoomLimited));
-
-		l->name = pstrdup(((OutboxRoomLimited *) lfirst(lc))->name);
-		l->kind = ((OutboxRoomLimited *) lfirst(lc))->kind;
-		room_limited = lappend(room_limited, l);
-	}
-	MemoryContextSwitchTo(old);
-}
-
-/*
  * The rows of a claim are locked now: leaves out (keep[i] false, in the
  * returned array) what another relay put in flight meanwhile, and, for a
  * relay, adds its own events in flight to the set at once, noting them in
@@ -303,14 +206,12 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	int64	   *exclude;
 	int			nexclude;
 	int			room;
-	int			bound = -1;
 	bool	   *keep;
 	int			n;
 	OutboxClaimLimits lim;
 	OutboxClaimLeft left;
 
 	memset(d, 0, sizeof(*d));
-	d->asked = batch_size;
 	if (!OutboxQueueOpen())
 		return;
 	d->opened = true;
@@ -337,10 +238,8 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		if (room > 0)
 			batch_size = room;
 	}
-	if ((bound = claim_bound(req, batch_size, &lim.skip)) >= 0)
-		batch_size = bound;
-	d->asked = batch_size;
 	lim.batch_size = batch_size;
+	lim.skip = req->skip;
 	lim.exclude = exclude;
 	lim.nexclude = nexclude;
 	lim.only_id = req->only_id;
@@ -367,14 +266,6 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	d->published = MemoryContextAlloc(req->cxt, sizeof(int64) * Max(n, 1));
 	keep = publish_claimed(req, events, n, d);
 	send_and_mark(req, events, n, keep, d);
-	if (req->run != 0)
-		remember_room_limited(left.room_limited, lim.skip);
-	/* left out for want of room, as if met: recorded outcomes bring a claim */
-	d->kind_limited |= list_length(lim.skip) > list_length(req->skip);
-	/* cut by its bound, and moving: the next claim reaches the others */
-	if (bound >= 0 && d->claimed >= bound &&
-		d->nin_flight + d->delivered + d->failed + d->unroutable + d->held > 0)
-		d->due_again = true;
 }
 
 /*

@@ -34,7 +34,6 @@ typedef struct OutboxDispatchResult
 {
 	bool		opened;			/* the extension was there to work on */
 	int			claimed;		/* rows locked */
-	int			asked;			/* rows asked for: batch_size, or its bound */
 	int			delivered;		/* sent at COMMIT */
 	int			failed;
 	int			unroutable;

@@ -271,12 +271,6 @@ typedef struct OutboxDestinationKind
 	 *	 takes no more than that, so that nothing it hands over waits in the
 	 *	 kind for room, its time limit running. Asked in the claim's
 	 *	 transaction, once per destination and claim. Optional: no limit.
-	 * room_by_name: room, for destination name as the kind holds it now;
-	 *	 -1 if the kind holds nothing of it (or sets no limit). Asked by the
-	 *	 relay's claim, before it locks rows, for each destination of the
-	 *	 kind its last claim met: the claim then locks no more rows than
-	 *	 those rooms and a share for the others (claim.c).
-	 *	 Optional, with room: without it, claims are not bounded so.
 	 * sockets: the sockets to wait on, in *socks (the kind's memory, valid
 	 *	 until its next call); returns a number that changes whenever the
 	 *	 list does.
@@ -294,7 +288,6 @@ typedef struct OutboxDestinationKind
 	bool		(*busy) (void *state);
 	List	   *(*full) (void *state);
 	int			(*room) (void *state, const OutboxEvent *ev);
-	int			(*room_by_name) (void *state, const char *name);
 	uint64		(*sockets) (void *state, const OutboxWaitSocket **socks, int *n);
 	long		(*timeout_ms) (void *state);
 	void		(*socket_ready) (void *state, pgsocket fd, uint32 events);

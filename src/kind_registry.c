@@ -224,14 +224,6 @@ OutboxKindRoom(const OutboxEvent *ev)
 	return ev->dest.kind->room(OutboxKindState(ev->dest.kind), ev);
 }
 
-int
-OutboxKindRoomByName(const OutboxDestinationKind *kind, const char *name)
-{
-	if (kind->room_by_name == NULL)
-		return -1;
-	return kind->room_by_name(OutboxKindState(kind), name);
-}
-
 /*
  * Notes that ev's outcome, if recorded, committed with this process's last
  * commit (XactLastCommitEnd): the relay worker calls this for each outcome

@@ -43,7 +43,6 @@ extern Size OutboxKindPrepare(OutboxEvent *ev);
 extern void OutboxKindSend(OutboxEvent *ev);
 extern void OutboxKindEnqueue(OutboxEvent *ev);
 extern int	OutboxKindRoom(const OutboxEvent *ev);
-extern int	OutboxKindRoomByName(const OutboxDestinationKind *kind, const char *name);
 extern void OutboxKindRecorded(const OutboxEvent *ev);
 extern uint64 OutboxKindSockets(int i, const OutboxWaitSocket **socks, int *n);
 extern long OutboxKindTimeoutMs(int i);

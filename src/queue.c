@@ -372,7 +372,6 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 	left->budget_limited = adm.budget_limited;
 	left->dest_limited = adm.dest_limited;
 	left->kind_limited = adm.kind_limited;
-	left->room_limited = adm.room_limited;
 	left->alone = adm.alone_left;
 	return n;
 }

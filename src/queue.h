@@ -43,7 +43,6 @@ typedef struct OutboxClaimLeft
 	bool		budget_limited; /* the memory budget */
 	bool		dest_limited;	/* a destination's share */
 	bool		kind_limited;	/* the room its kind has for a destination */
-	List	   *room_limited;	/* destinations it met whose kinds limit room */
 	bool		alone;			/* an event to be sent alone */
 } OutboxClaimLeft;
 

@@ -614,7 +614,7 @@ worker_claim(WorkerState *st)
 	list_free_deep(st->left_full);
 	st->left_full = copy_names(c.skip);
 	if (st->isolate == 0)
-		note_dry_claim(st, c.skip, c.d.claimed < c.d.asked, started);
+		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
 	/*
 	 * cut by the set's room, the memory budget or a kind's room: outcomes
 	 * make room (a kind's, as they are collected or recorded); cut for a

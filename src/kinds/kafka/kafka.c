@@ -570,23 +570,6 @@ kafka_room(void *state, const OutboxEvent *ev)
 	return dest_room(state, ev->dest.name, KAFKA_OPTIONS(ev)->max_outstanding);
 }
 
-/* room_by_name: dest_room, for a destination with a producer; else -1. */
-static int
-kafka_room_by_name(void *state, const char *name)
-{
-	KafkaKindState *ks = state;
-	ListCell   *lc;
-
-	foreach(lc, ks->producers)
-	{
-		KafkaProducer *p = lfirst(lc);
-
-		if (!p->retiring && strcmp(p->name, name) == 0)
-			return dest_room(ks, name, p->cap);
-	}
-	return -1;
-}
-
 /* full: destinations without room. */
 static List *
 kafka_full(void *state)
@@ -746,7 +729,6 @@ const OutboxDestinationKind OutboxKafkaKind = {
 	.busy = kafka_busy,
 	.full = kafka_full,
 	.room = kafka_room,
-	.room_by_name = kafka_room_by_name,
 	.sockets = kafka_sockets,
 	.timeout_ms = kafka_timeout_ms,
 	.socket_ready = kafka_socket_ready,

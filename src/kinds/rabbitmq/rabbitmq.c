@@ -518,23 +518,6 @@ rmq_room(void *state, const OutboxEvent *ev)
 	return dest_room(state, ev->dest.name, RMQ_OPTIONS(ev)->max_unconfirmed);
 }
 
-/* room_by_name: dest_room, for a destination with a connection; else -1. */
-static int
-rmq_room_by_name(void *state, const char *name)
-{
-	RmqKindState *ks = state;
-	ListCell   *lc;
-
-	foreach(lc, ks->conns)
-	{
-		RmqConn    *c = lfirst(lc);
-
-		if (!c->retiring && strcmp(c->name, name) == 0)
-			return dest_room(ks, name, c->cap);
-	}
-	return -1;
-}
-
 /* full: destinations without room. */
 static List *
 rmq_full(void *state)
@@ -719,7 +702,6 @@ const OutboxDestinationKind OutboxRabbitmqKind = {
 	.busy = rmq_busy,
 	.full = rmq_full,
 	.room = rmq_room,
-	.room_by_name = rmq_room_by_name,
 	.sockets = rmq_sockets,
 	.timeout_ms = rmq_timeout_ms,
 	.socket_ready = rmq_socket_ready,
