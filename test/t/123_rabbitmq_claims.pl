@@ -1,0 +1,67 @@
+# Claims for a RabbitMQ destination whose unconfirmed window is small,
+# against a real rabbitmq-server on 127.0.0.1 read back with npm amqplib:
+# its backlog never holds another destination back, as a claim leaves a
+# destination whose kind is full out (the relay's skip list) and reaches
+# the events behind it: 100 NOTIFY events behind a backlog of 3,000
+# RabbitMQ events in due order are all delivered while two thirds of that
+# backlog still wait, and every RabbitMQ event is in the queue, each
+# message_id once.
+use strict;
+use warnings FATAL => 'all';
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use OutboxRabbitmq;
+use OutboxTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+require_kind('rabbitmq');
+plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh installs them)'
+  unless rabbitmq_available();
+
+my $n = 3000;
+my $rmq = start_rabbitmq();
+$rmq->tool({ command => 'setup', queues => [ { name => 'window' } ] });
+my $node = outbox_node('rabbitmq_claims');
+ok(wait_relay($node, 'postgres'), 'relay runs');
+$node->safe_psql('postgres', sprintf(q{
+	INSERT INTO outbox_destinations (name, kind, event_types, options)
+	VALUES ('window', 'rabbitmq', 'window.*', '%s');
+	INSERT INTO outbox_destinations (name, kind, event_types, channel)
+	VALUES ('other', 'notify', 'other.*', 'other')},
+	$rmq->options(routing_key => 'window', max_unconfirmed => 16)));
+
+# one transaction: the RabbitMQ events first in due order (same time,
+# lower ids), and no time between the two for the relay to drain them
+$node->safe_psql('postgres', qq{BEGIN;
+	SELECT count(outbox_emit('window.x', jsonb_build_object('n', g))) FROM generate_series(1, $n) g;
+	SELECT count(outbox_emit('other.x', jsonb_build_object('n', g))) FROM generate_series(1, 100) g;
+	COMMIT});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 100 FROM outbox WHERE event_type = 'other.x' AND delivered_at IS NOT NULL"),
+	'the 100 NOTIFY events are delivered');
+my $before = $node->safe_psql('postgres', q{
+	SELECT count(*) FROM outbox
+	 WHERE event_type = 'window.x'
+	   AND delivered_at <= (SELECT max(delivered_at) FROM outbox WHERE event_type = 'other.x')});
+diag("$before of $n RabbitMQ events delivered when the last NOTIFY one was");
+cmp_ok($before, '<', $n / 3, 'while most of the RabbitMQ backlog waits');
+
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = $n FROM outbox WHERE event_type = 'window.x' AND delivered_at IS NOT NULL"),
+	"all $n RabbitMQ events delivered");
+my $got = $rmq->tool({ command => 'consume', queue => 'window', count => $n, idle_ms => 2000,
+	timeout_ms => 60_000 })->{messages};
+my %ids;
+$ids{ $_->{message_id} }++ for @$got;
+is_deeply([ sort keys %ids ],
+	[ sort split /\n/, $node->safe_psql('postgres', "SELECT event_id FROM outbox WHERE event_type = 'window.x'") ],
+	'every event in the queue');
+is(scalar(@$got), $n, 'each message_id once');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox_in_flight'), '0', 'nothing left in flight');
+
+$node->stop;
+$rmq->stop;
+done_testing();
