@@ -273,6 +273,7 @@ decode_destination(HeapTuple tuple, TupleDesc desc, OutboxEvent *ev, OutboxDecod
 	Size		bytes;
 	char	   *name = ev->dest.name;
 
+	Assert(!isnull);
 	if (dd->decoded == NULL)
 	{
 		HASHCTL		ctl;

@@ -95,20 +95,18 @@ static int64
 number_after(const char *text, const char *prefix)
 {
 	const char *p = strstr(text, prefix);
-	int64		v = 0;
+	char	   *end;
+	int64		v;
 
 	if (p == NULL)
 		return -1;
 	p += strlen(prefix);
+	/* strtoi64 would take a sign or spaces first */
 	if (*p < '0' || *p > '9')
 		return -1;
-	for (; *p >= '0' && *p <= '9'; p++)
-	{
-		if (v > (PG_INT64_MAX - (*p - '0')) / 10)
-			return -1;
-		v = v * 10 + (*p - '0');
-	}
-	return v;
+	errno = 0;
+	v = strtoi64(p, &end, 10);
+	return errno == 0 ? v : -1;
 }
 
 /*
@@ -116,7 +114,7 @@ number_after(const char *text, const char *prefix)
  * message over its max_message_size ("message size N is larger than
  * configured max size M", rabbit_channel's check of each publish, 3.10
  * and 4.x), notes M, so that the events over it are dead-lettered
- * (RabbitmqTooLarge) rather than retried into the same close.
+ * (too_large) rather than retried into the same close.
  */
 static void
 note_broker_max_size(RmqConn *c, uint16_t code, amqp_bytes_t text)
