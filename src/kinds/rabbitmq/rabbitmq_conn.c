@@ -144,9 +144,12 @@ note_broker_max_size(RmqConn *c, uint16_t code, amqp_bytes_t text)
 static bool
 too_large(RmqConn *c, OutboxEvent *ev)
 {
-	size_t		len = strlen(ev->body);
+	size_t		len;
 
-	if (c->broker_max_size <= 0 || (int64) len <= c->broker_max_size)
+	if (c->broker_max_size <= 0)
+		return false;
+	len = strlen(ev->body);
+	if ((int64) len <= c->broker_max_size)
 		return false;
 	RabbitmqFail(ev, psprintf("the message of %zu bytes is larger than RabbitMQ's max_message_size (" INT64_FORMAT "), which the broker gave when it closed the channel: %s",
 							  len, c->broker_max_size, c->broker_max_words), true);
@@ -534,27 +537,39 @@ guarded_publish(RmqConn *c, OutboxEvent *ev, char **problem, bool *cut)
  * most), in order, while the unconfirmed messages stay under the cap and
  * the socket has room; returns how many. *room: false when one was left
  * for lack of room; *alone: batch[0] is larger than the room, and goes
- * out alone (the socket's buffer is empty).
+ * out alone (the socket's buffer is empty). An event over the broker's
+ * max_message_size, once the broker has given it (too_large), is failed
+ * for good and handed back into *done on the way, never noted as sent:
+ * each is looked at once, when it comes up.
  */
 static int
-pick_batch(RmqConn *c, RmqWaiting **batch, bool *room, bool *alone)
+pick_batch(RmqConn *c, RmqWaiting **batch, bool *room, bool *alone, List **done)
 {
 	int			n = 0;
 	size_t		bytes = 0;
-	dlist_iter	it;
+	dlist_mutable_iter it;
 	bool		empty;
 	size_t		free_bytes = send_room(c, &empty);
 
 	*room = true;
 	*alone = false;
-	dlist_foreach(it, &c->waiting)
+	dlist_foreach_modify(it, &c->waiting)
 	{
 		RmqWaiting *w = dlist_container(RmqWaiting, node, it.cur);
 		/* the body, and the frames' and properties' bytes around it */
-		size_t		size = strlen(w->ev->body) + 1024;
+		size_t		size;
 
 		if (n == RMQ_PUBLISH_BATCH || c->nunconfirmed + n >= c->cap)
 			break;
+		if (too_large(c, w->ev))
+		{
+			hand_back(c, w->ev, done);
+			dlist_delete(it.cur);
+			c->nwaiting--;
+			pfree(w);
+			continue;
+		}
+		size = strlen(w->ev->body) + 1024;
 		if (bytes + size > free_bytes && !(n == 0 && empty))
 		{
 			*room = false;
@@ -581,29 +596,12 @@ publish_waiting(RmqConn *c, List **done)
 {
 	if (c->blocked)
 		c->want_write = false;	/* connection.unblocked wakes the relay */
-	if (c->broker_max_size > 0)
-	{
-		dlist_mutable_iter iter;
-
-		/* over the broker's limit: never noted as sent, nor waited for */
-		dlist_foreach_modify(iter, &c->waiting)
-		{
-			RmqWaiting *w = dlist_container(RmqWaiting, node, iter.cur);
-
-			if (!too_large(c, w->ev))
-				continue;
-			hand_back(c, w->ev, done);
-			dlist_delete(iter.cur);
-			c->nwaiting--;
-			pfree(w);
-		}
-	}
 	while (c->phase == RMQ_READY && c->nwaiting > 0 && !c->blocked)
 	{
 		RmqWaiting *batch[RMQ_PUBLISH_BATCH];
 		bool		room;
 		bool		alone;
-		int			n = pick_batch(c, batch, &room, &alone);
+		int			n = pick_batch(c, batch, &room, &alone, done);
 
 		c->want_write = !room && n == 0;
 		if (n == 0)
