@@ -63,10 +63,14 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
      BullMQ itself): the relay's rate as a ratio of each
  16. RabbitMQ: draining events into one durable queue of a rabbitmq-server
      on 127.0.0.1 (persistent, mandatory, publisher confirms), at
-     max_unconfirmed 256 and 1024 (the default), beside the broker's own ceiling in the
-     same run: as many persistent messages of the same size published by
-     npm amqplib on a confirm channel, at most 256 or 1024 unconfirmed (a
-     sliding window); the relay's rate as a ratio of the better one
+     max_unconfirmed 256 and 1024 (the default), beside the broker's own
+     ceiling in the same run: as many persistent messages of the same size
+     on a confirm channel, at most 256 or 1024 unconfirmed (a sliding
+     window), published with a message id only by npm amqplib and by
+     test/rabbitmq_ceiling.c (rabbitmq-c), and by the latter with what the
+     relay's messages carry besides (mandatory, content type, type,
+     timestamp, app id, the outbox-* headers); the relay's rate as a ratio
+     of the better window of each, the target against the last
  17. Kafka: draining events into a topic of librdkafka's mock cluster (3
      brokers on 127.0.0.1, test/kafka_mock.c: no Kafka broker is
      installable here) with acks=all and the idempotent producer, beside
@@ -1246,19 +1250,41 @@ def bench_rabbitmq(c, tmp, n):
             rates[label] = n / t
             held = rabbitmq_tool({"command": "count", "url": url, "queue": queue})["messages"]
             print(f"  {'':8s} the queue holds {held} messages")
-        # the ceiling's messages are as long as the relay's envelopes
-        size = c.sql("SELECT avg(length(_outbox_envelope(event_id, event_type, aggregate_type, "
-                     "aggregate_id, created_at, 1, payload)))::int FROM outbox")[0][0]
+        # the ceiling's messages are as long as the relay's envelopes; the
+        # "like" ones also carry what the relay's do besides the body
+        size, etype, atype, aid = c.sql(
+            "SELECT avg(length(_outbox_envelope(event_id, event_type, aggregate_type, "
+            "aggregate_id, created_at, 1, payload)))::int, min(event_type), min(aggregate_type), "
+            "max(aggregate_id) FROM outbox")[0]
+        exe = os.path.join(tmp, "rabbitmq_ceiling")
+        subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "..", "test", "rabbitmq_ceiling.c"),
+                        "-lrabbitmq"], check=True)
         ceilings = {}
-        for window in (256, 1024):
-            rabbitmq_tool({"command": "setup", "url": url, "queues": [{"name": f"ceiling{window}"}]})
-            ceilings[window] = n / rabbitmq_tool({"command": "publish", "url": url, "queue": f"ceiling{window}",
-                                                  "count": n, "size": size, "window": window})["seconds"]
-            print(f"  broker ceiling: {n} persistent messages of {size} bytes by amqplib on a confirm "
-                  f"channel, at most {window} unconfirmed: {ceilings[window]:8.0f} messages/s")
-        best = max(ceilings.values())
-        for label, rate in rates.items():
-            print(f"  {label}: {rate:8.0f} events/s = {rate / best:.2f} of the best ceiling (target 0.7)")
+        for publisher in ("amqplib", "rabbitmq-c", "rabbitmq-c like"):
+            for window in (256, 1024):
+                queue = f"ceiling{len(ceilings)}"
+                rabbitmq_tool({"command": "setup", "url": url, "queues": [{"name": queue}]})
+                if publisher == "amqplib":
+                    seconds = rabbitmq_tool({"command": "publish", "url": url, "queue": queue,
+                                             "count": n, "size": size, "window": window})["seconds"]
+                    what = "with a message id, by amqplib"
+                else:
+                    args = [exe, str(port), "relay", "relay", queue, str(n), str(size), str(window)]
+                    if publisher.endswith("like"):
+                        args += [etype, atype, aid]
+                    seconds = float(subprocess.run(args, check=True, capture_output=True,
+                                                   text=True).stdout)
+                    what = ("with a message id, by rabbitmq-c" if publisher == "rabbitmq-c" else
+                            "with the relay's properties, headers and mandatory flag, by rabbitmq-c")
+                ceilings[publisher, window] = n / seconds
+                print(f"  broker ceiling: {n} persistent messages of {size} bytes {what} on a "
+                      f"confirm channel, at most {window} unconfirmed: "
+                      f"{ceilings[publisher, window]:8.0f} messages/s")
+        for publisher in ("amqplib", "rabbitmq-c", "rabbitmq-c like"):
+            best = max(ceilings[publisher, w] for w in (256, 1024))
+            for label, rate in rates.items():
+                print(f"  {label}: {rate:8.0f} events/s = {rate / best:.2f} of the best {publisher} "
+                      f"ceiling{' (target 0.7)' if publisher.endswith('like') else ''}")
     finally:
         broker.send_signal(signal.SIGTERM)
         broker.wait()
