@@ -5,7 +5,8 @@
 # the events behind it: 100 NOTIFY events behind a backlog of 3,000
 # RabbitMQ events in due order are all delivered while two thirds of that
 # backlog still wait, and every RabbitMQ event is in the queue, each
-# message_id once.
+# message_id once; b: with the broker frozen, a NOTIFY backlog of ten
+# claims is not held to one claim per poll interval.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -16,6 +17,7 @@ use OutboxTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 require_kind('rabbitmq');
 plan skip_all => 'rabbitmq-server or npm amqplib is not installed (ci/deps.sh installs them)'
@@ -61,6 +63,40 @@ is_deeply([ sort keys %ids ],
 	'every event in the queue');
 is(scalar(@$got), $n, 'each message_id once');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox_in_flight'), '0', 'nothing left in flight');
+
+# b: the broker frozen, so that the window stays full and no outcome
+# comes back, with claims of 20 and a poll interval of a minute: a NOTIFY
+# backlog of ten claims behind RabbitMQ events drains at once, claim after
+# claim, not one claim per poll interval (a claim that counted the full
+# destination as left out a second time was taken as limited by its kind,
+# and waited for outcomes or the clock)
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET outbox.poll_interval = '60s';
+	ALTER SYSTEM SET outbox.batch_size = 20;
+	UPDATE outbox_destinations SET timeout_ms = 300000 WHERE name = 'window'});
+$node->reload;
+$rmq->signal('STOP');
+$node->safe_psql('postgres', q{BEGIN;
+	SELECT count(outbox_emit('window.y', jsonb_build_object('n', g))) FROM generate_series(1, 100) g;
+	SELECT count(outbox_emit('other.y', jsonb_build_object('n', g))) FROM generate_series(1, 200) g;
+	COMMIT});
+my $bound = time_bound(20);
+my $deadline = time() + $bound;
+my $notified = 0;
+while (time() < $deadline)
+{
+	$notified = $node->safe_psql('postgres',
+		"SELECT count(*) FROM outbox WHERE event_type = 'other.y' AND delivered_at IS NOT NULL");
+	last if $notified == 200;
+	usleep(100_000);
+}
+is($notified, '200', "b: 200 NOTIFY events in ten claims delivered within $bound s, the broker frozen");
+is($node->safe_psql('postgres', "SELECT count(*) FROM outbox WHERE event_type = 'window.y' AND delivered_at IS NOT NULL"),
+	'0', 'b: no RabbitMQ event delivered while the broker is frozen');
+$rmq->signal('CONT');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 100 FROM outbox WHERE event_type = 'window.y' AND delivered_at IS NOT NULL"),
+	'b: the RabbitMQ events are delivered once the broker runs again');
 
 $node->stop;
 $rmq->stop;
