@@ -128,7 +128,8 @@ is($node->safe_psql('postgres', q{SELECT attempts || ' ' || (dead_at IS NOT NULL
 # max_message_bytes (16 MiB): the broker closes the channel (406); the
 # event is dead-lettered at its first attempt with the broker's words, the
 # one after it on the channel is retried and delivered, and a larger event
-# after that is dead-lettered without being sent (the channel stays open)
+# after that is dead-lettered without being sent (the channel stays open),
+# as is one that waits behind a full window
 destination('huge', 'huge.*', exchange => 'orders', routing_key => 'long');
 my $log_406 = -s $node->logfile;
 $node->safe_psql('postgres', q{BEGIN; SELECT outbox_emit('huge.big', jsonb_build_object('text', repeat('b', 5000)));
@@ -149,6 +150,22 @@ like(last_error('huge.big2'), qr/^the message of 5\d{3} bytes is larger than Rab
 	'with the limit and the words the broker gave before');
 my @closes = log_since($node, $log_406) =~ /the connection to RabbitMQ ended: RabbitMQ closed the channel: 406/g;
 is(scalar(@closes), 1, 'and not sent: the broker closed the channel once');
+# such an event that cannot go yet (the broker frozen, the window full of
+# 1,024 unconfirmed messages) is dead-lettered at once all the same, not
+# failed when its time limit ends and retried
+$rmq->signal('STOP');
+$node->safe_psql('postgres', q{BEGIN;
+	SELECT count(outbox_emit('huge.filler', '{}')) FROM generate_series(1, 1100);
+	SELECT outbox_emit('huge.big3', jsonb_build_object('text', repeat('d', 5000))); COMMIT});
+ok($node->poll_query_until('postgres', q{SELECT dead_at IS NOT NULL FROM outbox WHERE event_type = 'huge.big3'}),
+	'an event over the limit behind a full window: dead-lettered');
+is($node->safe_psql('postgres', q{SELECT attempts || ' ' || (SELECT count(*) FROM outbox WHERE event_type = 'huge.filler' AND delivered_at IS NOT NULL) FROM outbox WHERE event_type = 'huge.big3'}),
+	'1 0', 'at its first attempt, before the broker confirmed anything');
+like(last_error('huge.big3'), qr/^the message of 5\d{3} bytes is larger than RabbitMQ's max_message_size \(4096\)/,
+	'with the broker\'s limit');
+$rmq->signal('CONT');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1100 FROM outbox WHERE event_type = 'huge.filler' AND delivered_at IS NOT NULL}),
+	'the others are delivered once the broker runs again');
 
 # a routing key no queue is bound to: returned, not delivered
 destination('unrouted', 'unrouted.*', exchange => 'orders', routing_key => 'nobody');

@@ -313,6 +313,35 @@ add_text(amqp_table_entry_t *t, int *n, const char *key, const char *value)
 }
 
 /*
+ * An upper bound of the bytes ev's message takes on the wire: its body,
+ * and its properties and headers as RabbitmqPublish bounds them, with
+ * every header the destination's and the event's could add. Computed once,
+ * when the event is taken (rmq_enqueue), so that a batch is sized by what
+ * it writes (pick_batch): a message with large headers must not pass as
+ * small, or it would go out unguarded. Runs in the relay, no transaction.
+ */
+Size
+RabbitmqMessageBytes(OutboxEvent *ev)
+{
+	const RmqDestOptions *o = RMQ_OPTIONS(ev);
+	OutboxHeader *merged;
+	int			nmerged = OutboxMergeHeaders(o->headers, ev->headers, &merged);
+	Size		bytes = 1024 + strlen(ev->body) + strlen(ev->event_type) * 2 +
+		strlen(ev->event_id) * 2 + 5 * 8;
+	ListCell   *lc;
+
+	if (ev->aggregate_type != NULL)
+		bytes += strlen(ev->aggregate_type);
+	if (ev->aggregate_id != NULL)
+		bytes += strlen(ev->aggregate_id);
+	for (int i = 0; i < nmerged; i++)
+		bytes += strlen(merged[i].name) + strlen(merged[i].value) + 8;
+	foreach(lc, ev->extra_headers)
+		bytes += strlen(lfirst(lc)) + 8;
+	return bytes;
+}
+
+/*
  * Publishes ev on c's channel: persistent, mandatory, message_id the
  * event_id, type the event type, timestamp its creation (Unix seconds),
  * content_type the format's; headers: the relay's outbox-*, then the
@@ -415,6 +444,10 @@ rmq_enqueue(void *state, OutboxEvent *ev)
 	c->last_used = GetCurrentTimestamp();
 	w->ev = ev;
 	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
+	w->size = RabbitmqMessageBytes(ev);
+	/* over a limit the broker gave: dead-lettered at the next service */
+	if (c->broker_max_size > 0 && (int64) strlen(ev->body) > c->broker_max_size)
+		c->size_check = true;
 	dlist_push_tail(&c->waiting, &w->node);
 	c->nwaiting++;
 	c->live++;

@@ -132,6 +132,7 @@ note_broker_max_size(RmqConn *c, uint16_t code, amqp_bytes_t text)
 		if (c->broker_max_words != NULL)
 			pfree(c->broker_max_words);
 		c->broker_max_words = MemoryContextStrdup(c->cxt, broker_words(code, text));
+		c->size_check = true;
 	}
 	pfree(words);
 }
@@ -537,45 +538,32 @@ guarded_publish(RmqConn *c, OutboxEvent *ev, char **problem, bool *cut)
  * most), in order, while the unconfirmed messages stay under the cap and
  * the socket has room; returns how many. *room: false when one was left
  * for lack of room; *alone: batch[0] is larger than the room, and goes
- * out alone (the socket's buffer is empty). An event over the broker's
- * max_message_size, once the broker has given it (too_large), is failed
- * for good and handed back into *done on the way, never noted as sent:
- * each is looked at once, when it comes up.
+ * out alone (the socket's buffer is empty). Each is sized by the bound of
+ * its frames taken when it came (RmqWaiting.size).
  */
 static int
-pick_batch(RmqConn *c, RmqWaiting **batch, bool *room, bool *alone, List **done)
+pick_batch(RmqConn *c, RmqWaiting **batch, bool *room, bool *alone)
 {
 	int			n = 0;
 	size_t		bytes = 0;
-	dlist_mutable_iter it;
+	dlist_iter	it;
 	bool		empty;
 	size_t		free_bytes = send_room(c, &empty);
 
 	*room = true;
 	*alone = false;
-	dlist_foreach_modify(it, &c->waiting)
+	dlist_foreach(it, &c->waiting)
 	{
 		RmqWaiting *w = dlist_container(RmqWaiting, node, it.cur);
-		/* the body, and the frames' and properties' bytes around it */
-		size_t		size;
 
 		if (n == RMQ_PUBLISH_BATCH || c->nunconfirmed + n >= c->cap)
 			break;
-		if (too_large(c, w->ev))
-		{
-			hand_back(c, w->ev, done);
-			dlist_delete(it.cur);
-			c->nwaiting--;
-			pfree(w);
-			continue;
-		}
-		size = strlen(w->ev->body) + 1024;
-		if (bytes + size > free_bytes && !(n == 0 && empty))
+		if (bytes + w->size > free_bytes && !(n == 0 && empty))
 		{
 			*room = false;
 			break;
 		}
-		bytes += size;
+		bytes += w->size;
 		batch[n++] = w;
 		if (bytes > free_bytes)
 		{
@@ -584,6 +572,32 @@ pick_batch(RmqConn *c, RmqWaiting **batch, bool *room, bool *alone, List **done)
 		}
 	}
 	return n;
+}
+
+/*
+ * Fails for good, and hands back, the waiting events of c over the
+ * broker's max_message_size (too_large): once when the broker has given
+ * it, and once after an event over it is taken (c->size_check), whatever
+ * the connection's state, so that none is noted as sent or waits to time
+ * out as if it could go.
+ */
+static void
+drop_too_large(RmqConn *c, List **done)
+{
+	dlist_mutable_iter iter;
+
+	c->size_check = false;
+	dlist_foreach_modify(iter, &c->waiting)
+	{
+		RmqWaiting *w = dlist_container(RmqWaiting, node, iter.cur);
+
+		if (!too_large(c, w->ev))
+			continue;
+		hand_back(c, w->ev, done);
+		dlist_delete(iter.cur);
+		c->nwaiting--;
+		pfree(w);
+	}
 }
 
 /*
@@ -601,7 +615,7 @@ publish_waiting(RmqConn *c, List **done)
 		RmqWaiting *batch[RMQ_PUBLISH_BATCH];
 		bool		room;
 		bool		alone;
-		int			n = pick_batch(c, batch, &room, &alone, done);
+		int			n = pick_batch(c, batch, &room, &alone);
 
 		c->want_write = !room && n == 0;
 		if (n == 0)
@@ -730,6 +744,8 @@ RabbitmqService(RmqConn *c, List **done)
 
 	if (c->phase == RMQ_READY)
 		RabbitmqReadFrames(c, done);
+	if (c->size_check)
+		drop_too_large(c, done);
 	expire(c, now, done);
 	if (c->nwaiting > 0 &&
 		(c->phase == RMQ_IDLE || (c->phase == RMQ_BACKING_OFF && now >= c->retry_at)))

@@ -94,6 +94,7 @@ typedef struct RmqWaiting
 	dlist_node	node;
 	OutboxEvent *ev;
 	TimestampTz deadline;		/* its time limit ends: fails then */
+	Size		size;			/* its frames, at most (RabbitmqMessageBytes) */
 } RmqWaiting;
 
 /*
@@ -187,6 +188,7 @@ typedef struct RmqConn
 	 */
 	int64		broker_max_size;
 	char	   *broker_max_words;	/* the broker's words then */
+	bool		size_check;		/* waiting events may be over it: look once */
 	/* the options, copied */
 	char	  **urls;
 	int			nurls;
@@ -213,6 +215,7 @@ typedef struct RmqKindState
 extern void RabbitmqFail(OutboxEvent *ev, char *error, bool permanent);
 extern char **RabbitmqSplitUrls(const char *urls, int *n, const char **why);
 extern int	RabbitmqPublish(RmqConn *c, OutboxEvent *ev, char **problem);
+extern Size RabbitmqMessageBytes(OutboxEvent *ev);
 
 /* rabbitmq_thread.c */
 extern RmqConnect *RabbitmqConnectStart(const RmqConn *c, const char **error);
