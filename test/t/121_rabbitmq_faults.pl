@@ -8,7 +8,7 @@
 #   b. the broker stopped for 10 s mid-flow, then started again on its
 #      data: nothing lost
 #   c. an ordered destination into a single-consumer queue: each key's
-#      events in order
+#      events in order, though some are returned (unroutable) and retried
 #   d. fan-out: a RabbitMQ destination and a webhook take the same events
 #   e. SIGTERM ends the relay within a second while the broker is frozen
 #      (SIGSTOP) with messages waiting for confirms, and while a connection
@@ -105,12 +105,29 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM outbox WHERE event_type = 
 $copies = all_there('outage', 'outage', 2000, 'b');
 diag("b: a 10 s outage: $copies of 2,000 messages stored twice");
 
-# c. ordered: five keys interleaved, one consumer
+# c. ordered: five keys interleaved, one consumer. The routing key is the
+# event type, and only ordered.x is bound at first: each ordered.y is
+# returned (a failed attempt, retried), and the events of its key after it
+# must wait for it; an unordered destination would deliver them first.
+$rmq->tool({ command => 'setup', exchanges => [ { name => 'ordx', type => 'direct' } ],
+	bindings => [ { queue => 'ordered', exchange => 'ordx', key => 'ordered.x' } ] });
+$node->safe_psql('postgres', sprintf(q{UPDATE outbox_destinations SET options = '%s' WHERE name = 'ordered'},
+	$rmq->options(exchange => 'ordx', routing_key => '{event_type}', max_unconfirmed => $window)));
 $node->safe_psql('postgres', q{
-	SELECT count(outbox_emit('ordered.x', jsonb_build_object('n', g), 'account', (g % 5)::text))
+	SELECT count(outbox_emit(CASE WHEN g % 7 = 3 THEN 'ordered.y' ELSE 'ordered.x' END,
+		jsonb_build_object('n', g), 'account', (g % 5)::text))
 	  FROM generate_series(1, 200) g});
-ok($node->poll_query_until('postgres', "SELECT count(*) = 200 FROM outbox WHERE event_type = 'ordered.x' AND delivered_at IS NOT NULL"),
-	'c: 200 ordered events delivered');
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 5 FROM outbox
+		WHERE event_type = 'ordered.y' AND attempts >= 2 AND last_error LIKE 'RabbitMQ returned the message%'}),
+	'c: the first ordered.y of each key returned, twice');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox o
+		WHERE o.event_type LIKE 'ordered.%' AND o.delivered_at IS NOT NULL
+		  AND o.id > (SELECT min(y.id) FROM outbox y
+		               WHERE y.event_type = 'ordered.y' AND y.aggregate_id = o.aggregate_id)}),
+	'0', 'c: no event of a key after its returned one delivered meanwhile');
+$rmq->tool({ command => 'setup', bindings => [ { queue => 'ordered', exchange => 'ordx', key => 'ordered.y' } ] });
+ok($node->poll_query_until('postgres', "SELECT count(*) = 200 FROM outbox WHERE event_type LIKE 'ordered.%' AND delivered_at IS NOT NULL"),
+	'c: 200 ordered events delivered once ordered.y is bound');
 my $got = $rmq->tool({ command => 'consume', queue => 'ordered', count => 200, timeout_ms => 10_000 })->{messages};
 my %seen;
 my $out_of_order = 0;
