@@ -170,6 +170,12 @@ emit($node, 'postgres', 'down.x', 1);
 like(last_error('down.x'),
 	qr{^cannot connect to RabbitMQ: amqp://127\.0\.0\.1:\d+: cannot connect: [^;]+; amqp://127\.0\.0\.1:\d+: cannot connect: },
 	'no broker: each URL tried in turn, each named with why');
+# a cluster whose first node is down: the next URL takes the event
+destination('failover', 'failover.*', exchange => 'orders', routing_key => 'long',
+	urls => sprintf('amqp://127.0.0.1:%d, %s', PostgreSQL::Test::Cluster::get_free_port(), $rmq->url));
+emit($node, 'postgres', 'failover.x', 1);
+$got = $rmq->tool({ command => 'consume', queue => 'long-q', count => 1, timeout_ms => 30_000 })->{messages};
+is(join(',', map { $_->{type} } @$got), 'failover.x', 'the first URL down: delivered through the second');
 
 # the README's destination, as written there but for the test broker's
 # port and password, into an exchange and binding like the README's
