@@ -618,13 +618,11 @@ worker_claim(WorkerState *st)
 	/*
 	 * cut by the set's room, the memory budget or a kind's room: outcomes
 	 * make room (a kind's, as they are collected or recorded); cut for a
-	 * destination's share, or a kind's room that filled in this claim:
-	 * the next claim, which leaves that one out, takes the others'
+	 * destination's share: the next claim takes the others'
 	 */
 	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left || c.d.due_again ||
-		(!c.d.room_limited && !c.d.budget_limited &&
-		 (c.d.kind_limited ? !names_subset(OutboxKindsFull(), c.skip) :
-		  c.d.claimed >= c.batch_size));
+		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited &&
+		 !c.d.kind_limited);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
 }
