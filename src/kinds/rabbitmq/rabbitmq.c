@@ -318,7 +318,9 @@ add_text(amqp_table_entry_t *t, int *n, const char *key, const char *value)
  * every header the destination's and the event's could add. Computed once,
  * when the event is taken (rmq_enqueue), so that a batch is sized by what
  * it writes (pick_batch): a message with large headers must not pass as
- * small, or it would go out unguarded. Runs in the relay, no transaction.
+ * small, or it would go out unguarded. Runs in the relay, no transaction,
+ * after prepare (the routing key built); interruptible (the headers'
+ * merge).
  */
 Size
 RabbitmqMessageBytes(OutboxEvent *ev)
@@ -326,8 +328,17 @@ RabbitmqMessageBytes(OutboxEvent *ev)
 	const RmqDestOptions *o = RMQ_OPTIONS(ev);
 	OutboxHeader *merged;
 	int			nmerged = OutboxMergeHeaders(o->headers, ev->headers, &merged);
-	Size		bytes = 1024 + strlen(ev->body) + strlen(ev->event_type) * 2 +
-		strlen(ev->event_id) * 2 + 5 * 8;
+	Size		body = strlen(ev->body);
+
+	/*
+	 * 1 kB for the frames' and properties' fixed parts, and 8 bytes of
+	 * frame around each part of the body at the smallest frame_max
+	 * AMQP allows (4,096)
+	 */
+	Size		bytes = 1024 + body + 8 * (body / 4088 + 1) +
+		strlen(ev->event_type) * 2 + strlen(ev->event_id) * 2 + 5 * 8 +
+		strlen(o->exchange) + strlen(ev->dest.fmt->content_type) +
+		(o->key != NULL ? strlen(o->key) : 0);
 	ListCell   *lc;
 
 	if (ev->aggregate_type != NULL)
@@ -439,12 +450,14 @@ static void
 rmq_enqueue(void *state, OutboxEvent *ev)
 {
 	RmqConn    *c = RabbitmqConnFor(state, ev);
+	/* first: it may be interrupted, and nothing is held yet */
+	Size		size = RabbitmqMessageBytes(ev);
 	RmqWaiting *w = MemoryContextAllocZero(c->cxt, sizeof(RmqWaiting));
 
 	c->last_used = GetCurrentTimestamp();
 	w->ev = ev;
 	w->deadline = TimestampTzPlusMilliseconds(c->last_used, c->timeout_ms);
-	w->size = RabbitmqMessageBytes(ev);
+	w->size = size;
 	/* over a limit the broker gave: dead-lettered at the next service */
 	if (c->broker_max_size > 0 && (int64) strlen(ev->body) > c->broker_max_size)
 		c->size_check = true;
