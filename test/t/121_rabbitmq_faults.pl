@@ -92,18 +92,20 @@ $node->safe_psql('postgres', q{SELECT count(outbox_emit('outage.x', jsonb_build_
 ok($node->poll_query_until('postgres', "SELECT count(*) >= 200 FROM outbox WHERE event_type = 'outage.x' AND delivered_at IS NOT NULL"),
 	'b: the flow runs');
 $rmq->stop('TERM');
+# 500 more, written while it is down (the flow may have ended meanwhile)
+$node->safe_psql('postgres', q{SELECT count(outbox_emit('outage.x', jsonb_build_object('n', g))) FROM generate_series(2001, 2500) g});
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM outbox WHERE event_type = 'outage.x' AND last_error LIKE '%RabbitMQ%'"),
 	'b: the relay sees the broker gone');
 my $down_until = time() + 10;
 ok(wait_until(sub { time() >= $down_until }), 'b: the broker stays down for 10 s');
 $rmq->start;
-ok($node->poll_query_until('postgres', "SELECT count(*) = 2000 FROM outbox WHERE event_type = 'outage.x' AND delivered_at IS NOT NULL"),
-	'b: all 2,000 delivered once it is back');
+ok($node->poll_query_until('postgres', "SELECT count(*) = 2500 FROM outbox WHERE event_type = 'outage.x' AND delivered_at IS NOT NULL"),
+	'b: all 2,500 delivered once it is back');
 is($node->safe_psql('postgres', "SELECT count(*) FROM outbox WHERE event_type = 'outage.x' AND dead_at IS NOT NULL"),
 	'0', 'b: none dead-lettered');
-$copies = all_there('outage', 'outage', 2000, 'b');
-diag("b: a 10 s outage: $copies of 2,000 messages stored twice");
+$copies = all_there('outage', 'outage', 2500, 'b');
+diag("b: a 10 s outage: $copies of 2,500 messages stored twice");
 
 # c. ordered: five keys interleaved, one consumer. The routing key is the
 # event type, and only ordered.x is bound at first: each ordered.y is
