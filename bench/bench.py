@@ -1250,12 +1250,14 @@ def bench_rabbitmq(c, tmp, n):
             rates[label] = n / t
             held = rabbitmq_tool({"command": "count", "url": url, "queue": queue})["messages"]
             print(f"  {'':8s} the queue holds {held} messages")
+            # every measurement starts with the broker holding no messages
+            rabbitmq_tool({"command": "setup", "url": url, "purge": [queue]})
         # the ceiling's messages are as long as the relay's envelopes; the
         # "like" ones also carry what the relay's do besides the body
         size, etype, atype, aid = c.sql(
             "SELECT avg(length(_outbox_envelope(event_id, event_type, aggregate_type, "
             "aggregate_id, created_at, 1, payload)))::int, min(event_type), min(aggregate_type), "
-            "max(aggregate_id) FROM outbox")[0]
+            "(SELECT aggregate_id FROM outbox ORDER BY id OFFSET %s LIMIT 1) FROM outbox", (n // 2,))[0]
         exe = os.path.join(tmp, "rabbitmq_ceiling")
         subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "..", "test", "rabbitmq_ceiling.c"),
                         "-lrabbitmq"], check=True)
@@ -1277,6 +1279,7 @@ def bench_rabbitmq(c, tmp, n):
                     what = ("with a message id, by rabbitmq-c" if publisher == "rabbitmq-c" else
                             "with the relay's properties, headers and mandatory flag, by rabbitmq-c")
                 ceilings[publisher, window] = n / seconds
+                rabbitmq_tool({"command": "setup", "url": url, "purge": [queue]})
                 print(f"  broker ceiling: {n} persistent messages of {size} bytes {what} on a "
                       f"confirm channel, at most {window} unconfirmed: "
                       f"{ceilings[publisher, window]:8.0f} messages/s")
