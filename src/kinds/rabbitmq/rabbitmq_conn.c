@@ -69,6 +69,16 @@ hand_back(RmqConn *c, OutboxEvent *ev, List **done)
 	c->live--;
 }
 
+/* Hands back the event of w, a waiting entry of c (its outcome set), and frees w. */
+static void
+hand_back_waiting(RmqConn *c, RmqWaiting *w, List **done)
+{
+	hand_back(c, w->ev, done);
+	dlist_delete(&w->node);
+	c->nwaiting--;
+	pfree(w);
+}
+
 /* Fails every waiting event of c with error, and hands them back. */
 static void
 fail_waiting(RmqConn *c, const char *error, List **done)
@@ -80,11 +90,8 @@ fail_waiting(RmqConn *c, const char *error, List **done)
 		RmqWaiting *w = dlist_container(RmqWaiting, node, iter.cur);
 
 		RabbitmqFail(w->ev, pstrdup(error), false);
-		hand_back(c, w->ev, done);
-		dlist_delete(iter.cur);
-		pfree(w);
+		hand_back_waiting(c, w, done);
 	}
-	c->nwaiting = 0;
 }
 
 /*
@@ -591,12 +598,8 @@ drop_too_large(RmqConn *c, List **done)
 	{
 		RmqWaiting *w = dlist_container(RmqWaiting, node, iter.cur);
 
-		if (!too_large(c, w->ev))
-			continue;
-		hand_back(c, w->ev, done);
-		dlist_delete(iter.cur);
-		c->nwaiting--;
-		pfree(w);
+		if (too_large(c, w->ev))
+			hand_back_waiting(c, w, done);
 	}
 }
 
@@ -699,10 +702,7 @@ expire(RmqConn *c, TimestampTz now, List **done)
 					 psprintf("RabbitMQ blocked the connection (a resource alarm) for %d ms", c->timeout_ms) :
 					 psprintf("not published within %d ms: the connection's send buffer stayed full",
 							  c->timeout_ms), false);
-		hand_back(c, w->ev, done);
-		dlist_delete(&w->node);
-		c->nwaiting--;
-		pfree(w);
+		hand_back_waiting(c, w, done);
 	}
 }
 
