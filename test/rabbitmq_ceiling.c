@@ -128,6 +128,8 @@ main(int argc, char **argv)
 	count = atol(argv[5]);
 	size = atol(argv[6]);
 	window = atol(argv[7]);
+	if (count < 1 || size < 0 || window < 1)
+		fail("COUNT and WINDOW must be at least 1, SIZE at least 0");
 	body = malloc(size);
 	memset(body, 'x', size);
 	confirmed = calloc(count + 2, 1);
