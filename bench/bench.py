@@ -10,7 +10,8 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
   1. emit cost: pgbench TPS of a task insert, + a plain INSERT INTO outbox,
      + outbox_emit(), + outbox_emit() under SET LOCAL outbox.traceparent
      (and under an empty one: the capture's own cost), and with that
-     traceparent given as the event's header; the capture's CPU per emit
+     traceparent given as the event's header; the capture's cost as the
+     server's CPU per transaction, and per emit in one long statement
   2. relay throughput: draining 100,000 events to NOTIFY and to HTTP
   3. latency: COMMIT to arrival of single events, relay idle
   4. a relay pass that finds nothing due, under 1,000,000 delivered and
@@ -401,7 +402,7 @@ def bench_emit(c, tmp, seconds, clients):
     print(f"  (c)/(d) = {cc / d:.3f}: outbox_emit against the WAL-only limit (target: at least 0.8)")
     e, f_ = statistics.median(tps["e"]), statistics.median(tps["f"])
     print(f"  (c)/(e) = {cc / e:.3f}: an emit in a transaction that set its trace context "
-          f"(SET LOCAL outbox.traceparent, a statement of its own; target: at most 1.03)")
+          f"(SET LOCAL outbox.traceparent, a statement of its own)")
     print(f"  (f)/(e) = {f_ / e:.3f}: the same context given as the event's header instead "
           f"(the SET's round trip and the capture); (c)/(f) = {cc / f_:.3f}: the header itself")
     bench_trace_capture(c, tmp, seconds, clients, scripts, e, statistics.median(tps["g"]))
@@ -412,28 +413,33 @@ def bench_emit(c, tmp, seconds, clients):
 
 def bench_trace_capture(c, tmp, seconds, clients, scripts, e, g):
     """Section 1's trace-context figures beyond (e): (g)/(e) from the rounds
-    run (medians e and g), the same pair without COMMIT's flush, and the
-    capture's CPU per emit without COMMIT."""
+    run (medians e and g), the same pair by the server's CPU per
+    transaction, and the capture's CPU per emit without COMMIT."""
     print(f"  (g)/(e) = {g / e:.3f}: the capture alone, same statements, the setting empty in (g) "
-          f"(target: at most 1.03)")
-    # (e) against (g) without COMMIT's flush, whose pace hides 3 %: both
-    # with synchronous_commit off, 6 rounds of each in turn, and the
-    # median of the six ratios of a round's (g) to its (e)
-    pair = {}
-    for rnd in range(6):
-        for key in "eg":
-            body = scripts[key].replace("BEGIN;\n", "BEGIN;\nSET LOCAL synchronous_commit = off;\n", 1)
-            pair.setdefault(key, []).append(pgbench_round(c, tmp, f"{key}_async", body, clients,
-                                                          min(8, seconds)))
-    ratios = [g_ / e_ for g_, e_ in zip(pair["g"], pair["e"])]
-    print(f"  (g)/(e) with synchronous_commit off, 6 rounds of {min(8, seconds)} s in turn: median of the rounds' ratios "
-          f"{statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)}; "
-          f"(e) {statistics.median(pair['e']):.0f} tps, (g) {statistics.median(pair['g']):.0f} tps; target: at most 1.03)")
+          f"(rates too noisy here to show 3 %: the target is judged on the server's CPU below)")
+    # (e) against (g) by the server's CPU per transaction, which pgbench's
+    # rates cannot show to 3 % here (rounds of one script spread by
+    # +-12 %): one session runs the two transactions alternately, so that
+    # the machine's drift hits both alike, and the backend's run time
+    # (/proc/PID/schedstat, in ns) is read around each. With and without a
+    # task row: the emit alone is the stricter of the two.
+    # The control, (g) against itself, shows what the method reads when
+    # nothing differs: about 1.000.
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    for label, task, setting in (("(e) against (g), task + emit", True, tp),
+                                 ("(e) against (g), emit alone", False, tp),
+                                 ("control, (g) against (g), task + emit", True, "")):
+        rounds = trace_capture_cpu(c, task, setting, pairs=100 * seconds, rounds=8)
+        ratios = [e_ / g_ for e_, g_ in rounds]
+        print(f"  server CPU per transaction, {label}: median of 8 rounds' ratios "
+              f"{statistics.median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)}; "
+              f"{statistics.median(e_ for e_, _ in rounds):.1f} against "
+              f"{statistics.median(g_ for _, g_ in rounds):.1f} us"
+              f"{'; target: at most 1.03' if setting else ''})")
     # The capture's CPU, without COMMIT's flush: one statement of 50,000
     # emits in a transaction that set the context, that set it empty, and
     # that set it empty but gives the same traceparent as each event's
     # header, in turn, 9 times each, in one session
-    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     cases = {"empty": ("", "NULL"), "set": (tp, "NULL"),
              "header": ("", f"'{{\"traceparent\": \"{tp}\"}}'::jsonb")}
     per = {k: [] for k in cases}
@@ -454,8 +460,45 @@ def bench_trace_capture(c, tmp, seconds, clients, scripts, e, g):
     print(f"  CPU per emit, one statement of {n_emits:,} (9 alternating runs, median): "
           f"{m['empty']:.2f} us without a context, {m['header']:.2f} us with it as the event's header, "
           f"{m['set']:.2f} us capturing it from the setting")
-    print(f"  capturing against none: {m['set'] / m['empty']:.3f}x (target: at most 1.03); against the same header given: "
+    print(f"  capturing against none: {m['set'] / m['empty']:.3f}x (the bare function, no statement or COMMIT around it); against the same header given: "
           f"{m['set'] / m['header']:.3f}x ({m['set'] - m['header']:+.2f} us per event)")
+
+
+def trace_capture_cpu(c, task, setting, pairs, rounds):
+    """The backend's CPU (us) per transaction of section 1's (e) and (g),
+    SET LOCAL of setting (the traceparent) and of nothing, a task row if
+    task, then outbox_emit and COMMIT: one session, the two alternating
+    transaction by transaction (their order swapped every pair), the run
+    time read from /proc/PID/schedstat around each. Returns (e, g) per
+    round."""
+    conn = c.connect()
+    conn.autocommit = True
+    out = []
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        stat = open(f"/proc/{cur.fetchone()[0]}/schedstat")
+        cur.execute("PREPARE bench_task(int) AS INSERT INTO bench_tasks (user_id, title) VALUES ($1, 'task')")
+        cur.execute("""PREPARE bench_emit(int) AS
+                       SELECT outbox_emit('task.created', '{"title": "task"}', 'task', $1::text)""")
+        steps = "EXECUTE bench_task(%(n)s); EXECUTE bench_emit(%(n)s);" if task else "EXECUTE bench_emit(%(n)s);"
+        body = {k: f"BEGIN; SET LOCAL outbox.traceparent = '{v}'; {steps} COMMIT"
+                for k, v in (("e", setting), ("g", ""))}
+
+        def run_ns():
+            stat.seek(0)
+            return int(stat.read().split()[0])
+        for _ in range(rounds):
+            spent = {"e": 0, "g": 0}
+            for n in range(pairs):
+                for key in ("e", "g") if n % 2 else ("g", "e"):
+                    t0 = run_ns()
+                    cur.execute(body[key], {"n": n})
+                    spent[key] += run_ns() - t0
+            out.append((spent["e"] / pairs / 1000, spent["g"] / pairs / 1000))
+        stat.close()
+        cur.execute("TRUNCATE outbox")
+    conn.close()
+    return out
 
 
 # 2 ------------------------------------------------------------------------
