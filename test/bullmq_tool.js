@@ -5,11 +5,16 @@
 //     BullMQ's own migrations into connection.schema (Queue with
 //     migrate: true), then {"version": <the ledger's largest version>}
 //   {"command": "work", "connection": {...}, "queue": "q", "count": N,
-//    "concurrency": C, "timeout_ms": T}
+//    "concurrency": C, "timeout_ms": T, "telemetry": true}
 //     a real BullMQ Worker processes jobs until N have completed or T ms
-//     have passed: {"jobs": [{"id", "name", "data", "attempts", "telemetry"},
-//     ...]} in
-//     the order the Worker started them
+//     have passed: {"jobs": [{"id", "name", "data", "attempts", "telemetry",
+//     "trace_id"}, ...]} in the order the Worker started them. With
+//     "telemetry", the Worker runs with BullMQ's OpenTelemetry integration
+//     (npm bullmq-otel), set up as an application does (the W3C propagator,
+//     an AsyncLocalStorage context manager): trace_id is the trace of the
+//     span BullMQ opened for the job, as the processor sees it (null when
+//     the job carries none); a job whose metadata the integration cannot
+//     read fails, and is not counted
 //   {"command": "add-bulk", "connection": {...}, "queue": "q", "count": N,
 //    "chunk": C}
 //     BullMQ's own Queue.addBulk, C jobs a call, N in all, each with a
@@ -47,6 +52,24 @@ async function migrate(input) {
   return { version: rows[0].v };
 }
 
+// BullMQ's OpenTelemetry integration, as an application sets it up.
+function telemetry() {
+  const { context, propagation } = require('@opentelemetry/api');
+  const { W3CTraceContextPropagator } = require('@opentelemetry/core');
+  const { AsyncLocalStorageContextManager } = require('@opentelemetry/context-async-hooks');
+  const { BullMQOtel } = require('bullmq-otel');
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  return new BullMQOtel({ tracerName: 'outbox-test' });
+}
+
+// The trace of the span active where the processor runs, or null.
+function activeTraceId() {
+  const { trace } = require('@opentelemetry/api');
+  const span = trace.getActiveSpan();
+  return span && trace.isSpanContextValid(span.spanContext()) ? span.spanContext().traceId : null;
+}
+
 async function work(input) {
   const jobs = [];
   let done = 0;
@@ -54,17 +77,22 @@ async function work(input) {
   const finished = new Promise((resolve) => { finish = resolve; });
   const worker = new Worker(input.queue, async (job) => {
     jobs.push({ id: job.id, name: job.name, data: job.data, attempts: job.opts.attempts,
-      telemetry: job.opts.telemetry });
+      telemetry: job.opts.telemetry, trace_id: input.telemetry ? activeTraceId() : undefined });
     return true;
-  }, { connection: input.connection, concurrency: input.concurrency || 1, autorun: false },
+  }, { connection: input.connection, concurrency: input.concurrency || 1, autorun: false,
+    telemetry: input.telemetry ? telemetry() : undefined },
   input.redis ? undefined : createPostgresBackend);
   worker.on('completed', () => { if (++done >= input.count) finish(); });
   worker.on('error', (err) => { process.stderr.write(`worker error: ${err}\n`); });
-  const timer = setTimeout(finish, input.timeout_ms || 60000);
+  let timedOut = false;
+  const timer = setTimeout(() => { timedOut = true; finish(); }, input.timeout_ms || 60000);
   worker.run();
   await finished;
   clearTimeout(timer);
-  await worker.close();
+  // a Worker whose job failed inside BullMQ may never close: the answer
+  // does not wait for it then (the process exits once it is written)
+  if (timedOut) worker.close(true).catch(() => {});
+  else await worker.close();
   return { jobs };
 }
 

@@ -6,8 +6,10 @@
 #     name of the destination's) and a webhook: each gets every event;
 #   - the trace context of the emitting transaction (SET LOCAL
 #     outbox.traceparent) in the job's opts.telemetry.metadata, where
-#     BullMQ's OpenTelemetry integration reads it: the trace id a W3C
-#     propagator extracts there (test/trace_check.js) is the writer's;
+#     BullMQ's OpenTelemetry integration (npm bullmq-otel) reads it: the
+#     trace id a W3C propagator extracts there (test/trace_check.js) is
+#     the writer's, and so is the trace of the span the integration opens
+#     for the job in a Worker;
 #   - a template of the queue's name: each event in the queue its fields
 #     make; one whose field is missing, or whose name BullMQ refuses,
 #     dead-lettered at once with the reason.
@@ -16,6 +18,7 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
+use JSON::PP;
 use OutboxBullmq;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
@@ -83,16 +86,25 @@ $node->safe_psql('postgres', qq{
 	SELECT outbox_emit('traced.untraced', '{}');
 	COMMIT;});
 my $traced = node_json('bullmq_tool.js', { command => 'work', connection => \%conn,
-	queue => 'traced', count => 3, timeout_ms => 60_000 }, 'bullmq', 'pg');
-my %telemetry = map { ($_->{name} => $_->{telemetry}) } @{ $traced->{jobs} };
-is_deeply($telemetry{'traced.done'}, { metadata => { traceparent => "00-$trace_id-00f067aa0ba902b7-01",
-			tracestate => 'vendor=1' } }, 'the job carries the trace context in opts.telemetry.metadata');
-is(node_json('trace_check.js', { headers => $telemetry{'traced.done'}{metadata}, body => '' },
+	queue => 'traced', count => 3, timeout_ms => 30_000, telemetry => JSON::PP::true },
+	'bullmq', 'pg', 'bullmq-otel', '@opentelemetry/context-async-hooks');
+my %job = map { ($_->{name} => $_) } @{ $traced->{jobs} };
+is(join(' ', sort keys %job), 'traced.done traced.given traced.untraced',
+	'a Worker with BullMQ\'s OpenTelemetry integration processed the three jobs');
+# bullmq-otel's metadata: the text of a JSON object of propagation headers
+my %metadata = map { ($_ => JSON::PP::decode_json($job{$_}{telemetry}{metadata} // 'null')) }
+  qw(traced.done traced.given);
+is_deeply($metadata{'traced.done'}, { traceparent => "00-$trace_id-00f067aa0ba902b7-01",
+		tracestate => 'vendor=1' }, 'the job carries the trace context in opts.telemetry.metadata');
+is(node_json('trace_check.js', { headers => $metadata{'traced.done'}, body => '' },
 		'@opentelemetry/core')->{headers}, $trace_id, 'where a W3C propagator finds the writer\'s trace id');
-is_deeply($telemetry{'traced.given'}, { metadata => { traceparent => "00-$trace_id-00f067aa0ba902b7-00" } },
+is($job{'traced.done'}{trace_id}, $trace_id,
+	'the span BullMQ\'s integration opens for the job continues the writer\'s trace');
+is_deeply($metadata{'traced.given'}, { traceparent => "00-$trace_id-00f067aa0ba902b7-00" },
 	'a trace context given as the event\'s header');
-ok(exists $telemetry{'traced.untraced'} && !defined $telemetry{'traced.untraced'},
-	'an event without trace context, after it in the same claim: no telemetry');
+is($job{'traced.given'}{trace_id}, $trace_id, 'its job\'s span continues it too');
+ok(!defined $job{'traced.untraced'}{telemetry} && !defined $job{'traced.untraced'}{trace_id},
+	'an event without trace context, after them in the same claim: no telemetry, no trace');
 
 # A template of the queue's name: each event's queue from its fields; one
 # whose field is missing or makes a name BullMQ refuses fails for good

@@ -225,29 +225,38 @@ bullmq_decode(const OutboxDestinationRow *row, OutboxDestination *dest)
 /*
  * opts with the event's trace context (its traceparent and tracestate
  * headers, as the claim kept them) where BullMQ's telemetry reads it: the
- * job's opts.telemetry.metadata, the carrier BullMQ's OpenTelemetry
- * integration (npm bullmq-otel) extracts the context from with the W3C
- * propagator when a Worker processes the job. opts alone without one.
+ * job's opts.telemetry.metadata. BullMQ declares it a string, the context
+ * serialized by the telemetry's ContextManager.getMetadata, and hands it
+ * to fromMetadata when a Worker processes the job; bullmq-otel, BullMQ's
+ * OpenTelemetry integration, writes and parses it as the text of a JSON
+ * object of W3C propagation headers. So the value is that text, not an
+ * object, which its JSON.parse would throw on, failing the job. opts alone
+ * without a trace context.
  */
 static Jsonb *
 with_trace_context(Jsonb *opts, const OutboxEvent *ev)
 {
 	char	   *traceparent;
 	char	   *tracestate;
+	StringInfoData carrier;
 	StringInfoData buf;
 
 	OutboxTraceContextOf(ev->headers, &traceparent, &tracestate);
 	if (traceparent == NULL)
 		return opts;
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"telemetry\": {\"metadata\": {\"traceparent\": ");
-	escape_json(&buf, traceparent);
+	initStringInfo(&carrier);
+	appendStringInfoString(&carrier, "{\"traceparent\":");
+	escape_json(&carrier, traceparent);
 	if (tracestate != NULL)
 	{
-		appendStringInfoString(&buf, ", \"tracestate\": ");
-		escape_json(&buf, tracestate);
+		appendStringInfoString(&carrier, ",\"tracestate\":");
+		escape_json(&carrier, tracestate);
 	}
-	appendStringInfoString(&buf, "}}}");
+	appendStringInfoChar(&carrier, '}');
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"telemetry\": {\"metadata\": ");
+	escape_json(&buf, carrier.data);
+	appendStringInfoString(&buf, "}}");
 	return DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(opts),
 											  DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data))));
 }
