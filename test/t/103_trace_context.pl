@@ -6,6 +6,9 @@
 # npm cloudevents SDK, from the Distributed Tracing extension of every
 # CloudEvents form (structured, binary, batch). A retry carries the same
 # trace; a destination whose event_headers forwards none carries none.
+# Every destination of a fanned-out event gets the same trace. A value
+# that is not W3C Trace Context, set or given, is dropped with a WARNING
+# and the event delivered without a trace.
 use strict;
 use warnings FATAL => 'all';
 use FindBin;
@@ -27,7 +30,10 @@ sql(sprintf(q{
 		('ce', 'tp.ce', '%s', 'cloudevents', 1, NULL, true),
 		('bin', 'tp.bin', '%s', 'cloudevents-binary', 1, NULL, true),
 		('batch', 'tp.batch', '%s', 'cloudevents', 10, NULL, false),
-		('none', 'tp.none', '%s', 'cloudevents', 1, '{}', true);
+		('none', 'tp.none', '%s', 'cloudevents', 1, '{}', true),
+		('fan1', 'tp.fan', '%s', 'envelope', 1, NULL, true),
+		('fan2', 'tp.fan', '%s', 'cloudevents', 1, NULL, true),
+		('bad', 'tp.bad', '%s', 'cloudevents', 1, NULL, true);
 	CREATE TABLE orders (id int PRIMARY KEY);
 	CREATE FUNCTION orders_emit() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
@@ -35,7 +41,7 @@ sql(sprintf(q{
 	    RETURN NEW;
 	END $$;
 	CREATE TRIGGER orders_emit AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION orders_emit();},
-	map { $sink->url("/$_") } qw(plain ce bin batch none)));
+	map { $sink->url("/$_") } qw(plain ce bin batch none fan1 fan2 bad)));
 
 # one transaction, its trace context set once; the batch's events come
 # from a trigger
@@ -94,6 +100,41 @@ my ($none) = @{ $sink->requests('/none') };
 $got = consumer($none);
 is($got->{headers}, undef, 'a destination forwarding no event headers sends no traceparent');
 is_deeply($got->{cloudevents}, [undef], 'nor the CloudEvent attribute');
+
+# fan-out: both destinations that take the event get the writer's trace
+sql(qq{
+	BEGIN;
+	SET LOCAL outbox.traceparent = '$traceparent';
+	SELECT outbox_emit('tp.fan', '{"n": 5}');
+	COMMIT;});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 2 FROM outbox WHERE event_type = 'tp.fan' AND delivered_at IS NOT NULL}),
+	'the fanned-out event delivered to both destinations');
+is(consumer($sink->requests('/fan1')->[0])->{headers}, $trace_id, 'fan-out: the first destination gets the trace');
+is_deeply(consumer($sink->requests('/fan2')->[0])->{cloudevents}, [$trace_id],
+	'and the second, in its CloudEvent');
+
+# not W3C Trace Context: set in the transaction, or given as a header
+my ($rc, $out, $err) = $node->psql('postgres', q{
+	BEGIN;
+	SET LOCAL outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7';
+	SELECT outbox_emit('tp.bad', '{"n": 6}');
+	SELECT outbox_emit('tp.bad', '{"n": 7}', NULL, NULL, '{"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}');
+	COMMIT;});
+is($rc, 0, 'malformed trace contexts do not fail the writer');
+my @warnings = $err =~ /WARNING:  ([^\n]*)/g;
+is_deeply(\@warnings, [
+		'outbox.traceparent is not a W3C trace context: the event is written without it',
+		'event header traceparent is not a W3C trace context: the event is written without it' ],
+	'each is dropped with a WARNING');
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 2 FROM outbox WHERE event_type = 'tp.bad' AND delivered_at IS NOT NULL}),
+	'both events delivered');
+# read as sent: a consumer would also refuse the all-zero trace id
+my @bad = @{ $sink->requests('/bad') };
+is_deeply([ map { exists $_->{headers}{traceparent} ? 1 : 0 } @bad ], [ 0, 0 ], 'without a traceparent header');
+is_deeply([ map { $_->{body} =~ /traceparent/ ? 1 : 0 } @bad ], [ 0, 0 ],
+	'nor a CloudEvents traceparent attribute');
 
 $sink->stop;
 $node->stop;

@@ -100,7 +100,10 @@ destination('ce', 'ce.bin', topic => 'ce', format => 'cloudevents-binary');
 destination('ces', 'ce.str', topic => 'ces', format => 'cloudevents');
 $node->safe_psql('postgres', qq{
 	SELECT outbox_emit('ce.bin', '{"a": 1}', 'order', '7', '{"traceparent": "$traceparent"}');
-	SELECT outbox_emit('ce.str', '{"a": 2}', 'order', '8')});
+	BEGIN;
+	SET LOCAL outbox.traceparent = '$traceparent';
+	SELECT outbox_emit('ce.str', '{"a": 2}', 'order', '8');
+	COMMIT;});
 ok(delivered('ce.bin', 1) && delivered('ce.str', 1), 'CloudEvents delivered');
 my ($bin) = @{ $kafka->consume('ce') };
 my $bin_id = $node->safe_psql('postgres', "SELECT event_id FROM outbox WHERE event_type = 'ce.bin'");
@@ -118,6 +121,10 @@ is_deeply(node_json('trace_check.js', { headers => $bin->{headers}, body => $bin
 			binding => 'kafka' }, '@opentelemetry/core', 'cloudevents'),
 	{ headers => '4bf92f3577b34da6a3ce929d0e0e4736', cloudevents => ['4bf92f3577b34da6a3ce929d0e0e4736'] },
 	'the trace id, read by OpenTelemetry from the headers and from the CloudEvent');
+is_deeply(node_json('trace_check.js', { headers => $str->{headers}, body => $str->{payload}, key => $str->{key},
+			binding => 'kafka' }, '@opentelemetry/core', 'cloudevents'),
+	{ headers => '4bf92f3577b34da6a3ce929d0e0e4736', cloudevents => ['4bf92f3577b34da6a3ce929d0e0e4736'] },
+	'structured mode: the trace set in the writer\'s transaction, in the headers and the CloudEvent');
 
 # a key template, and the errors librdkafka's retries absorb: delivered once, first attempt
 destination('flaky', 'flaky.*', topic => 'flaky', key => '{event_type}');
