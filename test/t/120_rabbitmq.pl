@@ -83,6 +83,8 @@ is_deeply($m->{headers}, {
 		'outbox-aggregate-type' => 'order', 'outbox-aggregate-id' => '7', 'outbox-attempt' => 1,
 		traceparent => $traceparent, tenant => 'acme' },
 	'headers: the relay\'s, the trace context and the destination\'s own; no x-*');
+is(node_json('trace_check.js', { headers => $m->{headers}, body => '' }, '@opentelemetry/core')->{headers},
+	'4bf92f3577b34da6a3ce929d0e0e4736', 'where an OpenTelemetry consumer (W3C propagator) finds the trace id');
 my $body = decode_json($m->{body});
 is_deeply([ $body->{id}, $body->{payload}{n} ], [ $event_id, 7 ], 'the body is the envelope');
 
