@@ -101,7 +101,7 @@ SELECT trace_emit();
 COMMIT;
 SELECT headers FROM outbox WHERE event_type = 'trace.plain';
 
--- no room among 64 headers: the event is written as given
+-- no room among 64 headers: the event is written as given, with a WARNING
 BEGIN;
 SET LOCAL outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 SELECT (SELECT count(*) FROM jsonb_object_keys(h)) AS headers, h ? 'traceparent' AS traced

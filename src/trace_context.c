@@ -287,7 +287,8 @@ with_trace(Jsonb *headers, const char *traceparent, const char *tracestate)
  * the file's header): headers as given (NULL: none) when they hold a valid
  * traceparent, or hold neither header and the settings hold none; else a
  * new object, invalid trace headers dropped (WARNING), or the settings'
- * added while the headers have room for them (OUTBOX_MAX_HEADERS).
+ * added while the headers have room for them (OUTBOX_MAX_HEADERS; else a
+ * WARNING, 54000).
  * For the BEFORE INSERT trigger on outbox, in the writer's transaction.
  */
 Jsonb *
@@ -336,7 +337,14 @@ OutboxTraceContextSettle(Jsonb *headers)
 	if (headers != NULL && JB_ROOT_IS_OBJECT(headers) &&
 		(JB_ROOT_COUNT(headers) + 2 > OUTBOX_MAX_HEADERS ||
 		 VARSIZE(headers) + TRACESTATE_MAX_BYTES + 128 > OUTBOX_MAX_HEADERS_BYTES))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the event's headers leave no room for the trace context of outbox.traceparent: the event is written without it"),
+				 errdetail("An event carries at most %d headers and %d bytes of them; the trace context takes 2 headers and up to %d bytes.",
+						   OUTBOX_MAX_HEADERS, OUTBOX_MAX_HEADERS_BYTES, TRACESTATE_MAX_BYTES + 128)));
 		return headers;
+	}
 	if (outbox_tracestate != NULL && outbox_tracestate[0] != '\0' &&
 		!OutboxTracestateValid(outbox_tracestate, strlen(outbox_tracestate)))
 	{
