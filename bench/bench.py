@@ -422,13 +422,12 @@ def bench_trace_capture(c, tmp, seconds, clients, scripts, e, g):
     # +-12 %): one session runs the two transactions alternately, so that
     # the machine's drift hits both alike, and the backend's run time
     # (/proc/PID/schedstat, in ns) is read around each. With and without a
-    # task row: the emit alone is the stricter of the two.
-    # The control, (g) against itself, shows what the method reads when
-    # nothing differs: about 1.000.
+    # task row: the emit alone is the stricter of the two. (e) against
+    # (c), no SET at all, counts the SET statement the application sends
+    # for the context too (set_config() in a query it sends anyway costs
+    # less). The control, (g) against itself, shows what the method reads
+    # when nothing differs: about 1.000.
     tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    # (e) against (c), no SET at all: the capture with the SET statement
-    # that the application sends for it (set_config() in a query it sends
-    # anyway costs less)
     for label, task, setting, base in (("(e) against (g), task + emit", True, tp, ""),
                                        ("(e) against (g), emit alone", False, tp, ""),
                                        ("(e) against (c), no SET, task + emit", True, tp, None),
@@ -476,7 +475,6 @@ def trace_capture_cpu(c, task, setting, base, pairs, rounds):
     every pair), the run time read from /proc/PID/schedstat around each.
     Returns (e, g) per round."""
     conn = c.connect()
-    conn.autocommit = True
     out = []
     with conn.cursor() as cur:
         cur.execute("SELECT pg_backend_pid()")
