@@ -298,6 +298,23 @@ REVOKE ALL ON @extschema@.outbox_config FROM PUBLIC;
 GRANT SELECT ON @extschema@.outbox_config TO outbox_admin;
 
 /*
+ * Whether an event type matches a destination's event_types pattern ('*'
+ * any run of characters, the rest literal): what LIKE with
+ * _outbox_like_pattern(pattern) answers, without building that pattern
+ * for each row and destination (src/route_pattern.c).
+ */
+CREATE FUNCTION @extschema@._outbox_type_matches(event_type text, pattern text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', '_outbox_type_matches'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_type_matches(text, text) IS
+    'Internal: whether an event type matches an event_types pattern, * standing for any run of characters';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_type_matches(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_type_matches(text, text) TO outbox_admin;
+
+/*
  * Whether a destination (its event_types and filter) takes an event: its
  * pattern matches the type and its filter, if any, is true for the event.
  * The document a filter reads is built only for a destination whose
@@ -312,7 +329,7 @@ CREATE FUNCTION @extschema@._outbox_takes(event_types text, filter jsonpath, eve
                                           aggregate_type text, aggregate_id text, payload jsonb)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-RETURN CASE WHEN event_type OPERATOR(pg_catalog.~~) @extschema@._outbox_like_pattern(event_types)
+RETURN CASE WHEN @extschema@._outbox_type_matches(event_type, event_types)
             THEN filter IS NULL
                  OR pg_catalog.jsonb_path_match(
                         pg_catalog.jsonb_build_object('type', event_type,
@@ -556,6 +573,9 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
        CASE WHEN (r.d).enabled THEN (r.d).name END AS dest_name,
        CASE WHEN (r.d).enabled THEN r.d END AS dest,
        o.cut_off_attempts,
+       -- a subquery that does not run: a CASE, so that its nodes are not
+       -- started again for each row (0.5 us per event when unordered)
+       CASE WHEN (r.d).enabled AND (r.d).ordered THEN
        (SELECT e.id
           FROM @extschema@.outbox e
          WHERE (r.d).enabled AND (r.d).ordered
@@ -590,7 +610,7 @@ SELECT o.id, o.ctid AS tid, o.event_id, o.attempts, o.event_type,
                                                                    e.aggregate_type, e.aggregate_id,
                                                                    e.payload))) END
          ORDER BY coalesce(e.origin_id, e.id) DESC
-         LIMIT 1) AS blocked_by,
+         LIMIT 1) END AS blocked_by,
        coalesce(r.several,
                 (r.d).name IS NOT NULL
                 -- once per statement: with one destination, nothing to look for

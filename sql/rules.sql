@@ -51,6 +51,25 @@ SELECT t, (SELECT string_agg(name, ', ' ORDER BY name) FROM _outbox_routes(t, NU
 SELECT event_type, pending, unroutable FROM outbox_status ORDER BY 1;
 ROLLBACK;
 
+-- a pattern matches as the LIKE pattern 1.1 built from it did: '*' any
+-- run of characters, the empty one too; %, _ and \ are literals; a
+-- multibyte character is matched whole
+SELECT p, t, _outbox_type_matches(t, p) AS matches
+  FROM (VALUES ('*', 'a'), ('a*', 'a'), ('a*', 'ba'), ('*a', 'ba'), ('*a', 'ab'),
+               ('a*b*c', 'aXbYc'), ('a*b*c', 'acb'), ('a*b*c', 'abcb'), ('**', 'x'),
+               ('*aab', 'aaab'), ('*.paid', 'order.paid'), ('*.paid', 'order.paidx'),
+               ('a%b', 'axb'), ('a%b', 'a%b'), ('a_b', 'axb'), ('a\b', 'a\b'), ('a\b', 'ab'),
+               ('A', 'a'), ('é*', 'éa'), ('*é', 'aé'), ('*é*', 'ée'), ('u', 'ü'), ('', '')) v(p, t);
+-- and agrees with it on every pattern of up to four of a, é and *, and
+-- every type of up to four of a and é
+WITH RECURSIVE pat(s) AS (SELECT '' UNION ALL SELECT s || c FROM pat, unnest('{a,é,*}'::text[]) c WHERE length(s) < 4),
+     typ(s) AS (SELECT '' UNION ALL SELECT s || c FROM typ, unnest('{a,é}'::text[]) c WHERE length(s) < 4)
+SELECT count(*) AS pairs,
+       count(*) FILTER (WHERE _outbox_type_matches(typ.s, pat.s)
+                              IS DISTINCT FROM (typ.s LIKE _outbox_like_pattern(pat.s))) AS disagreements,
+       count(*) FILTER (WHERE _outbox_type_matches(typ.s, pat.s)) AS matching
+  FROM pat, typ;
+
 -- a parked event carries the relay's marker text, and a new destination
 -- makes it due again through the trigger that looks for the same text
 BEGIN;
