@@ -483,6 +483,22 @@ CREATE INDEX outbox_key_idx
       AND cancelled_at IS NULL AND skipped_at IS NULL;
 
 /*
+ * Routing by type alone, as 1.1 routed, when no destination has a filter
+ * and there are at most 32 (src/route_pattern.c): the destinations are
+ * read once per statement, and each row is answered from memory.
+ */
+CREATE FUNCTION @extschema@._outbox_route_by_type(event_type text, destination_id bigint)
+RETURNS @extschema@.outbox_destinations
+AS 'MODULE_PATHNAME', '_outbox_route_by_type'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@._outbox_route_by_type(text, bigint) IS
+    'Internal: the destination a row goes to when no destination has a filter: destination_id''s, or the first by name whose pattern matches the type';
+
+REVOKE ALL ON FUNCTION @extschema@._outbox_route_by_type(text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@._outbox_route_by_type(text, bigint) TO outbox_admin;
+
+/*
  * What the claim needs of a row's routes (_outbox_pending), cheaper than
  * _outbox_routes' union and window: the first of them by name (its
  * destination_id's for a row of a fanned-out event), and, with more than
@@ -497,7 +513,10 @@ CREATE INDEX outbox_key_idx
  * one-time test runs it or not, so the candidates' part is in it once (a
  * second copy, for the look for another route, cost a claim of one event
  * about 0.1 ms). An append emits its parts' rows in turn, and at most one
- * part has rows.
+ * part has rows. With no filter and up to 32 destinations, the first part
+ * alone runs: _outbox_route_by_type, which reads the destinations once
+ * per statement rather than once per row (the parts after it cost about
+ * 1.9 us per row in a claim, 1.1's routing by type 0.1 us).
  */
 CREATE FUNCTION @extschema@._outbox_route(event_type text, aggregate_type text,
                                           aggregate_id text, payload jsonb,
@@ -506,15 +525,29 @@ RETURNS TABLE (route @extschema@.outbox_destinations, several boolean)
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT u.d, u.several
-      FROM ((SELECT d, false
+      FROM ((SELECT t.d, CASE WHEN _outbox_route.destination_id IS NOT NULL THEN false END
+               FROM (SELECT @extschema@._outbox_route_by_type(_outbox_route.event_type,
+                                                              _outbox_route.destination_id)
+                      WHERE (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                            OPERATOR(pg_catalog.<=) 32
+                        AND NOT EXISTS (SELECT FROM @extschema@.outbox_destinations f WHERE f.filter IS NOT NULL)
+                     OFFSET 0) t(d)
+              -- no row when there is no route, as the parts below
+              WHERE (t.d).id IS NOT NULL)
+            UNION ALL
+            (SELECT d, false
                FROM @extschema@.outbox_destinations d
-              WHERE d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id)
+              WHERE d.id OPERATOR(pg_catalog.=) _outbox_route.destination_id
+                AND ((SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
+                     OPERATOR(pg_catalog.>) 32
+                     OR EXISTS (SELECT FROM @extschema@.outbox_destinations f WHERE f.filter IS NOT NULL)))
             UNION ALL
             (SELECT d, NULL::boolean
                FROM @extschema@.outbox_destinations d
               WHERE _outbox_route.destination_id IS NULL
                 AND (SELECT pg_catalog.count(*) FROM (SELECT FROM @extschema@.outbox_destinations LIMIT 33) n)
                     OPERATOR(pg_catalog.<=) 32
+                AND EXISTS (SELECT FROM @extschema@.outbox_destinations f WHERE f.filter IS NOT NULL)
                 AND @extschema@._outbox_takes(d.event_types, d.filter, _outbox_route.event_type,
                                               _outbox_route.aggregate_type, _outbox_route.aggregate_id,
                                               _outbox_route.payload)

@@ -51,6 +51,34 @@ SELECT t, (SELECT string_agg(name, ', ' ORDER BY name) FROM _outbox_routes(t, NU
 SELECT event_type, pending, unroutable FROM outbox_status ORDER BY 1;
 ROLLBACK;
 
+-- the claim's routing (_outbox_route) with no filter and up to 32
+-- destinations answers from the destinations read once per statement
+-- (_outbox_route_by_type); with a filter anywhere it evaluates each
+-- destination in SQL; both give the same first route, a disabled one
+-- included, and the row's own destination for a fanned-out row
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
+    ('r_b', 'task.*', 'c1', true), ('r_a', 'task.created', 'c2', true),
+    ('r_0', 'other', 'c3', false), ('r_z', 'oth*', 'c5', true), ('r_c', '100%_*', 'c4', true);
+CREATE TEMP TABLE route_inputs AS
+SELECT t, i
+  FROM unnest(ARRAY['task.created', 'task.done', 'other', 'otherwise', '100%_x', '100ab_x', 'none']) t,
+       unnest(ARRAY[NULL, (SELECT id FROM outbox_destinations WHERE name = 'r_z'),
+                    (SELECT id FROM outbox_destinations WHERE name = 'r_0'), -1]) i;
+CREATE TEMP TABLE by_type AS
+SELECT t, i, (r.route).name, r.several
+  FROM route_inputs LEFT JOIN LATERAL _outbox_route(t, NULL, NULL, NULL, i) r ON true;
+SELECT t, name FROM by_type WHERE i IS NULL ORDER BY t;
+SELECT DISTINCT coalesce(name, '-') AS name, several
+  FROM by_type WHERE i IS NOT NULL ORDER BY 1;
+INSERT INTO outbox_destinations (name, event_types, channel, filter)
+    VALUES ('zz_filtered', 'none.*', 'c6', '$.payload.x == 1');
+SELECT count(*) AS differences
+  FROM (SELECT t, i, (r.route).name, r.several
+          FROM route_inputs LEFT JOIN LATERAL _outbox_route(t, NULL, NULL, NULL, i) r ON true
+        EXCEPT ALL TABLE by_type) x;
+ROLLBACK;
+
 -- a pattern matches as the LIKE pattern 1.1 built from it did: '*' any
 -- run of characters, the empty one too; %, _ and \ are literals; a
 -- multibyte character is matched whole

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * route_pattern.c
- *	  Whether an event type matches a destination's event_types pattern.
+ *	  Whether an event type matches a destination's event_types pattern,
+ *	  and routing by type alone from destinations read once per statement.
  *
  * A pattern is an event type in which '*' stands for any run of
  * characters, the empty one included; every other character stands for
@@ -21,11 +22,19 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+
+#include "compat.h"
+#include "statements.h"
 
 PG_FUNCTION_INFO_V1(_outbox_type_matches);
+PG_FUNCTION_INFO_V1(_outbox_route_by_type);
 
 /*
  * Whether s (slen bytes) matches pattern p (plen bytes). The classic
@@ -91,4 +100,129 @@ _outbox_type_matches(PG_FUNCTION_ARGS)
 
 	PG_RETURN_BOOL(type_matches(VARDATA_ANY(type), VARSIZE_ANY_EXHDR(type),
 								VARDATA_ANY(pattern), VARSIZE_ANY_EXHDR(pattern)));
+}
+
+/*
+ * The destinations as one statement sees them, read at its first call of
+ * _outbox_route_by_type and kept for the rest of it in the call's
+ * FmgrInfo (a claim's rows mostly share a few types).
+ */
+typedef struct RouteDest
+{
+	int64		id;
+	const char *pattern;
+	int			plen;
+	Datum		row;			/* the outbox_destinations row */
+} RouteDest;
+
+typedef struct RouteCache
+{
+	int			ndests;
+	RouteDest  *dests;			/* in name order */
+	text	   *last_type;		/* the type last asked, and its answer */
+	int			last_match;		/* index in dests, or -1 for none */
+} RouteCache;
+
+static OutboxStatement destinations_stmt = {
+	.sql = "SELECT d, d.id, d.event_types FROM %1$s.outbox_destinations d ORDER BY d.name",
+	.nargs = 0,
+	.argtypes = NULL,
+	.cursor_options = CURSOR_OPT_GENERIC_PLAN
+};
+
+/* Reads the destinations with the statement's snapshot, into mcxt. */
+static RouteCache *
+load_destinations(Oid nspoid, MemoryContext mcxt)
+{
+	RouteCache *cache = MemoryContextAllocZero(mcxt, sizeof(RouteCache));
+	int			rc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	/* read_only: the caller's snapshot, as the rest of its statement */
+	rc = SPI_execute_plan(OutboxStatementPlan(&destinations_stmt, nspoid), NULL, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the destinations: %s", SPI_result_code_string(rc));
+	cache->ndests = (int) SPI_processed;
+	cache->dests = MemoryContextAllocZero(mcxt, sizeof(RouteDest) * Max(cache->ndests, 1));
+	for (int i = 0; i < cache->ndests; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		RouteDest  *d = &cache->dests[i];
+		bool		isnull;
+		text	   *pattern;
+		MemoryContext old;
+
+		old = MemoryContextSwitchTo(mcxt);
+		d->row = datumCopy(SPI_getbinval(tuple, desc, 1, &isnull), false, -1);
+		d->id = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
+		pattern = DatumGetTextPP(SPI_getbinval(tuple, desc, 3, &isnull));
+		d->pattern = text_to_cstring(pattern);
+		d->plen = strlen(d->pattern);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	cache->last_match = -1;
+	return cache;
+}
+
+/*
+ * _outbox_route_by_type(event_type text, destination_id bigint) RETURNS
+ * outbox_destinations, STABLE: where routing sends a row when no
+ * destination has a filter (routing by its type alone, 1.1's rule): the
+ * destination destination_id names, for a row of a fanned-out event, or
+ * else the first by name whose pattern matches event_type, enabled or not;
+ * NULL if there is none. _outbox_route calls it only then, and with at
+ * most 32 destinations: it reads them all, once per statement (with that
+ * statement's snapshot, SPI read-only), and answers each row from memory,
+ * as 1.1's claim did from a Memoize node keyed on the type; each row
+ * routed in SQL instead cost about 1.9 us in a claim of 1,000. Runs in
+ * the relay's claim and in any session reading _outbox_pending; raises
+ * ERROR only if the destinations cannot be read.
+ */
+Datum
+_outbox_route_by_type(PG_FUNCTION_ARGS)
+{
+	RouteCache *cache = (RouteCache *) fcinfo->flinfo->fn_extra;
+	text	   *type;
+	int			match = -1;
+
+	if (cache == NULL)
+	{
+		cache = load_destinations(get_func_namespace(fcinfo->flinfo->fn_oid),
+								  fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = cache;
+	}
+	if (!PG_ARGISNULL(1))
+	{
+		int64		id = PG_GETARG_INT64(1);
+
+		for (int i = 0; i < cache->ndests; i++)
+			if (cache->dests[i].id == id)
+				PG_RETURN_DATUM(cache->dests[i].row);
+		PG_RETURN_NULL();
+	}
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	type = PG_GETARG_TEXT_PP(0);
+	if (cache->last_type != NULL &&
+		VARSIZE_ANY_EXHDR(type) == VARSIZE_ANY_EXHDR(cache->last_type) &&
+		memcmp(VARDATA_ANY(type), VARDATA_ANY(cache->last_type), VARSIZE_ANY_EXHDR(type)) == 0)
+		match = cache->last_match;
+	else
+	{
+		for (int i = 0; i < cache->ndests && match < 0; i++)
+			if (type_matches(VARDATA_ANY(type), VARSIZE_ANY_EXHDR(type),
+							 cache->dests[i].pattern, cache->dests[i].plen))
+				match = i;
+		if (cache->last_type != NULL)
+			pfree(cache->last_type);
+		cache->last_type = (text *) MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, VARSIZE_ANY(type));
+		memcpy(cache->last_type, type, VARSIZE_ANY(type));
+		cache->last_match = match;
+	}
+	if (match < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(cache->dests[match].row);
 }
