@@ -60,6 +60,8 @@ BEGIN;
 INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
     ('r_b', 'task.*', 'c1', true), ('r_a', 'task.created', 'c2', true),
     ('r_0', 'other', 'c3', false), ('r_z', 'oth*', 'c5', true), ('r_c', '100%_*', 'c4', true);
+-- the first path's conditions hold here: no filter, at most 32
+SELECT count(*) <= 32 AS few, bool_and(filter IS NULL) AS no_filter FROM outbox_destinations;
 CREATE TEMP TABLE route_inputs AS
 SELECT t, i
   FROM unnest(ARRAY['task.created', 'task.done', 'other', 'otherwise', '100%_x', '100ab_x', 'none']) t,
@@ -77,6 +79,23 @@ SELECT count(*) AS differences
   FROM (SELECT t, i, (r.route).name, r.several
           FROM route_inputs LEFT JOIN LATERAL _outbox_route(t, NULL, NULL, NULL, i) r ON true
         EXCEPT ALL TABLE by_type) x;
+ROLLBACK;
+
+-- the destinations are read again when the same call is evaluated under
+-- another snapshot, as a PL/pgSQL expression is after a change
+BEGIN;
+DO $$
+DECLARE
+    r outbox_destinations;
+BEGIN
+    FOR i IN 1..2 LOOP
+        r := _outbox_route_by_type('rt.one', NULL);    -- one call, evaluated twice
+        RAISE NOTICE 'pass %: %', i, coalesce(r.name, '-');
+        IF i = 1 THEN
+            INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('rt_new', 'rt.*', 'c7');
+        END IF;
+    END LOOP;
+END $$;
 ROLLBACK;
 
 -- a pattern matches as the LIKE pattern 1.1 built from it did: '*' any
