@@ -22,7 +22,6 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -160,15 +159,13 @@ load_destinations(Oid nspoid, MemoryContext parent)
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		RouteDest  *d = &cache->dests[i];
 		bool		isnull;
-		text	   *pattern;
 		MemoryContext old;
 
 		old = MemoryContextSwitchTo(mcxt);
 		/* a copy with a full header, as composite values are passed */
 		d->row = PointerGetDatum(DatumGetHeapTupleHeaderCopy(SPI_getbinval(tuple, desc, 1, &isnull)));
 		d->id = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
-		pattern = DatumGetTextPP(SPI_getbinval(tuple, desc, 3, &isnull));
-		d->pattern = text_to_cstring(pattern);
+		d->pattern = TextDatumGetCString(SPI_getbinval(tuple, desc, 3, &isnull));
 		d->plen = strlen(d->pattern);
 		MemoryContextSwitchTo(old);
 	}
