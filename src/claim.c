@@ -238,6 +238,7 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 		if (room > 0)
 			batch_size = room;
 	}
+	d->asked = batch_size;
 	lim.batch_size = batch_size;
 	lim.skip = req->skip;
 	lim.exclude = exclude;
@@ -266,6 +267,27 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
 	d->published = MemoryContextAlloc(req->cxt, sizeof(int64) * Max(n, 1));
 	keep = publish_claimed(req, events, n, d);
 	send_and_mark(req, events, n, keep, d);
+}
+
+/*
+ * Whether claim d was cut (by the set's room while it took all it asked
+ * for, the memory budget or a kind's room), and settled events (sent at
+ * COMMIT, failed, parked or held: out of the due range now) but put none
+ * in flight. A relay with nothing else in flight then has no outcome
+ * coming to make it claim again, and must claim again at once, or the
+ * events left due wait for outbox.poll_interval or the next commit (with
+ * outbox.batch_size over the set's room, a NOTIFY backlog went at one cut
+ * claim per poll interval). Not after a claim that settled nothing: it
+ * would take the same rows again. Any process; no transaction needed.
+ */
+bool
+OutboxClaimCutSettled(const OutboxDispatchResult *d)
+{
+	bool		cut = (d->room_limited && d->claimed >= d->asked) ||
+		d->budget_limited || d->kind_limited;
+
+	return cut && d->nin_flight == 0 &&
+		d->delivered + d->failed + d->unroutable + d->held > 0;
 }
 
 /*

@@ -34,6 +34,7 @@ typedef struct OutboxDispatchResult
 {
 	bool		opened;			/* the extension was there to work on */
 	int			claimed;		/* rows locked */
+	int			asked;			/* at most: the batch size, cut to the set's room */
 	int			delivered;		/* sent at COMMIT */
 	int			failed;
 	int			unroutable;
@@ -54,6 +55,7 @@ typedef struct OutboxDispatchResult
 } OutboxDispatchResult;
 
 extern void OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d);
+extern bool OutboxClaimCutSettled(const OutboxDispatchResult *d);
 extern Datum outbox_relay(PG_FUNCTION_ARGS);
 
 #endif							/* OUTBOX_CLAIM_H */

@@ -617,12 +617,14 @@ worker_claim(WorkerState *st)
 		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
 	/*
 	 * cut by the set's room, the memory budget or a kind's room: outcomes
-	 * make room (a kind's, as they are collected or recorded); cut for a
-	 * destination's share: the next claim takes the others'
+	 * make room (a kind's, as they are collected or recorded), and with
+	 * none coming the next claim runs at once; cut for a destination's
+	 * share: the next claim takes the others'
 	 */
 	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left || c.d.due_again ||
 		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited &&
-		 !c.d.kind_limited);
+		 !c.d.kind_limited) ||
+		(OutboxClaimCutSettled(&c.d) && st->outcomes == NIL && !OutboxKindsBusy());
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
 }
