@@ -147,7 +147,7 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 		}
 	}
 	/* released: the next events of their keys are due now */
-	if (OutboxMarkDelivered(ok, d->delivered) > 0)
+	if (OutboxMarkDelivered(ok, d->delivered, d->routing_locked) > 0)
 		d->due_again = true;
 	OutboxMarkFailed(failed, d->failed);
 	OutboxMarkUnroutable(unroutable, d->unroutable);

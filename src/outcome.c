@@ -459,7 +459,7 @@ OutboxRecordOutcomes(OutboxEvent **events, int n)
 		values[0] = OutboxTidArray(ok, nok);
 		values[1] = PointerGetDatum(construct_array(ids, nok, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		values[2] = PointerGetDatum(construct_array(attempts, nok, INT4OID, 4, true, TYPALIGN_INT));
-		OutboxDeliveryDestinations(ok, nok, &values[3]);
+		OutboxDeliveryDestinations(ok, nok, &values[3], false);
 		rc = SPI_execute_plan(OutboxStatementPlan(&recorded_stmt, OutboxQueueSchema()), values, NULL, false, 0);
 		if (rc != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not record deliveries: %s", SPI_result_code_string(rc));

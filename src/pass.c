@@ -119,10 +119,11 @@ OutboxQueueSchema(void)
 /*
  * The three arrays (text[], text[], timestamptz[]) of OUTBOX_DELIVERED_DESTINATION
  * for n delivered events, into values[0..2]: each one's destination name,
- * kind and created_at as claimed. Caller is in SPI with a transaction open.
+ * kind and created_at as claimed; names_only: the names alone, values[1]
+ * and values[2] left as they are. Caller is in SPI with a transaction open.
  */
 void
-OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values)
+OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values, bool names_only)
 {
 	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
 	Datum	   *kinds = palloc(sizeof(Datum) * Max(n, 1));
@@ -131,10 +132,14 @@ OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values)
 	for (int i = 0; i < n; i++)
 	{
 		dests[i] = CStringGetTextDatum(events[i]->dest.name);
+		if (names_only)
+			continue;
 		kinds[i] = CStringGetTextDatum(events[i]->dest.kind->name);
 		created[i] = TimestampTzGetDatum(events[i]->dest.created_at);
 	}
 	values[0] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
+	if (names_only)
+		return;
 	values[1] = PointerGetDatum(construct_array(kinds, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = PointerGetDatum(construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));

@@ -37,7 +37,8 @@ extern Oid	OutboxQueueExtension(void);
 	"CASE WHEN (u.dest, u.kind, u.created) IN (" \
 	"  SELECT d.name, d.kind, d.created_at FROM %1$s.outbox_destinations d" \
 	"   WHERE d.name = ANY (" dests ")) THEN u.dest END"
-extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values);
+extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values,
+									   bool names_only);
 
 extern Datum OutboxInt8Array(const int64 *values, int n);
 extern Datum OutboxTidArray(OutboxEvent **events, int n);
