@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until relay_pid wait_relay
+our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until wait_ready relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
   poison_scenario time_bound kind_check_module node_json in_flight_sample);
@@ -158,13 +158,27 @@ sub relay_pid
 	return $node->safe_psql('postgres', "SELECT pid $relay_of AND datname = '$db'");
 }
 
+# Waits until $node accepts connections (pg_isready); false on timeout.
+# After a crash restart, poll_query_until's psql can be refused before it
+# reads the query from its stdin, and IPC::Run then dies of the broken
+# pipe instead of letting it retry.
+sub wait_ready
+{
+	my ($node) = @_;
+	return wait_until(sub {
+		IPC::Run::run([ $node->installed_command('pg_isready'), '-q',
+			  '-h', $node->host, '-p', $node->port ], '>', \my $out, '2>', \my $err);
+	});
+}
+
 # Waits until exactly one relay runs in $db, not $old_pid if given; returns its pid, undef on timeout.
 sub wait_relay
 {
 	my ($node, $db, $old_pid) = @_;
 	my $cond = "datname = '$db'" . (defined $old_pid ? " AND pid <> $old_pid" : '');
 	return undef
-	  unless $node->poll_query_until('postgres', "SELECT count(*) = 1 $relay_of AND $cond");
+	  unless wait_ready($node)
+	  && $node->poll_query_until('postgres', "SELECT count(*) = 1 $relay_of AND $cond");
 	return $node->safe_psql('postgres', "SELECT pid $relay_of AND $cond");
 }
 
@@ -172,7 +186,8 @@ sub wait_relay
 sub wait_no_relay
 {
 	my ($node, $db) = @_;
-	return $node->poll_query_until('postgres', "SELECT count(*) = 0 $relay_of AND datname = '$db'");
+	return wait_ready($node)
+	  && $node->poll_query_until('postgres', "SELECT count(*) = 0 $relay_of AND datname = '$db'");
 }
 
 # Waits until relay $pid, the same process, runs passes $secs s after now; false if it exits.
