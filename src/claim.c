@@ -116,6 +116,7 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 	OutboxEvent **held = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	OutboxEvent **fanned = palloc(sizeof(OutboxEvent *) * Max(n, 1));
 	int			nfanned = 0;
+	bool		marked;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -147,9 +148,11 @@ send_and_mark(const OutboxClaimRequest *req, OutboxEvent *events, int n,
 		}
 	}
 	/* released: the next events of their keys are due now */
-	if (OutboxMarkDelivered(ok, d->delivered, d->routing_locked) > 0)
+	if (OutboxMarkDelivered(ok, d->delivered, d->routing_locked, &marked) > 0)
 		d->due_again = true;
-	OutboxMarkFailed(failed, d->failed);
+	d->marks_short = !marked;
+	if (!OutboxMarkFailed(failed, d->failed))
+		d->marks_short = true;
 	OutboxMarkUnroutable(unroutable, d->unroutable);
 	if (d->held > 0)
 	{
@@ -277,8 +280,9 @@ OutboxDispatch(const OutboxClaimRequest *req, OutboxDispatchResult *d)
  * coming to make it claim again, and must claim again at once, or the
  * events left due wait for outbox.poll_interval or the next commit (with
  * outbox.batch_size over the set's room, a NOTIFY backlog went at one cut
- * claim per poll interval). Not after a claim that settled nothing: it
- * would take the same rows again. Any process; no transaction needed.
+ * claim per poll interval). Not after a claim that settled nothing, nor
+ * one whose marks missed rows (a trigger on outbox, say): it would take
+ * the same rows again. Any process; no transaction needed.
  */
 bool
 OutboxClaimCutSettled(const OutboxDispatchResult *d)
@@ -286,7 +290,7 @@ OutboxClaimCutSettled(const OutboxDispatchResult *d)
 	bool		cut = (d->room_limited && d->claimed >= d->asked) ||
 		d->budget_limited || d->kind_limited;
 
-	return cut && d->nin_flight == 0 &&
+	return cut && d->nin_flight == 0 && !d->marks_short &&
 		d->delivered + d->failed + d->unroutable + d->held > 0;
 }
 

@@ -39,6 +39,7 @@ typedef struct OutboxDispatchResult
 	int			failed;
 	int			unroutable;
 	int			held;			/* not their key's turn (ordered destinations) */
+	bool		marks_short;	/* a mark changed fewer rows than it was given */
 	bool		due_again;		/* events became due in the claim: claim again */
 	bool		routing_locked; /* outbox_destinations cannot change until COMMIT */
 	bool		room_limited;	/* fewer than asked: the in-flight set is full */

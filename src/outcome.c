@@ -407,16 +407,16 @@ record_failures(OutboxEvent **events, int n)
 /*
  * Records a failed attempt of each claimed (locked) event, in the claim's
  * transaction: attempts + 1, the error text, and either the time of the next
- * attempt or the dead-letter mark (see failed_attempt). Same context and
- * errors as OutboxMarkDelivered.
+ * attempt or the dead-letter mark (see failed_attempt). Returns whether
+ * every one was recorded. Same context and errors as OutboxMarkDelivered.
  */
-void
+bool
 OutboxMarkFailed(OutboxEvent **events, int n)
 {
-	if (n == 0)
-		return;
-	if (record_failures(events, n) != (uint64) n)
-		OutboxCheckMarked(n, false);
+	if (n == 0 || record_failures(events, n) == (uint64) n)
+		return true;
+	(void) OutboxCheckMarked(n, false);
+	return false;
 }
 
 /*

@@ -12,7 +12,7 @@
 
 #include "event.h"
 
-extern void OutboxMarkFailed(OutboxEvent **events, int n);
+extern bool OutboxMarkFailed(OutboxEvent **events, int n);
 extern int	OutboxRecordOutcomes(OutboxEvent **events, int n);
 extern bool OutboxRecordFailure(OutboxEvent *ev);
 

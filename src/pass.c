@@ -179,14 +179,15 @@ OutboxTidArray(OutboxEvent **events, int n)
  * Warns when a mark statement (the last SPI statement) changed fewer rows
  * than the n it was given: the rows are locked by the pass, so this should
  * not happen, and an unmarked event would be delivered again. delivered:
- * they were to be marked delivered, else as failed attempts. Caller is in
- * SPI with a transaction open; raises WARNING, never ERROR.
+ * they were to be marked delivered, else as failed attempts. Returns
+ * whether all were. Caller is in SPI with a transaction open; raises
+ * WARNING, never ERROR.
  */
-void
+bool
 OutboxCheckMarked(int n, bool delivered)
 {
 	if (SPI_processed == (uint64) n)
-		return;
+		return true;
 	if (delivered)
 		ereport(WARNING,
 				(errcode(ERRCODE_INTERNAL_ERROR),
@@ -199,4 +200,5 @@ OutboxCheckMarked(int n, bool delivered)
 				 errmsg("recorded the failed attempt of %llu of %d events",
 						(unsigned long long) SPI_processed, n),
 				 errdetail("The others stay pending and will be delivered again.")));
+	return false;
 }

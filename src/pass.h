@@ -42,6 +42,6 @@ extern void OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *value
 
 extern Datum OutboxInt8Array(const int64 *values, int n);
 extern Datum OutboxTidArray(OutboxEvent **events, int n);
-extern void OutboxCheckMarked(int n, bool delivered);
+extern bool OutboxCheckMarked(int n, bool delivered);
 
 #endif							/* OUTBOX_PASS_H */

@@ -49,7 +49,8 @@ typedef struct OutboxClaimLeft
 extern int	OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt,
 						OutboxPrepareFn prepare, OutboxEvent **events, OutboxClaimLeft *left);
 extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32 *attempts);
-extern int	OutboxMarkDelivered(OutboxEvent **events, int n, bool routing_locked);
+extern int	OutboxMarkDelivered(OutboxEvent **events, int n, bool routing_locked,
+								bool *all_marked);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
 extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);

@@ -624,7 +624,7 @@ worker_claim(WorkerState *st)
 	st->look = st->isolate > 0 || c.d.dest_limited || c.d.alone_left || c.d.due_again ||
 		(c.d.claimed >= c.batch_size && !c.d.room_limited && !c.d.budget_limited &&
 		 !c.d.kind_limited) ||
-		(OutboxClaimCutSettled(&c.d) && st->outcomes == NIL && !OutboxKindsBusy());
+		(OutboxClaimCutSettled(&c.d) && st->outcomes == NIL && OutboxKindsPending() == 0);
 	/* read once the requests are under way: it is not on their path */
 	st->want_next_due = !st->look;
 }
