@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until wait_ready relay_pid wait_relay
+our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until wait_ready poll_after_crash relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
   poison_scenario time_bound kind_check_module node_json in_flight_sample);
@@ -159,9 +159,6 @@ sub relay_pid
 }
 
 # Waits until $node accepts connections (pg_isready); false on timeout.
-# After a crash restart, poll_query_until's psql can be refused before it
-# reads the query from its stdin, and IPC::Run then dies of the broken
-# pipe instead of letting it retry.
 sub wait_ready
 {
 	my ($node) = @_;
@@ -171,14 +168,30 @@ sub wait_ready
 	});
 }
 
+# poll_query_until($db, $query) of $node, robust to a crash restart: while
+# the server recovers, psql is refused before it reads the query from its
+# stdin, and IPC::Run dies of the broken pipe instead of letting
+# poll_query_until try again. Waits for the server to accept connections,
+# and starts again after such a death (the kill may be seen only later).
+sub poll_after_crash
+{
+	my ($node, $db, $query) = @_;
+	for my $try (1 .. 5)
+	{
+		my $ok = eval { wait_ready($node) && $node->poll_query_until($db, $query) };
+		return $ok unless $@;
+		die $@ unless $@ =~ /Broken pipe/;
+	}
+	return 0;
+}
+
 # Waits until exactly one relay runs in $db, not $old_pid if given; returns its pid, undef on timeout.
 sub wait_relay
 {
 	my ($node, $db, $old_pid) = @_;
 	my $cond = "datname = '$db'" . (defined $old_pid ? " AND pid <> $old_pid" : '');
 	return undef
-	  unless wait_ready($node)
-	  && $node->poll_query_until('postgres', "SELECT count(*) = 1 $relay_of AND $cond");
+	  unless poll_after_crash($node, 'postgres', "SELECT count(*) = 1 $relay_of AND $cond");
 	return $node->safe_psql('postgres', "SELECT pid $relay_of AND $cond");
 }
 
@@ -186,8 +199,7 @@ sub wait_relay
 sub wait_no_relay
 {
 	my ($node, $db) = @_;
-	return wait_ready($node)
-	  && $node->poll_query_until('postgres', "SELECT count(*) = 0 $relay_of AND datname = '$db'");
+	return poll_after_crash($node, 'postgres', "SELECT count(*) = 0 $relay_of AND datname = '$db'");
 }
 
 # Waits until relay $pid, the same process, runs passes $secs s after now; false if it exits.

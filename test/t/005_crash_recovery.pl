@@ -204,7 +204,7 @@ $sink->control(delay_ms => 5);
 	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset);
 	ok($node->log_contains(qr/\(PID $pid\) was terminated by signal 9/, $log_offset),
 		'd: the client backend was killed and the server restarted');
-	ok(wait_ready($node) && $node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()'),
+	ok(poll_after_crash($node, 'postgres', 'SELECT NOT pg_is_in_recovery()'),
 		'd: crash recovery finished');
 	ok($node->log_contains(qr/redo done at/, $log_offset), 'd: WAL was replayed');
 	is( $node->safe_psql('postgres',

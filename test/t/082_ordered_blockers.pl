@@ -56,8 +56,10 @@ ok( $node->poll_query_until('postgres',
 	'the flow resumes');
 my $victim = $node->safe_psql('postgres', q{
 	SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'postgres' LIMIT 1});
+my $offset = -s $node->logfile;
 kill 'KILL', $victim;
-ok( $node->poll_query_until('postgres',
+$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+ok( poll_after_crash($node, 'postgres',
 		"SELECT count(*) = 1000 FROM outbox WHERE event_type = 'ord.hang' AND delivered_at IS NOT NULL"),
 	'after the crash restart, all 1,000 are delivered')
   or diag($node->safe_psql('postgres', q{

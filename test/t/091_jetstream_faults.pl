@@ -45,9 +45,12 @@ $bg->query_until(qr/started/, q{
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) >= 2000 FROM outbox WHERE event_type = 'flow.crash' AND delivered_at IS NOT NULL"),
 	'a: the flow is under way');
+my $offset = -s $node->logfile;
 kill 'KILL', $pid;
 $bg->quit;
-ok($node->poll_query_until('postgres', 'SELECT true'), 'a: the server is back after the crash restart');
+$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+ok(poll_after_crash($node, 'postgres', 'SELECT true'),
+	'a: the server is back after the crash restart');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 10000 FROM outbox WHERE event_type = 'flow.crash' AND delivered_at IS NOT NULL"),
 	'a: all 10,000 events delivered after the crash');
