@@ -1449,7 +1449,7 @@ def main():
         if "13" in only:
             bench_slow_flush(c, tmp, 5000 if q else 50000, 2 if q else 4, nginx_port)
         if "14" in only:
-            bench_fan_out(c, 5000 if q else 50000, 2000 if q else 20000, nginx_port)
+            bench_fan_out(c, 5000 if q else 50000, 10000 if q else 100000, nginx_port)
         if "15" in only:
             bench_bullmq(c, 2000 if q else 20000)
         if "16" in only:
