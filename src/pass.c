@@ -126,20 +126,21 @@ void
 OutboxDeliveryDestinations(OutboxEvent **events, int n, Datum *values, bool names_only)
 {
 	Datum	   *dests = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *kinds = palloc(sizeof(Datum) * Max(n, 1));
-	Datum	   *created = palloc(sizeof(Datum) * Max(n, 1));
+	Datum	   *kinds;
+	Datum	   *created;
 
 	for (int i = 0; i < n; i++)
-	{
 		dests[i] = CStringGetTextDatum(events[i]->dest.name);
-		if (names_only)
-			continue;
-		kinds[i] = CStringGetTextDatum(events[i]->dest.kind->name);
-		created[i] = TimestampTzGetDatum(events[i]->dest.created_at);
-	}
 	values[0] = PointerGetDatum(construct_array(dests, n, TEXTOID, -1, false, TYPALIGN_INT));
 	if (names_only)
 		return;
+	kinds = palloc(sizeof(Datum) * Max(n, 1));
+	created = palloc(sizeof(Datum) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		kinds[i] = CStringGetTextDatum(events[i]->dest.kind->name);
+		created[i] = TimestampTzGetDatum(events[i]->dest.created_at);
+	}
 	values[1] = PointerGetDatum(construct_array(kinds, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = PointerGetDatum(construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));
