@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until wait_ready poll_after_crash relay_pid wait_relay
+our @EXPORT = qw(outbox_node require_kind start_sink make_certificates wait_until poll_after_crash relay_pid wait_relay
   wait_no_relay wait_idle_passes set_databases emit log_since error_lines
   count_by_id check_repeats relay_warnings gaps start_listener readme_sql
   poison_scenario time_bound kind_check_module node_json in_flight_sample);
