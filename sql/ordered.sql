@@ -181,7 +181,7 @@ $f$;
 SELECT bool_or(p LIKE '%Index Scan using outbox_pending_idx on outbox o%') AS walks_pending,
        bool_or(p LIKE '%Index Scan Backward using outbox_key_idx on outbox e%') AS probes_key,
        bool_or(p LIKE '%Seq Scan on outbox %') AS scans,
-       bool_or(p LIKE '%One-Time Filter: ((r.d).enabled AND (r.d).ordered)%') AS only_for_ordered
+       bool_or(p LIKE '%One-Time Filter: (%.enabled AND %.ordered)%') AS only_for_ordered
   FROM regress.claim_plan() p;
 RESET plan_cache_mode;
 RESET enable_seqscan;

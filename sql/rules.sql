@@ -51,17 +51,14 @@ SELECT t, (SELECT string_agg(name, ', ' ORDER BY name) FROM _outbox_routes(t, NU
 SELECT event_type, pending, unroutable FROM outbox_status ORDER BY 1;
 ROLLBACK;
 
--- the claim's routing (_outbox_route) with no filter and up to 32
--- destinations answers from the destinations read once per statement
--- (_outbox_route_by_type); with a filter anywhere it evaluates each
--- destination in SQL; both give the same first route, a disabled one
--- included, and the row's own destination for a fanned-out row
+-- the claim's routing (_outbox_route) answers from the destinations read
+-- once per statement (_outbox_route_first); with or without a filter it
+-- gives the same first route, a disabled one included, and the row's own
+-- destination for a fanned-out row
 BEGIN;
 INSERT INTO outbox_destinations (name, event_types, channel, enabled) VALUES
     ('r_b', 'task.*', 'c1', true), ('r_a', 'task.created', 'c2', true),
     ('r_0', 'other', 'c3', false), ('r_z', 'oth*', 'c5', true), ('r_c', '100%_*', 'c4', true);
--- the first path's conditions hold here: no filter, at most 32
-SELECT count(*) <= 32 AS few, bool_and(filter IS NULL) AS no_filter FROM outbox_destinations;
 CREATE TEMP TABLE route_inputs AS
 SELECT t, i
   FROM unnest(ARRAY['task.created', 'task.done', 'other', 'otherwise', '100%_x', '100ab_x', 'none']) t,
@@ -89,13 +86,67 @@ DECLARE
     r outbox_destinations;
 BEGIN
     FOR i IN 1..2 LOOP
-        r := _outbox_route_by_type('rt.one', NULL);    -- one call, evaluated twice
+        r := (_outbox_route_first('rt.one', NULL, NULL, NULL, NULL)).route;    -- one call, evaluated twice
         RAISE NOTICE 'pass %: %', i, coalesce(r.name, '-');
         IF i = 1 THEN
             INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('rt_new', 'rt.*', 'c7');
         END IF;
     END LOOP;
 END $$;
+ROLLBACK;
+
+-- the destinations read are kept from statement to statement while the
+-- row versions a statement sees are the same: any change is seen at once,
+-- in the transaction that makes it, after a rollback to a savepoint, and
+-- by the next transaction; so is the routing mode
+CREATE FUNCTION pg_temp.first_route(t text, p jsonb DEFAULT NULL) RETURNS text
+LANGUAGE sql AS $$
+    SELECT coalesce(((f).route).name, '-') || CASE WHEN (f).several THEN ' +' ELSE '' END
+      FROM (SELECT _outbox_route_first(t, 'rt', 'a1', p, NULL) f) x
+$$;
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
+    ('rt_b', 'rt.*', 'c8', '$.payload.n == 1'), ('rt_c', 'rt.two', 'c9', NULL);
+SELECT pg_temp.first_route('rt.one') AS one, pg_temp.first_route('rt.one', '{"n": 1}') AS one_n1,
+       pg_temp.first_route('rt.two') AS two;
+SAVEPOINT s;
+UPDATE outbox_destinations SET event_types = 'rt.*' WHERE name = 'rt_c';
+SELECT pg_temp.first_route('rt.one') AS one, pg_temp.first_route('rt.one', '{"n": 1}') AS one_n1;
+ROLLBACK TO SAVEPOINT s;
+SELECT pg_temp.first_route('rt.one') AS one, pg_temp.first_route('rt.one', '{"n": 1}') AS one_n1;
+UPDATE outbox_destinations SET filter = '$.payload.n == 2' WHERE name = 'rt_b';
+SELECT pg_temp.first_route('rt.one', '{"n": 1}') AS one_n1, pg_temp.first_route('rt.one', '{"n": 2}') AS one_n2;
+SELECT outbox_set_routing('first');
+SELECT pg_temp.first_route('rt.two', '{"n": 2}') AS two_n2_first;
+SELECT outbox_set_routing('all');
+SELECT pg_temp.first_route('rt.two', '{"n": 2}') AS two_n2_all;
+ROLLBACK;
+SELECT pg_temp.first_route('rt.two') AS two_after_rollback;
+BEGIN;
+INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('rt_d', 'rt.two', 'c10');
+COMMIT;
+SELECT pg_temp.first_route('rt.two') AS two_next_transaction;
+DELETE FROM outbox_destinations WHERE name = 'rt_d';
+SELECT pg_temp.first_route('rt.two') AS two_deleted;
+
+-- routing reads every destination, so it refuses row level security on
+-- them, which would hide some from it, for a role it applies to; and it
+-- asks for the privilege a SELECT would
+BEGIN;
+CREATE ROLE regress_rls_admin IN ROLE outbox_admin;
+ALTER TABLE outbox_destinations ENABLE ROW LEVEL SECURITY;
+SET LOCAL ROLE regress_rls_admin;
+\set VERBOSITY terse
+SELECT _outbox_route_first('rt.one', NULL, NULL, NULL, NULL);
+\set VERBOSITY default
+ROLLBACK;
+BEGIN;
+CREATE ROLE regress_no_select;
+GRANT EXECUTE ON FUNCTION _outbox_route_first(text, text, text, jsonb, bigint) TO regress_no_select;
+SET LOCAL ROLE regress_no_select;
+\set VERBOSITY terse
+SELECT _outbox_route_first('rt.one', NULL, NULL, NULL, NULL);
+\set VERBOSITY default
 ROLLBACK;
 
 -- a pattern matches as the LIKE pattern 1.1 built from it did: '*' any

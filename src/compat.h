@@ -33,6 +33,13 @@
 #define OUTBOX_NORETURN_POST pg_attribute_noreturn()
 #endif
 
+/* A backend's local transaction id moved into MyProc->vxid in 17. */
+#if PG_VERSION_NUM >= 170000
+#define OUTBOX_MY_LXID (MyProc->vxid.lxid)
+#else
+#define OUTBOX_MY_LXID (MyProc->lxid)
+#endif
+
 /* PG_MODULE_MAGIC_EXT (18) records the name and version in the library. */
 #if PG_VERSION_NUM >= 180000
 #define OUTBOX_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "outbox", .version = OUTBOX_VERSION)

@@ -51,8 +51,7 @@
 #include "utils/jsonpath.h"
 #include "utils/numeric.h"
 
-/* payload keys an event presents before it presents "all of them" */
-#define OUTBOX_MAX_ROUTE_KEYS 256
+#include "routing.h"
 
 /* the most bytes of field names and literal a key indexes (see banner) */
 #define OUTBOX_MAX_KEY_BYTES 1024
@@ -192,7 +191,8 @@ _outbox_filter_key_value(PG_FUNCTION_ARGS)
 
 typedef struct KeyOut
 {
-	ReturnSetInfo *rsinfo;
+	OutboxRouteKeyFn emit;		/* called with each key */
+	void	   *arg;
 	Datum	   *fields;			/* the payload fields destinations use */
 	int			nfields;		/* -1: every field */
 	int			nkeys;			/* keys put so far */
@@ -219,18 +219,12 @@ field_used(KeyOut *out, const char *name, int len)
 static void
 put_key(KeyOut *out, JsonbValue *name, JsonbValue *v)
 {
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-
 	if (out->too_many || ++out->nkeys > OUTBOX_MAX_ROUTE_KEYS)
 	{
 		out->too_many = true;
 		return;
 	}
-	values[0] = PointerGetDatum(cstring_to_text_with_len(name->val.string.val,
-														 name->val.string.len));
-	values[1] = JsonbPGetDatum(JsonbValueToJsonb(v));
-	tuplestore_putvalues(out->rsinfo->setResult, out->rsinfo->setDesc, values, nulls);
+	out->emit(out->arg, name->val.string.val, name->val.string.len, v);
 }
 
 /* The key of a scalar, or of each scalar element of an array, of one field. */
@@ -275,41 +269,24 @@ put_object(KeyOut *out, JsonbContainer *obj)
 }
 
 /*
- * _outbox_route_keys(payload jsonb, fields text[]) RETURNS TABLE (field
- * text, value jsonb): the keys an event's payload presents (see the
- * banner) on the fields that destinations use (NULL: every field),
- * duplicates possible; (NULL, NULL) for the rest when there are
- * more than OUTBOX_MAX_ROUTE_KEYS. The envelope fields' keys are the
- * fields themselves, which routing (_outbox_candidates) probes without
- * this. Called by routing in any backend, once per event routed while a
- * destination is keyed on a payload field. Raises nothing but out of
- * memory.
+ * Calls emit(arg, field, field_len, value) with each key payload presents
+ * (see the banner) on the nfields fields (text Datums; nfields -1: every
+ * field), duplicates possible, in the payload's order, up to
+ * OUTBOX_MAX_ROUTE_KEYS of them; returns true if there were more (the
+ * caller then takes every destination keyed on a payload field as a
+ * candidate). value is a scalar, valid during the call. Runs in any
+ * backend that routes; raises nothing but out of memory.
  */
-PG_FUNCTION_INFO_V1(_outbox_route_keys);
-Datum
-_outbox_route_keys(PG_FUNCTION_ARGS)
+bool
+OutboxPayloadKeys(Jsonb *payload, Datum *fields, int nfields,
+				  OutboxRouteKeyFn emit, void *arg)
 {
 	KeyOut		out = {0};
-	Jsonb	   *payload;
 
-	InitMaterializedSRF(fcinfo, 0);
-	if (PG_ARGISNULL(0))
-		return (Datum) 0;
-	out.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	out.nfields = -1;
-	if (!PG_ARGISNULL(1))
-	{
-		bool	   *nulls;
-		int			n;
-
-		deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT,
-						  &out.fields, &nulls, &n);
-		out.nfields = 0;
-		for (int i = 0; i < n; i++)
-			if (!nulls[i])
-				out.fields[out.nfields++] = out.fields[i];
-	}
-	payload = PG_GETARG_JSONB_P(0);
+	out.emit = emit;
+	out.arg = arg;
+	out.fields = fields;
+	out.nfields = nfields;
 	if (JB_ROOT_IS_OBJECT(payload))
 		put_object(&out, &payload->root);
 	else if (JB_ROOT_IS_ARRAY(payload) && !JB_ROOT_IS_SCALAR(payload))
@@ -323,12 +300,63 @@ _outbox_route_keys(PG_FUNCTION_ARGS)
 				JsonContainerIsObject(e.val.binary.data))
 				put_object(&out, e.val.binary.data);
 	}
-	if (out.too_many)
+	return out.too_many;
+}
+
+/* OutboxRouteKeyFn of _outbox_route_keys: a row of its result. */
+static void
+key_row(void *arg, const char *field, int len, JsonbValue *value)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	values[0] = PointerGetDatum(cstring_to_text_with_len(field, len));
+	values[1] = JsonbPGetDatum(JsonbValueToJsonb(value));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * _outbox_route_keys(payload jsonb, fields text[]) RETURNS TABLE (field
+ * text, value jsonb): the keys an event's payload presents (see the
+ * banner) on the fields that destinations use (NULL: every field),
+ * duplicates possible; (NULL, NULL) for the rest when there are
+ * more than OUTBOX_MAX_ROUTE_KEYS. The envelope fields' keys are the
+ * fields themselves, which routing (_outbox_candidates) probes without
+ * this. Called by routing in SQL (_outbox_routes), once per event routed
+ * while a destination is keyed on a payload field. Raises nothing but out
+ * of memory.
+ */
+PG_FUNCTION_INFO_V1(_outbox_route_keys);
+Datum
+_outbox_route_keys(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo;
+	Datum	   *fields = NULL;
+	int			nfields = -1;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (PG_ARGISNULL(0))
+		return (Datum) 0;
+	rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	if (!PG_ARGISNULL(1))
+	{
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT,
+						  &fields, &nulls, &n);
+		nfields = 0;
+		for (int i = 0; i < n; i++)
+			if (!nulls[i])
+				fields[nfields++] = fields[i];
+	}
+	if (OutboxPayloadKeys(PG_GETARG_JSONB_P(0), fields, nfields, key_row, rsinfo))
 	{
 		Datum		values[2] = {0, 0};
 		bool		nulls[2] = {true, true};
 
-		tuplestore_putvalues(out.rsinfo->setResult, out.rsinfo->setDesc, values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
 }
