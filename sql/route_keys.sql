@@ -70,6 +70,11 @@ INSERT INTO outbox_destinations (name, event_types, channel, filter) VALUES
     ('null_agg', '*', 'regress_null', '$.aggregate_type == null'),
     ('by_type', '*', 'regress_bytype', '$.type == "type.7"'),
     ('typ7_t1', 'type.7', 'regress_typ7', '$.payload.tenant == 1'),
+    -- keys on envelope fields, which decide without the filter: a number
+    -- never equals a string field; strict mode as lax; null on either side
+    ('num_agg', '*', 'regress_num', '$.aggregate_id == 7'),
+    ('strict_agg', 'order.*', 'regress_strict_agg', 'strict $.aggregate_id == "c7"'),
+    ('null_lit', '*', 'regress_null_lit', 'null == $.aggregate_id'),
     -- too long for a key (random text does not compress below the limit)
     ('long', '*', 'regress_long',
      format('$.payload.code == "%s"', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 90) g))::jsonpath);
@@ -94,6 +99,8 @@ INSERT INTO ev VALUES
     (10, 'order.x', 'x', 'c5', (SELECT jsonb_object_agg('f' || g, g) || '{"tenant": 9}' FROM generate_series(1, 300) g)),
     (11, 'order.paid', 'order', 'C7', '{"tenant": "3"}'),
     (12, 'type.50', 'x', 'y', '{"tenant": {"id": 2}}'),
+    (15, 'other', 'x', '7', '{}'),
+    (16, 'other', 'x', NULL, '{}'),
     (14, 'other', 'x', 'y', (SELECT jsonb_build_object('code', string_agg(md5(g::text), ''))
                               FROM generate_series(1, 90) g)),
     -- 301 values on a keyed field, the one that matches last: past the
@@ -122,6 +129,13 @@ SELECT e.n, (f.route).name AS first, f.several
   FROM ev e
   LEFT JOIN LATERAL _outbox_route(e.type, e.aggregate_type, e.aggregate_id, e.payload, NULL) f ON true
  ORDER BY e.n;
+-- which are the first by name of every destination evaluated, and whether
+-- there is another
+SELECT count(*) AS first_differences
+  FROM ev e
+  LEFT JOIN LATERAL _outbox_route(e.type, e.aggregate_type, e.aggregate_id, e.payload, NULL) f ON true
+ WHERE (f.route).name IS DISTINCT FROM (SELECT min(r.name) FROM reference r WHERE r.n = e.n)
+    OR coalesce(f.several, false) IS DISTINCT FROM ((SELECT count(*) FROM reference r WHERE r.n = e.n) > 1);
 
 -- a payload presents keys only on the fields destinations use; one with
 -- too many presents (NULL, NULL) too, and routing then evaluates every

@@ -140,6 +140,7 @@ typedef struct RouteDest
 	const char *pattern;
 	int			plen;
 	Datum		filter;			/* jsonpath, or 0 for none */
+	bool		key_decides;	/* found by key: its filter is true */
 	Datum		row;			/* the outbox_destinations row */
 } RouteDest;
 
@@ -253,6 +254,14 @@ file_dest(RouteCache *cache, int index, Datum type, bool type_null,
 	k.flen = strlen(k.field);
 	if (n == 1)
 	{
+		/*
+		 * The filter is one equality of an envelope field, always present
+		 * in the envelope, a string or null, with a literal: true exactly
+		 * when the key is equal (strings byte for byte, null == null; a
+		 * string and a number or boolean compare as unknown), in lax mode
+		 * and strict, and this destination is a candidate only then.
+		 */
+		cache->dests[index].key_decides = true;
 		k.kind = KEY_ENVELOPE;
 		for (int f = 0; f < 3; f++)
 			if (strcmp(k.field, envelope_fields[f]) == 0)
@@ -818,7 +827,7 @@ _outbox_route_first(PG_FUNCTION_ARGS)
 		if (!OutboxTypeMatches(fields[0].val.string.val, fields[0].val.string.len,
 							   d->pattern, d->plen))
 			continue;
-		if (d->filter != (Datum) 0)
+		if (d->filter != (Datum) 0 && !d->key_decides)
 		{
 			if (doc == (Datum) 0)
 				doc = envelope(fields, payload);
