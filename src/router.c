@@ -73,6 +73,7 @@ PG_FUNCTION_INFO_V1(_outbox_route_first);
 #define KEY_TYPE 'T'
 #define KEY_ENVELOPE 'E'
 #define KEY_PAYLOAD 'P'
+#define KEY_FIELD 'F'				/* a payload field some key names */
 
 typedef struct RouteKey
 {
@@ -161,10 +162,11 @@ typedef struct RouteCache
 {
 	MemoryContext mcxt;			/* holds all of it */
 	Oid			relid;			/* outbox_destinations */
-	Oid			config_relid;	/* outbox_config */
+	Oid			fn_oid;			/* the function whose result it builds */
 	bool		stale;			/* a relcache invalidation named relid */
-	/* the snapshot last checked with, in this (sub)transaction */
+	/* the snapshot last checked with, in this (sub)transaction, by this role */
 	bool		checked;
+	Oid			userid;
 	LocalTransactionId lxid;
 	SubTransactionId subxid;
 	SnapshotType snapshot_type;
@@ -215,14 +217,56 @@ add_key(RouteCache *cache, RouteKey *k, int index)
 	e->dests = lappend_int(e->dests, index);
 }
 
-/* Files destination index under its key, or among those without one. */
-static void
-file_dest(RouteCache *cache, int index, Datum type, bool type_null,
-		  Datum path, bool path_null, Datum value, bool value_null)
+/*
+ * The key a destination's route_path and route_value make: fills k's
+ * field (pointing into path, which the cache keeps) and value, and
+ * returns the path's length, 1 (an envelope field) or 2 (payload.field),
+ * or 0 if it is not a key _outbox_filter_key_path makes. What it reads the
+ * path with goes in scratch.
+ */
+static int
+key_of(RouteCache *cache, Datum path, Datum value, MemoryContext scratch, RouteKey *k)
 {
-	RouteKey	k = {0};
+	MemoryContext old = MemoryContextSwitchTo(scratch);
 	Datum	   *names;
 	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(path), TEXTOID, -1, false, TYPALIGN_INT,
+					  &names, &nulls, &n);
+	if (!JsonbExtractScalar(&DatumGetJsonbP(value)->root, &k->value) || n < 1 || n > 2 ||
+		nulls[0] || (n == 2 && nulls[1]))
+		n = 0;
+	else if (n == 2 && strcmp(TextDatumGetCString(names[0]), "payload") != 0)
+		n = 0;
+	if (n == 1)
+	{
+		n = 0;
+		for (int f = 0; f < 3; f++)
+			if (strcmp(TextDatumGetCString(names[0]), envelope_fields[f]) == 0)
+			{
+				cache->envelope_keyed[f] = true;
+				n = 1;
+			}
+	}
+	if (n > 0)
+	{
+		k->field = VARDATA_ANY(DatumGetTextPP(names[n - 1]));
+		k->flen = VARSIZE_ANY_EXHDR(DatumGetTextPP(names[n - 1]));
+	}
+	MemoryContextSwitchTo(old);
+	return n;
+}
+
+/*
+ * Files destination index under its key, or among those without one, in
+ * the cache's context.
+ */
+static void
+file_dest(RouteCache *cache, int index, Datum type, bool type_null,
+		  Datum path, bool path_null, Datum value, bool value_null, MemoryContext scratch)
+{
+	RouteKey	k = {0};
 	int			n;
 
 	if (!type_null)
@@ -241,17 +285,13 @@ file_dest(RouteCache *cache, int index, Datum type, bool type_null,
 		cache->unkeyed = lappend_int(cache->unkeyed, index);
 		return;
 	}
-	deconstruct_array(DatumGetArrayTypeP(path), TEXTOID, -1, false, TYPALIGN_INT,
-					  &names, &nulls, &n);
-	if (!JsonbExtractScalar(&DatumGetJsonbP(value)->root, &k.value) || n < 1 || nulls[0] ||
-		(n == 2 && nulls[1]) || n > 2)
+	n = key_of(cache, path, value, scratch, &k);
+	if (n == 0)
 	{
 		/* not a key _outbox_filter_key_path makes: test it on every event */
 		cache->unkeyed = lappend_int(cache->unkeyed, index);
 		return;
 	}
-	k.field = TextDatumGetCString(names[n - 1]);
-	k.flen = strlen(k.field);
 	if (n == 1)
 	{
 		/*
@@ -263,20 +303,25 @@ file_dest(RouteCache *cache, int index, Datum type, bool type_null,
 		 */
 		cache->dests[index].key_decides = true;
 		k.kind = KEY_ENVELOPE;
-		for (int f = 0; f < 3; f++)
-			if (strcmp(k.field, envelope_fields[f]) == 0)
-				cache->envelope_keyed[f] = true;
 	}
 	else
 	{
-		bool		known = false;
+		RouteKey	f = k;
+		bool		known;
+		RouteEntry *e;
 
 		k.kind = KEY_PAYLOAD;
 		cache->payload_keyed = lappend_int(cache->payload_keyed, index);
-		for (int f = 0; f < cache->nfields && !known; f++)
-			known = strcmp(TextDatumGetCString(cache->fields[f]), k.field) == 0;
+		/* each field once in fields: the keys hash knows those seen */
+		f.kind = KEY_FIELD;
+		f.value.type = jbvNull;
+		e = hash_search(cache->keys, &f, HASH_ENTER, &known);
 		if (!known)
-			cache->fields[cache->nfields++] = names[1];
+		{
+			e->dests = NIL;
+			cache->fields[cache->nfields++] =
+				PointerGetDatum(cstring_to_text_with_len(k.field, k.flen));
+		}
 	}
 	add_key(cache, &k, index);
 }
@@ -294,7 +339,8 @@ id_cmp(const void *a, const void *b)
 typedef struct ReadDest
 {
 	Datum		name;
-	Datum		v[7];			/* the row, id, event_types, filter, route_* */
+	int64		id;
+	Datum		v[7];			/* the row, -, event_types, filter, route_* */
 	bool		n[7];
 } ReadDest;
 
@@ -342,7 +388,8 @@ open_checked(Oid relid)
 static void
 scan_rows(Relation rel, Snapshot snap, void (*fn) (void *, HeapTuple, Relation), void *arg)
 {
-	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+	/* never a synchronized scan: the versions are compared in scan order */
+	TableScanDesc scan = table_beginscan_strat(rel, snap, 0, NULL, true, false);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
@@ -383,6 +430,7 @@ add_version(void *arg, HeapTuple tuple, Relation rel pg_attribute_unused())
 
 typedef struct Reading
 {
+	MemoryContext keep;			/* the cache's: what it keeps is copied there */
 	ReadDest   *d;
 	int			n;
 	int			size;
@@ -399,6 +447,7 @@ read_dest(void *arg, HeapTuple tuple, Relation rel)
 	TupleDesc	desc = RelationGetDescr(rel);
 	ReadDest   *d;
 	bool		isnull;
+	MemoryContext old;
 
 	if (r->n == r->size)
 	{
@@ -408,6 +457,10 @@ read_dest(void *arg, HeapTuple tuple, Relation rel)
 	}
 	d = &r->d[r->n++];
 	d->name = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(tuple, r->attnums[0], desc, &isnull)));
+	/* by value: an int8 Datum may point into the page */
+	d->id = DatumGetInt64(heap_getattr(tuple, r->attnums[2], desc, &isnull));
+	old = MemoryContextSwitchTo(r->keep);
+
 	/*
 	 * As a whole-row reference gives it: external values inlined; a column
 	 * added since the row was written reads as its default (the rowtype's
@@ -415,12 +468,14 @@ read_dest(void *arg, HeapTuple tuple, Relation rel)
 	 */
 	d->v[0] = heap_copy_tuple_as_datum(tuple, desc);
 	d->n[0] = false;
-	for (int c = 1; c < 7; c++)
+	d->n[1] = true;
+	for (int c = 2; c < 7; c++)
 	{
 		d->v[c] = heap_getattr(tuple, r->attnums[c + 1], desc, &d->n[c]);
-		if (!d->n[c] && c != 1)
+		if (!d->n[c])
 			d->v[c] = PointerGetDatum(PG_DETOAST_DATUM_COPY(d->v[c]));
 	}
+	MemoryContextSwitchTo(old);
 }
 
 static void
@@ -447,26 +502,31 @@ load_destinations(FunctionCallInfo fcinfo, Relation rel, Snapshot snap, Versions
 {
 	MemoryContext mcxt = AllocSetContextCreate(CurrentMemoryContext, "outbox routes",
 											   ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(mcxt);
-	RouteCache *cache = palloc0(sizeof(RouteCache));
+	MemoryContext old;
+	RouteCache *cache;
 	TupleDesc	result;
 	Reading		r = {0};
 	HASHCTL		ctl = {0};
 
-	cache->mcxt = mcxt;
-	cache->relid = RelationGetRelid(rel);
-	if (get_call_result_type(fcinfo, NULL, &result) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "_outbox_route_first must return a composite");
-	cache->result = BlessTupleDesc(CreateTupleDescCopy(result));
-	cache->no_vars = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-
+	/* the rows are read in the caller's context, what is kept into mcxt */
 	for (int c = 0; c < 8; c++)
 		if (read_columns[c] != NULL &&
 			(r.attnums[c] = SPI_fnumber(RelationGetDescr(rel), read_columns[c])) <= 0)
 			elog(ERROR, "outbox_destinations has no column \"%s\"", read_columns[c]);
+	r.keep = mcxt;
 	scan_rows(rel, snap, read_dest, &r);
 	name_collation = TupleDescAttr(RelationGetDescr(rel), r.attnums[0] - 1)->attcollation;
 	qsort(r.d, r.n, sizeof(ReadDest), name_cmp);
+
+	old = MemoryContextSwitchTo(mcxt);
+	cache = palloc0(sizeof(RouteCache));
+	cache->mcxt = mcxt;
+	cache->relid = RelationGetRelid(rel);
+	cache->fn_oid = fcinfo->flinfo->fn_oid;
+	if (get_call_result_type(fcinfo, NULL, &result) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "_outbox_route_first must return a composite");
+	cache->result = BlessTupleDesc(CreateTupleDescCopy(result));
+	cache->no_vars = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
 
 	cache->versions = versions->n > 0 ? palloc(sizeof(RouteVersion) * versions->n) : NULL;
 	if (versions->n > 0)
@@ -490,13 +550,13 @@ load_destinations(FunctionCallInfo fcinfo, Relation rel, Snapshot snap, Versions
 		ReadDest   *rd = &r.d[i];
 
 		d->row = rd->v[0];
-		d->id = DatumGetInt64(rd->v[1]);
+		d->id = rd->id;
 		d->pattern = VARDATA_ANY(DatumGetTextPP(rd->v[2]));
 		d->plen = VARSIZE_ANY_EXHDR(DatumGetTextPP(rd->v[2]));
 		d->filter = rd->n[3] ? (Datum) 0 : rd->v[3];
 		cache->by_id[i].id = d->id;
 		cache->by_id[i].index = i;
-		file_dest(cache, i, rd->v[4], rd->n[4], rd->v[5], rd->n[5], rd->v[6], rd->n[6]);
+		file_dest(cache, i, rd->v[4], rd->n[4], rd->v[5], rd->n[5], rd->v[6], rd->n[6], old);
 	}
 	qsort(cache->by_id, cache->ndests, sizeof(RouteId), id_cmp);
 	MemoryContextSwitchTo(old);
@@ -514,15 +574,18 @@ route_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
 
 /*
  * Whether snap is the snapshot the cache was last checked with, or one
- * that sees the same: the same transaction and subtransaction (whose own
- * changes it sees by command id), command id and running transactions.
+ * that sees the same, for the same role (whose privileges were checked;
+ * a GRANT or REVOKE on the table is a relcache invalidation): the same
+ * transaction and subtransaction (whose own changes it sees by command
+ * id), command id and running transactions.
  * A snapshot's snapXactCompletionCount cannot tell: an active snapshot is
  * a copy, whose count is 0.
  */
 static bool
 checked_with(const RouteCache *cache, Snapshot snap)
 {
-	return cache->lxid == OUTBOX_MY_LXID && cache->subxid == GetCurrentSubTransactionId() &&
+	return cache->userid == GetUserId() &&
+		cache->lxid == OUTBOX_MY_LXID && cache->subxid == GetCurrentSubTransactionId() &&
 		cache->snapshot_type == snap->snapshot_type &&
 		cache->curcid == snap->curcid && cache->xmin == snap->xmin && cache->xmax == snap->xmax &&
 		cache->suboverflowed == snap->suboverflowed &&
@@ -541,15 +604,19 @@ remember_snapshot(RouteCache *cache, Snapshot snap)
 
 	if (cache->xip == NULL || n > cache->xip_size)
 	{
-		cache->xip_size = Max(Max(n, 16), 2 * cache->xip_size);
+		int			size = Max(Max(n, 16), 2 * cache->xip_size);
+
+		/* the size once the memory is had: an error leaves both as they were */
 		cache->xip = cache->xip == NULL
-			? MemoryContextAlloc(cache->mcxt, sizeof(TransactionId) * cache->xip_size)
-			: repalloc(cache->xip, sizeof(TransactionId) * cache->xip_size);
+			? MemoryContextAlloc(cache->mcxt, sizeof(TransactionId) * size)
+			: repalloc(cache->xip, sizeof(TransactionId) * size);
+		cache->xip_size = size;
 	}
 	if (snap->xcnt > 0)
 		memcpy(cache->xip, snap->xip, sizeof(TransactionId) * snap->xcnt);
 	if (snap->subxcnt > 0)
 		memcpy(cache->xip + snap->xcnt, snap->subxip, sizeof(TransactionId) * snap->subxcnt);
+	cache->userid = GetUserId();
 	cache->lxid = OUTBOX_MY_LXID;
 	cache->subxid = GetCurrentSubTransactionId();
 	cache->snapshot_type = snap->snapshot_type;
@@ -596,7 +663,8 @@ valid_cache(FunctionCallInfo fcinfo)
 	Versions	versions = {0};
 	bool		all = true;
 
-	if (cache != NULL && !cache->stale && cache->checked && checked_with(cache, snap))
+	if (cache != NULL && !cache->stale && cache->checked &&
+		cache->fn_oid == fcinfo->flinfo->fn_oid && checked_with(cache, snap))
 		return cache;
 
 	nspoid = get_func_namespace(fcinfo->flinfo->fn_oid);
@@ -614,7 +682,7 @@ valid_cache(FunctionCallInfo fcinfo)
 	scan_rows(config, snap, read_config, &all);
 	scan_rows(rel, snap, add_version, &versions);
 	if (cache == NULL || cache->stale || cache->relid != relid ||
-		!same_versions(cache, &versions))
+		cache->fn_oid != fcinfo->flinfo->fn_oid || !same_versions(cache, &versions))
 	{
 		RouteCache *fresh = load_destinations(fcinfo, rel, snap, &versions);
 
