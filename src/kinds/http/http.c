@@ -39,6 +39,7 @@
 #include <math.h>
 #include <unistd.h>
 
+#include "common/hashfn.h"
 #include "lib/ilist.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
@@ -110,19 +111,66 @@ http_init(HttpState *st)
 	on_proc_exit(http_at_exit, PointerGetDatum(st));
 }
 
+/*
+ * Bumped whenever a destination's activity changes (unreported,
+ * last_active, avg_ms): the shares found (dest_share) are found again.
+ */
+static uint64 activity_generation = 1;
+
+/* dests_by_name: a destination's name is its key (a pointer to it) */
+static uint32
+name_hash(const void *key, Size keysize pg_attribute_unused())
+{
+	const char *name = *(const char *const *) key;
+
+	return hash_bytes((const unsigned char *) name, strlen(name));
+}
+
+static int
+name_compare(const void *a, const void *b, Size keysize pg_attribute_unused())
+{
+	return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+typedef struct DestEntry
+{
+	const char *name;			/* key: the HttpDest's own name */
+	HttpDest   *dest;
+} DestEntry;
+
+/* The queue of the destination called name, or NULL if it has none yet. */
+static HttpDest *
+lookup_dest(HttpState *st, const char *name)
+{
+	DestEntry  *e;
+
+	if (st->dests_by_name == NULL)
+		return NULL;
+	e = hash_search(st->dests_by_name, &name, HASH_FIND, NULL);
+	return e != NULL ? e->dest : NULL;
+}
+
 /* The queue of the destination called name, created on first use. */
 static HttpDest *
 find_dest(HttpState *st, const char *name)
 {
-	ListCell   *lc;
-	HttpDest   *d;
+	HttpDest   *d = lookup_dest(st, name);
+	DestEntry  *e;
 	MemoryContext old;
 
-	foreach(lc, st->dests)
+	if (d != NULL)
+		return d;
+	if (st->dests_by_name == NULL)
 	{
-		d = lfirst(lc);
-		if (strcmp(d->name, name) == 0)
-			return d;
+		HASHCTL		ctl = {0};
+
+		ctl.keysize = sizeof(const char *);
+		ctl.entrysize = sizeof(DestEntry);
+		ctl.hash = name_hash;
+		ctl.match = name_compare;
+		ctl.hcxt = st->cxt;
+		st->dests_by_name = hash_create("outbox http destinations", 64, &ctl,
+										HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 	}
 	old = MemoryContextSwitchTo(st->cxt);
 	d = palloc0(sizeof(HttpDest));
@@ -130,6 +178,8 @@ find_dest(HttpState *st, const char *name)
 	dlist_init(&d->queue);
 	st->dests = lappend(st->dests, d);
 	MemoryContextSwitchTo(old);
+	e = hash_search(st->dests_by_name, &d->name, HASH_ENTER, NULL);
+	e->dest = d;
 	return d;
 }
 
@@ -149,6 +199,7 @@ OutboxHttpReport(HttpRequest *req, List **done)
 	d->unreported -= req->nevents;
 	req->nevents = 0;
 	d->last_active = now;
+	activity_generation++;
 	if (req->started_at != 0)
 	{
 		double		ms = (double) (now - req->started_at) / 1000.0;
@@ -207,6 +258,7 @@ http_enqueue(void *state, OutboxEvent *ev)
 	req->dest->unreported++;
 	req->dest->per_request = HTTP_OPTIONS(ev)->events_per_request;
 	req->dest->last_active = GetCurrentTimestamp();
+	activity_generation++;
 	req->wait_deadline = TimestampTzPlusMilliseconds(req->dest->last_active, event_timeout_ms(ev));
 }
 
@@ -319,12 +371,9 @@ static int
 http_room(void *state, const OutboxEvent *ev)
 {
 	HttpState  *st = (HttpState *) state;
-	ListCell   *lc;
+	HttpDest   *d = lookup_dest(st, ev->dest.name);
 
-	foreach(lc, st->dests)
-		if (strcmp(((HttpDest *) lfirst(lc))->name, ev->dest.name) == 0)
-			return dest_room(st, lfirst(lc), HTTP_OPTIONS(ev)->events_per_request);
-	return -1;
+	return d != NULL ? dest_room(st, d, HTTP_OPTIONS(ev)->events_per_request) : -1;
 }
 
 /* Whether two events' own headers (jsonb, or NULL) are the same. */
@@ -438,23 +487,59 @@ dest_busy(HttpDest *d, TimestampTz now)
  */
 #define SLOW_FACTOR 4.0
 
-static int
-dest_share(HttpState *st, HttpDest *d, int limit, TimestampTz now)
+/*
+ * The busy destinations and the two quickest of them (st->share), found
+ * again when the destinations' activity changed or a millisecond passed
+ * since: each destination's share reads them in O(1), where counting
+ * the others for each made a claim over 1,000 webhooks cost a million
+ * steps (0.48x of one webhook's drain).
+ */
+static void
+find_shares(HttpState *st, TimestampTz now)
 {
-	int			busy = 0;
-	double		quickest = 0;
 	ListCell   *lc;
 
+	if (st->share.generation == activity_generation &&
+		now >= st->share.at && now - st->share.at < 1000)
+		return;
+	st->share.generation = activity_generation;
+	st->share.at = now;
+	st->share.busy = 0;
+	st->share.quickest = NULL;
+	st->share.quickest_ms = 0;
+	st->share.second_ms = 0;
 	foreach(lc, st->dests)
 	{
 		HttpDest   *o = lfirst(lc);
 
-		if (o == d || !dest_busy(o, now))
+		if (!dest_busy(o, now))
 			continue;
-		busy++;
-		if (o->avg_ms > 0 && (quickest == 0 || o->avg_ms < quickest))
-			quickest = o->avg_ms;
+		st->share.busy++;
+		if (o->avg_ms <= 0)
+			continue;
+		if (st->share.quickest == NULL || o->avg_ms < st->share.quickest_ms)
+		{
+			st->share.second_ms = st->share.quickest_ms;
+			st->share.quickest = o;
+			st->share.quickest_ms = o->avg_ms;
+		}
+		else if (st->share.second_ms == 0 || o->avg_ms < st->share.second_ms)
+			st->share.second_ms = o->avg_ms;
 	}
+}
+
+static int
+dest_share(HttpState *st, HttpDest *d, int limit, TimestampTz now)
+{
+	bool		self;
+	int			busy;
+	double		quickest;
+
+	find_shares(st, now);
+	/* the others: d itself counted out, as it was judged */
+	self = dest_busy(d, st->share.at);
+	busy = st->share.busy - (self ? 1 : 0);
+	quickest = self && st->share.quickest == d ? st->share.second_ms : st->share.quickest_ms;
 	if (busy == 0)
 		return limit;
 	if (quickest > 0 && d->avg_ms > SLOW_FACTOR * quickest)
@@ -634,6 +719,7 @@ http_abandon(void *state)
 		d->queued = 0;
 		d->unreported = 0;
 	}
+	activity_generation++;
 }
 
 /* init: the outbox.http_* settings. */

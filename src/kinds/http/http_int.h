@@ -17,9 +17,11 @@
 #include "datatype/timestamp.h"
 #include "lib/ilist.h"
 #include "nodes/pg_list.h"
+#include "utils/hsearch.h"
 #include "utils/palloc.h"
 
 #include "destination.h"
+
 #include "http_request.h"
 
 /* the largest outbox.http_max_connections allowed */
@@ -50,7 +52,22 @@ typedef struct HttpState
 
 	/* the queues, and the requests running (http.c) */
 	List	   *dests;			/* of HttpDest, in cxt */
+	HTAB	   *dests_by_name;	/* name -> HttpDest *, in cxt */
 	int			next_dest;		/* round-robin position */
+
+	/*
+	 * What the destinations' shares of the connections depend on, over all
+	 * of them (http.c, dest_share): found once, not once per destination.
+	 */
+	struct
+	{
+		uint64		generation; /* of the destinations' activity, when found */
+		TimestampTz at;			/* the time busy is judged at */
+		int			busy;		/* destinations busy then */
+		HttpDest   *quickest;	/* the busy one with the least avg_ms > 0 */
+		double		quickest_ms;	/* its avg_ms, 0: none */
+		double		second_ms;	/* the least avg_ms > 0 of the others, 0: none */
+	}			share;
 	dlist_head	running_list;	/* HttpRequest attached to multi */
 	int			running;		/* handles attached, all destinations */
 	/* when the kind last ran (collect, socket_ready, timeout_ms before a wait) */
