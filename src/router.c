@@ -335,26 +335,39 @@ id_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* the columns of outbox_destinations that routing reads */
+enum
+{
+	COL_NAME,
+	COL_ID,
+	COL_EVENT_TYPES,
+	COL_FILTER,
+	COL_ROUTE_TYPE,
+	COL_ROUTE_PATH,
+	COL_ROUTE_VALUE,
+	NCOLS
+};
+
+static const char *const read_columns[NCOLS] =
+{"name", "id", "event_types", "filter", "route_type", "route_path", "route_value"};
+
 /* a destination as read, before it is ranked by name */
 typedef struct ReadDest
 {
-	Datum		name;
-	int64		id;
-	Datum		v[7];			/* the row, -, event_types, filter, route_* */
-	bool		n[7];
+	Datum		row;			/* the whole row */
+	Datum		v[NCOLS];		/* its columns (COL_*) */
+	bool		n[NCOLS];
 } ReadDest;
 
-static Oid	name_collation;
-
-/* ORDER BY d.name: the column's collation, as its index compares */
+/* ORDER BY d.name: the column's collation (*arg), as its index compares */
 static int
-name_cmp(const void *a, const void *b)
+name_cmp(const void *a, const void *b, void *arg)
 {
-	text	   *x = DatumGetTextPP(((const ReadDest *) a)->name);
-	text	   *y = DatumGetTextPP(((const ReadDest *) b)->name);
+	text	   *x = DatumGetTextPP(((const ReadDest *) a)->v[COL_NAME]);
+	text	   *y = DatumGetTextPP(((const ReadDest *) b)->v[COL_NAME]);
 
 	return varstr_cmp(VARDATA_ANY(x), VARSIZE_ANY_EXHDR(x),
-					  VARDATA_ANY(y), VARSIZE_ANY_EXHDR(y), name_collation);
+					  VARDATA_ANY(y), VARSIZE_ANY_EXHDR(y), *(Oid *) arg);
 }
 
 /*
@@ -434,11 +447,8 @@ typedef struct Reading
 	ReadDest   *d;
 	int			n;
 	int			size;
-	int			attnums[8];		/* name, then ReadDest.v[1..6] */
+	int			attnums[NCOLS];
 } Reading;
-
-static const char *const read_columns[8] =
-{"name", NULL, "id", "event_types", "filter", "route_type", "route_path", "route_value"};
 
 static void
 read_dest(void *arg, HeapTuple tuple, Relation rel)
@@ -446,7 +456,6 @@ read_dest(void *arg, HeapTuple tuple, Relation rel)
 	Reading    *r = arg;
 	TupleDesc	desc = RelationGetDescr(rel);
 	ReadDest   *d;
-	bool		isnull;
 	MemoryContext old;
 
 	if (r->n == r->size)
@@ -456,9 +465,9 @@ read_dest(void *arg, HeapTuple tuple, Relation rel)
 			: repalloc(r->d, sizeof(ReadDest) * r->size);
 	}
 	d = &r->d[r->n++];
-	d->name = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(tuple, r->attnums[0], desc, &isnull)));
-	/* by value: an int8 Datum may point into the page */
-	d->id = DatumGetInt64(heap_getattr(tuple, r->attnums[2], desc, &isnull));
+	/* the name ranks the rows, and only while they are read */
+	d->v[COL_NAME] = PointerGetDatum(PG_DETOAST_DATUM_COPY(heap_getattr(tuple, r->attnums[COL_NAME],
+																	   desc, &d->n[COL_NAME])));
 	old = MemoryContextSwitchTo(r->keep);
 
 	/*
@@ -466,14 +475,17 @@ read_dest(void *arg, HeapTuple tuple, Relation rel)
 	 * added since the row was written reads as its default (the rowtype's
 	 * descriptor has it)
 	 */
-	d->v[0] = heap_copy_tuple_as_datum(tuple, desc);
-	d->n[0] = false;
-	d->n[1] = true;
-	for (int c = 2; c < 7; c++)
+	d->row = heap_copy_tuple_as_datum(tuple, desc);
+	for (int c = COL_ID; c < NCOLS; c++)
 	{
-		d->v[c] = heap_getattr(tuple, r->attnums[c + 1], desc, &d->n[c]);
-		if (!d->n[c])
-			d->v[c] = PointerGetDatum(PG_DETOAST_DATUM_COPY(d->v[c]));
+		Datum		v = heap_getattr(tuple, r->attnums[c], desc, &d->n[c]);
+
+		if (d->n[c])
+			d->v[c] = (Datum) 0;
+		else if (c == COL_ID)
+			d->v[c] = Int64GetDatum(DatumGetInt64(v));	/* by reference: into the page */
+		else
+			d->v[c] = PointerGetDatum(PG_DETOAST_DATUM_COPY(v));
 	}
 	MemoryContextSwitchTo(old);
 }
@@ -507,16 +519,16 @@ load_destinations(FunctionCallInfo fcinfo, Relation rel, Snapshot snap, Versions
 	TupleDesc	result;
 	Reading		r = {0};
 	HASHCTL		ctl = {0};
+	Oid			collation;
 
 	/* the rows are read in the caller's context, what is kept into mcxt */
-	for (int c = 0; c < 8; c++)
-		if (read_columns[c] != NULL &&
-			(r.attnums[c] = SPI_fnumber(RelationGetDescr(rel), read_columns[c])) <= 0)
+	for (int c = 0; c < NCOLS; c++)
+		if ((r.attnums[c] = SPI_fnumber(RelationGetDescr(rel), read_columns[c])) <= 0)
 			elog(ERROR, "outbox_destinations has no column \"%s\"", read_columns[c]);
 	r.keep = mcxt;
 	scan_rows(rel, snap, read_dest, &r);
-	name_collation = TupleDescAttr(RelationGetDescr(rel), r.attnums[0] - 1)->attcollation;
-	qsort(r.d, r.n, sizeof(ReadDest), name_cmp);
+	collation = TupleDescAttr(RelationGetDescr(rel), r.attnums[COL_NAME] - 1)->attcollation;
+	qsort_arg(r.d, r.n, sizeof(ReadDest), name_cmp, &collation);
 
 	old = MemoryContextSwitchTo(mcxt);
 	cache = palloc0(sizeof(RouteCache));
@@ -549,14 +561,16 @@ load_destinations(FunctionCallInfo fcinfo, Relation rel, Snapshot snap, Versions
 		RouteDest  *d = &cache->dests[i];
 		ReadDest   *rd = &r.d[i];
 
-		d->row = rd->v[0];
-		d->id = rd->id;
-		d->pattern = VARDATA_ANY(DatumGetTextPP(rd->v[2]));
-		d->plen = VARSIZE_ANY_EXHDR(DatumGetTextPP(rd->v[2]));
-		d->filter = rd->n[3] ? (Datum) 0 : rd->v[3];
+		d->row = rd->row;
+		d->id = DatumGetInt64(rd->v[COL_ID]);
+		d->pattern = VARDATA_ANY(DatumGetTextPP(rd->v[COL_EVENT_TYPES]));
+		d->plen = VARSIZE_ANY_EXHDR(DatumGetTextPP(rd->v[COL_EVENT_TYPES]));
+		d->filter = rd->v[COL_FILTER];
 		cache->by_id[i].id = d->id;
 		cache->by_id[i].index = i;
-		file_dest(cache, i, rd->v[4], rd->n[4], rd->v[5], rd->n[5], rd->v[6], rd->n[6], old);
+		file_dest(cache, i, rd->v[COL_ROUTE_TYPE], rd->n[COL_ROUTE_TYPE],
+				  rd->v[COL_ROUTE_PATH], rd->n[COL_ROUTE_PATH],
+				  rd->v[COL_ROUTE_VALUE], rd->n[COL_ROUTE_VALUE], old);
 	}
 	qsort(cache->by_id, cache->ndests, sizeof(RouteId), id_cmp);
 	MemoryContextSwitchTo(old);

@@ -21,7 +21,6 @@
 #include "utils/palloc.h"
 
 #include "destination.h"
-
 #include "http_request.h"
 
 /* the largest outbox.http_max_connections allowed */
