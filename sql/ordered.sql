@@ -171,11 +171,11 @@ SET enable_seqscan = off;
 SET enable_bitmapscan = off;
 SET enable_sort = off;
 \set ECHO none
-SELECT format('PREPARE regress_claim(int, text[], bigint[]) AS %s', _outbox_claim_query()) \gexec
+SELECT format('PREPARE regress_claim(int, text[], bigint[], text[]) AS %s', _outbox_claim_query()) \gexec
 \set ECHO all
 CREATE FUNCTION regress.claim_plan() RETURNS SETOF text LANGUAGE plpgsql AS $f$
 BEGIN
-    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) EXECUTE regress_claim(100, ''{}'', ''{1}'')';
+    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) EXECUTE regress_claim(100, ''{}'', ''{1}'', ''{}'')';
 END
 $f$;
 SELECT bool_or(p LIKE '%Index Scan using outbox_pending_idx on outbox o%') AS walks_pending,

@@ -12,8 +12,8 @@ ANALYZE outbox;
 CREATE FUNCTION regress.claim_plan() RETURNS SETOF text LANGUAGE plpgsql AS $f$
 BEGIN
     RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' ||
-        replace(replace(replace(_outbox_claim_query(), '$1', '100'), '$2', '''{}''::text[]'),
-                '$3', '''{1,2}''');
+        replace(replace(replace(replace(_outbox_claim_query(), '$1', '100'), '$2', '''{}''::text[]'),
+                '$3', '''{1,2}'''), '$4', '''{}''::text[]');
 END
 $f$;
 -- plan details differ between PostgreSQL versions; the access path does not

@@ -159,11 +159,11 @@ SET enable_seqscan = off;
 SET enable_bitmapscan = off;
 SET enable_sort = off;
 SET jit = off;
-SELECT format('PREPARE claim(int, text[], bigint[]) AS %s', _outbox_claim_query()) \gexec
+SELECT format('PREPARE claim(int, text[], bigint[], text[]) AS %s', _outbox_claim_query()) \gexec
 SET plan_cache_mode = force_generic_plan;
 CREATE FUNCTION pg_temp.claim_plan() RETURNS SETOF text LANGUAGE plpgsql AS $f$
 BEGIN
-    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF, VERBOSE) EXECUTE claim(100, ''{}'', ''{}'')';
+    RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF, VERBOSE) EXECUTE claim(100, ''{}'', ''{}'', ''{}'')';
 END
 $f$;
 SELECT bool_or(p LIKE '%Output: %_outbox_route_first(o.event_type, o.aggregate_type, o.aggregate_id, o.payload, o.destination_id)%') AS routes_in_memory,
@@ -173,8 +173,22 @@ SELECT bool_or(p LIKE '%Output: %_outbox_route_first(o.event_type, o.aggregate_t
 -- and claims every event, each with its first route and whether it has
 -- another (to be fanned out), as routing gives them above
 BEGIN;
-CREATE TEMP TABLE claimed AS EXECUTE claim(100, '{}', '{}');
+CREATE TEMP TABLE claimed AS EXECUTE claim(100, '{}', '{}', '{}');
 SELECT c.event_type, c.aggregate_id, c.dest_name, c.fan_out FROM claimed c ORDER BY c.id;
+ROLLBACK;
+-- a kind left out ($4, all of its connections taken) leaves out its
+-- events but those to be fanned out, which others wait for, and those
+-- with no destination, to be parked; a kind with no destination here
+-- changes nothing
+BEGIN;
+CREATE TEMP TABLE claimed AS EXECUTE claim(100, '{}', '{}', '{}');
+CREATE TEMP TABLE notify_out AS EXECUTE claim(100, '{}', '{}', '{notify}');
+CREATE TEMP TABLE http_out AS EXECUTE claim(100, '{}', '{}', '{http,kafka}');
+SELECT (SELECT count(*) FROM notify_out) AS claimed_without_notify,
+       (SELECT array_agg(id ORDER BY id) FROM notify_out) =
+       (SELECT array_agg(id ORDER BY id) FROM claimed WHERE fan_out OR dest_name IS NULL) AS fanned_out_and_unroutable,
+       (SELECT array_agg(id ORDER BY id) FROM http_out) =
+       (SELECT array_agg(id ORDER BY id) FROM claimed) AS other_kinds_change_nothing;
 ROLLBACK;
 
 -- the claim's ordered probe tests the destination it has, not every

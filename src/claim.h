@@ -14,12 +14,13 @@
 #include "nodes/pg_list.h"
 
 #include "event.h"
+#include "skip.h"
 
 /* What to claim (OutboxDispatch). */
 typedef struct OutboxClaimRequest
 {
 	int			batch_size;		/* at most this many events */
-	List	   *skip;			/* names of destinations to leave out */
+	OutboxSkip	skip;			/* destinations and kinds to leave out */
 	int64		only_id;		/* not 0: that one event only (isolation) */
 	bool		alone;			/* with only_id: an event to be sent alone */
 	int64		run;			/* the relay's run; 0 in a backend */

@@ -266,6 +266,9 @@ typedef struct OutboxDestinationKind
 	 * pending: events taken whose outcome is not returned yet.
 	 * busy: pending, or network work left (the end of an answer).
 	 * full: names of destinations the claim should leave out for now.
+	 * saturated: whether the claim should leave out every destination of
+	 *	 the kind for now, those it has not met yet too: it holds as many
+	 *	 events waiting as it can start before more could. Optional: never.
 	 * room: how many more events of ev's destination (a claimed event, its
 	 *	 destination decoded) the kind can take now; -1: no limit. The claim
 	 *	 takes no more than that, so that nothing it hands over waits in the
@@ -287,6 +290,7 @@ typedef struct OutboxDestinationKind
 	int			(*pending) (void *state);
 	bool		(*busy) (void *state);
 	List	   *(*full) (void *state);
+	bool		(*saturated) (void *state);
 	int			(*room) (void *state, const OutboxEvent *ev);
 	uint64		(*sockets) (void *state, const OutboxWaitSocket **socks, int *n);
 	long		(*timeout_ms) (void *state);

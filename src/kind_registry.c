@@ -358,6 +358,22 @@ OutboxKindsFull(void)
 }
 
 /*
+ * The names of the kinds that ask the claim to leave out every one of
+ * their destinations for now (saturated).
+ */
+List *
+OutboxKindsSaturated(void)
+{
+	List	   *saturated = NIL;
+
+	for (int i = 0; i < NKINDS; i++)
+		if (after_commit(i) && kinds[i]->saturated != NULL &&
+			kinds[i]->saturated(state_at(i)))
+			saturated = lappend(saturated, unconstify(char *, kinds[i]->name));
+	return saturated;
+}
+
+/*
  * Whether sqlerrcode, from a claim's failed COMMIT, says that the queue of
  * a kind that sends at COMMIT was full (commit_full_errcode): nothing was
  * sent.

@@ -53,6 +53,7 @@ extern List *OutboxKindsCollect(void);
 extern int	OutboxKindsPending(void);
 extern bool OutboxKindsBusy(void);
 extern List *OutboxKindsFull(void);
+extern List *OutboxKindsSaturated(void);
 extern void OutboxKindsAbandon(void);
 extern bool OutboxKindsCommitFull(int sqlerrcode);
 

@@ -54,6 +54,7 @@
 #include "ordering.h"
 #include "pass.h"
 #include "queue.h"
+#include "skip.h"
 #include "statements.h"
 
 PG_FUNCTION_INFO_V1(_outbox_claim_query);
@@ -67,15 +68,19 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
  * The claim: due, live events in due order, each with the destination that
  * routing chooses for its type, or NULLs when none does (the view
  * _outbox_pending); $2 names destinations to leave alone for now (their
- * queue in the relay is full: an event to be fanned out is taken all the
- * same, as the others it goes to must not wait for that one), $3 the events in flight (the set in shared
- * memory), which it tests with a hashed subplan, one hash table per claim.
+ * queue in the relay is full) and $4 kinds (every connection they have is
+ * taken, a round's worth waits: the queues of a thousand webhooks, full
+ * one by one, would hold thousands of events, each walked past again by
+ * every claim); an event to be fanned out is taken all the same, as the
+ * others it goes to must not wait for those. $3 is the events in flight
+ * (the set in shared memory), which it tests with a hashed subplan, one
+ * hash table per claim.
  * It returns each row's ctid: the rows stay locked until the claim's
  * transaction ends, and marking them by TID scan costs about a third less
  * than by primary key lookups. Its select list, OUTBOX_CLAIM_COLUMNS, is
  * next to the Anum_claim_* numbers that decode it (claim_decode.h).
- * claim_one_stmt takes the one event with id $4 (isolation after an
- * error): a separate statement, as an "id = $4 or any" test would spoil
+ * claim_one_stmt takes the one event with id $5 (isolation after an
+ * error): a separate statement, as an "id = $5 or any" test would spoil
  * the generic plan of the normal claim (it walks the pending index in
  * order, without sorting).
  */
@@ -83,24 +88,25 @@ PG_FUNCTION_INFO_V1(_outbox_unroutable_error);
 	"SELECT " OUTBOX_CLAIM_COLUMNS \
 	"  FROM %1$s._outbox_pending p" \
 	" WHERE p.next_attempt_at <= now()" \
-	"   AND (p.dest_name IS NULL OR p.fan_out OR p.dest_name <> ALL ($2))" \
+	"   AND (p.dest_name IS NULL OR p.fan_out" \
+	"        OR (p.dest_name <> ALL ($2) AND (p.dest).kind <> ALL ($4)))" \
 	"   AND p.id NOT IN (SELECT unnest($3::bigint[]))"
 #define CLAIM_LOCK \
 	" ORDER BY p.next_attempt_at, p.id" \
 	" LIMIT $1" \
 	"   FOR UPDATE OF p SKIP LOCKED"
 
-static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, INT8OID};
+static const Oid claim_argtypes[] = {INT4OID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT8OID};
 static OutboxStatement claim_stmt = {
 	.sql = CLAIM_SELECT CLAIM_LOCK,
-	.nargs = 3,
+	.nargs = 4,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
 };
 static OutboxStatement claim_one_stmt = {
-	.sql = CLAIM_SELECT " AND p.id = $4" CLAIM_LOCK,
-	.nargs = 4,
+	.sql = CLAIM_SELECT " AND p.id = $5" CLAIM_LOCK,
+	.nargs = 5,
 	.argtypes = claim_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
@@ -190,34 +196,36 @@ static OutboxStatement next_due_stmt = {
 };
 
 /*
- * Whether an enabled destination other than those named in $1 exists. A
+ * Whether an enabled destination exists other than those named in $1 and
+ * those of the kinds named in $2. A
  * claim that leaves out every enabled destination could only find events
  * that have none (to park), and would walk the whole due backlog of those
  * it leaves out to find them: it is not made; such events are parked by
  * the next claim that leaves nothing out.
  */
-static const Oid others_argtypes[] = {TEXTARRAYOID};
+static const Oid others_argtypes[] = {TEXTARRAYOID, TEXTARRAYOID};
 static OutboxStatement others_stmt = {
 	.sql =
 		"SELECT EXISTS (SELECT FROM %1$s.outbox_destinations d"
-		"                WHERE d.enabled AND d.name <> ALL ($1))",
-	.nargs = 1,
+		"                WHERE d.enabled AND d.name <> ALL ($1) AND d.kind <> ALL ($2))",
+	.nargs = 2,
 	.argtypes = others_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN
 };
 
 /* The next event the claim would take, without locking it. */
-static const Oid next_pending_argtypes[] = {TEXTARRAYOID, INT8ARRAYOID};
+static const Oid next_pending_argtypes[] = {TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
 static OutboxStatement next_pending_stmt = {
 	.sql =
 		"SELECT p.id, p.attempts"
 		"  FROM %1$s._outbox_pending p"
 		" WHERE p.next_attempt_at <= now()"
-		"   AND (p.dest_name IS NULL OR p.fan_out OR p.dest_name <> ALL ($1))"
+		"   AND (p.dest_name IS NULL OR p.fan_out"
+		"        OR (p.dest_name <> ALL ($1) AND (p.dest).kind <> ALL ($3)))"
 		"   AND p.id NOT IN (SELECT unnest($2::bigint[]))"
 		" ORDER BY p.next_attempt_at, p.id"
 		" LIMIT 1",
-	.nargs = 2,
+	.nargs = 3,
 	.argtypes = next_pending_argtypes,
 	.cursor_options = CURSOR_OPT_GENERIC_PLAN,
 	.path = OUTBOX_PLAN_KEYED
@@ -248,8 +256,10 @@ static OutboxStatement next_alone_stmt = {
  * _outbox_claim_query() RETURNS text
  *
  * SQL-callable, internal: the text of the relay's claim query for the
- * extension's schema (its batch size is the parameter $1), so that its
- * plan can be checked with EXPLAIN by tests and DBAs.
+ * extension's schema, so that its plan can be checked with EXPLAIN by
+ * tests and DBAs. Its parameters: $1 int, the batch size; $2 text[],
+ * destinations to leave out; $3 bigint[], events in flight; $4 text[],
+ * kinds to leave out.
  */
 Datum
 _outbox_claim_query(PG_FUNCTION_ARGS)
@@ -276,27 +286,25 @@ _outbox_unroutable_error(PG_FUNCTION_ARGS pg_attribute_unused())
  * skip leaves out every enabled destination (see others_stmt).
  */
 static bool
-claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64 only_id)
+claim_rows(int batch_size, const OutboxSkip *skip, const int64 *exclude, int nexclude,
+		   int64 only_id)
 {
-	Datum		values[4];
-	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
-	int			nnames = 0;
-	ListCell   *lc;
+	Datum		values[5];
 	int			rc;
 
-	foreach(lc, skip)
-		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
 	values[0] = Int32GetDatum(batch_size);
-	values[1] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = OutboxSkipArray(skip->dests);
 	values[2] = OutboxInt8Array(exclude, nexclude);
-	values[3] = Int64GetDatum(only_id);
+	values[3] = OutboxSkipArray(skip->kinds);
+	values[4] = Int64GetDatum(only_id);
 
-	if (nnames > 0 && only_id == 0)
+	if (!OutboxSkipNone(skip) && only_id == 0)
 	{
 		bool		isnull;
+		Datum		others[2] = {values[1], values[3]};
 
 		rc = SPI_execute_plan(OutboxStatementPlan(&others_stmt, OutboxQueueSchema()),
-							  &values[1], NULL, false, 1);
+							  others, NULL, false, 1);
 		if (rc != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not look for destinations: %s", SPI_result_code_string(rc));
 		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
@@ -319,8 +327,8 @@ claim_rows(int batch_size, List *skip, const int64 *exclude, int nexclude, int64
  * decoded into memory context cxt (the rows' values are copied: the
  * events outlive the claim's transaction) and each handed to prepare (in
  * cxt too), which builds what will be sent and returns the bytes that
- * costs. Events whose destination is named in lim->skip (a List of names)
- * are left for later, and so are the lim->nexclude events in lim->exclude
+ * costs. Events whose destination or kind lim->skip names are left for
+ * later (an event to be fanned out is not), and so are the lim->nexclude events in lim->exclude
  * (those in flight); lim->only_id, if not 0, claims that one event. An
  * event without a destination has dest.name NULL; one over a size limit
  * has a permanent error (see OutboxDecodeEvent). Returns the number of
@@ -365,7 +373,7 @@ OutboxClaim(const OutboxClaimLimits *lim, MemoryContext cxt, OutboxPrepareFn pre
 
 	memset(left, 0, sizeof(*left));
 	*events = NULL;
-	if (!claim_rows(lim->batch_size, lim->skip, lim->exclude, lim->nexclude, lim->only_id))
+	if (!claim_rows(lim->batch_size, &lim->skip, lim->exclude, lim->nexclude, lim->only_id))
 		return 0;
 
 	left->claimed = (int) SPI_processed;
@@ -451,19 +459,16 @@ OutboxMarkUnroutable(OutboxEvent **events, int n)
  * SPI connected and OutboxQueueOpen() done; ERROR if SPI fails.
  */
 bool
-OutboxNextPending(List *skip, const int64 *exclude, int nexclude, int64 *id, int32 *attempts)
+OutboxNextPending(const OutboxSkip *skip, const int64 *exclude, int nexclude, int64 *id,
+				  int32 *attempts)
 {
-	Datum	   *names = palloc(sizeof(Datum) * Max(list_length(skip), 1));
-	int			nnames = 0;
-	ListCell   *lc;
-	Datum		values[2];
+	Datum		values[3];
 	bool		isnull;
 	int			rc;
 
-	foreach(lc, skip)
-		names[nnames++] = CStringGetTextDatum((char *) lfirst(lc));
-	values[0] = PointerGetDatum(construct_array(names, nnames, TEXTOID, -1, false, TYPALIGN_INT));
+	values[0] = OutboxSkipArray(skip->dests);
 	values[1] = OutboxInt8Array(exclude, nexclude);
+	values[2] = OutboxSkipArray(skip->kinds);
 	rc = SPI_execute_plan(OutboxStatementPlan(&next_pending_stmt, OutboxQueueSchema()), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not find the next event: %s", SPI_result_code_string(rc));

@@ -19,12 +19,13 @@
 
 #include "admission.h"
 #include "event.h"
+#include "skip.h"
 
 /* What a claim may take (OutboxClaim says what each means). */
 typedef struct OutboxClaimLimits
 {
 	int			batch_size;
-	List	   *skip;			/* names of destinations to leave out */
+	OutboxSkip	skip;			/* destinations and kinds to leave out */
 	const int64 *exclude;		/* ids of events in flight */
 	int			nexclude;
 	int64		only_id;		/* not 0: that event only */
@@ -52,7 +53,7 @@ extern bool OutboxNextAlone(const int64 *exclude, int nexclude, int64 *id, int32
 extern int	OutboxMarkDelivered(OutboxEvent **events, int n, bool routing_locked,
 								bool *all_marked);
 extern void OutboxMarkUnroutable(OutboxEvent **events, int n);
-extern bool OutboxNextPending(List *skip, const int64 *exclude, int nexclude,
+extern bool OutboxNextPending(const OutboxSkip *skip, const int64 *exclude, int nexclude,
 							  int64 *id, int32 *attempts);
 extern double OutboxNextDueMs(void);
 

@@ -181,7 +181,7 @@ id_list_add(IdList *l, int64 id)
 typedef struct WorkerState
 {
 	bool		look;			/* claim again as soon as possible */
-	List	   *left_full;		/* destinations the last claim left out, full */
+	OutboxSkip	left_full;		/* what the last claim left out, full */
 	List	   *outcomes;		/* not recorded yet, in outcome_cxt */
 	TimestampTz first_outcome;	/* when the oldest of them came */
 	TimestampTz next_look;		/* claim again by then at the latest */
@@ -190,7 +190,7 @@ typedef struct WorkerState
 	int			error_backoff_ms;	/* after failed steps; 0 after success */
 	XLogRecPtr	flush_lsn;		/* a claim's commit, not flushed yet */
 	bool		want_next_due;	/* read the next due time after the claim */
-	List	   *dry_skip;		/* left out by the last dry claim, or NIL */
+	OutboxSkip	dry_skip;		/* left out by the last dry claim, or none */
 	TimestampTz dry_until;		/* do not repeat that claim before then */
 	bool		room_limited;	/* the last claim was cut to the set's room */
 	Size		held_bytes;		/* what the events in flight cost (their cost) */
@@ -329,62 +329,22 @@ relays_gone(WorkerState *st)
 	return ndead > 0;
 }
 
-/* Whether every name in sub is in list (both lists of destination names). */
-static bool
-names_subset(List *sub, List *list)
-{
-	ListCell   *lc;
-
-	foreach(lc, sub)
-	{
-		ListCell   *lc2;
-		bool		found = false;
-
-		foreach(lc2, list)
-		{
-			if (strcmp(lfirst(lc), lfirst(lc2)) == 0)
-			{
-				found = true;
-				break;
-			}
-		}
-		if (!found)
-			return false;
-	}
-	return true;
-}
-
-/* A copy of a list of destination names, kept between rounds. */
-static List *
-copy_names(List *names)
-{
-	List	   *copy = NIL;
-	ListCell   *lc;
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-	foreach(lc, names)
-		copy = lappend(copy, pstrdup(lfirst(lc)));
-	MemoryContextSwitchTo(old);
-	return copy;
-}
-
 /*
  * Remembers whether a claim that left out the destinations in skip was dry
  * (see DRY_CLAIM_REPEAT_FACTOR); started: when it began.
  */
 static void
-note_dry_claim(WorkerState *st, List *skip, bool dry, TimestampTz started)
+note_dry_claim(WorkerState *st, const OutboxSkip *skip, bool dry, TimestampTz started)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	OutboxSkip	none = {NIL, NIL};
 
 	/* a claim that left nothing out says nothing about the others */
-	if (skip == NIL)
+	if (OutboxSkipNone(skip))
 		return;
-	list_free_deep(st->dry_skip);
-	st->dry_skip = NIL;
+	OutboxSkipKeep(&st->dry_skip, dry ? skip : &none);
 	if (!dry)
 		return;
-	st->dry_skip = copy_names(skip);
 	st->dry_until = now + (now - started) * DRY_CLAIM_REPEAT_FACTOR;
 }
 
@@ -567,14 +527,14 @@ worker_claim(WorkerState *st)
 
 	memset(&c, 0, sizeof(c));
 	c.batch_size = outbox_batch_size;
-	c.skip = OutboxKindsFull();
+	OutboxSkipNow(&c.skip);
 	st->next_look = DT_NOEND;
 	if (!release_before_claim(st))
 		return;
 
 	/* the last claim found the others dry, and nothing freed a full one */
-	if (st->isolate == 0 && st->dry_skip != NIL && started < st->dry_until &&
-		names_subset(st->dry_skip, c.skip))
+	if (st->isolate == 0 && !OutboxSkipNone(&st->dry_skip) && started < st->dry_until &&
+		OutboxSkipCovers(&c.skip, &st->dry_skip))
 	{
 		st->look = false;
 		st->next_look = st->dry_until;
@@ -611,10 +571,9 @@ worker_claim(WorkerState *st)
 	st->alone_wanted |= c.d.alone_left;
 
 	/* destinations were left out, full: outcomes, not the clock, bring more */
-	list_free_deep(st->left_full);
-	st->left_full = copy_names(c.skip);
+	OutboxSkipKeep(&st->left_full, &c.skip);
 	if (st->isolate == 0)
-		note_dry_claim(st, c.skip, c.d.claimed < c.batch_size, started);
+		note_dry_claim(st, &c.skip, c.d.claimed < c.batch_size, started);
 	/*
 	 * cut by the set's room, the memory budget or a kind's room: outcomes
 	 * make room (a kind's, as they are collected or recorded), and with
@@ -631,8 +590,8 @@ worker_claim(WorkerState *st)
 
 /*
  * Whether a destination that the last claim left out, full, has room
- * again (by name: another may have filled up meanwhile): its kind holds
- * fewer of its events than its connections can carry at once. Asked as
+ * again (by name: another may have filled up meanwhile), or a kind it
+ * left out, saturated, has a connection free. Asked as
  * soon as the kind hands outcomes back (the only thing that frees one),
  * before they are recorded, so that the next claim runs and commits while
  * the last requests of the previous one are still under way: a relay that
@@ -642,7 +601,12 @@ worker_claim(WorkerState *st)
 static bool
 destination_freed(WorkerState *st)
 {
-	return st->left_full != NIL && !names_subset(st->left_full, OutboxKindsFull());
+	OutboxSkip	now;
+
+	if (OutboxSkipNone(&st->left_full))
+		return false;
+	OutboxSkipNow(&now);
+	return !OutboxSkipCovers(&now, &st->left_full);
 }
 
 /*

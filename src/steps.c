@@ -224,7 +224,7 @@ next_one(OutboxClaimStepArgs *c, bool alone)
 		return;
 	exclude = OutboxInFlightIds(MyDatabaseId, false, &nexclude, &room);
 	found = alone ? OutboxNextAlone(exclude, nexclude, &c->only_id, &c->only_attempts)
-		: OutboxNextPending(c->skip, exclude, nexclude, &c->only_id, &c->only_attempts);
+		: OutboxNextPending(&c->skip, exclude, nexclude, &c->only_id, &c->only_attempts);
 	if (!found)
 		c->only_id = 0;
 }

@@ -28,7 +28,7 @@ typedef struct OutboxClaimStepArgs
 {
 	/* in */
 	int			batch_size;
-	List	   *skip;			/* destinations to leave out */
+	OutboxSkip	skip;			/* destinations and kinds to leave out */
 	int			relay;			/* this relay's number */
 	MemoryContext cxt;			/* where the claimed events go */
 	Size		held;			/* bytes of the events in flight (OUTBOX_RELAY_BYTES) */

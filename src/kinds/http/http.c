@@ -354,7 +354,7 @@ OutboxHttpQueuedDeadline(HttpState *st, int64 away)
  * worker or an outbox_relay() backend.
  */
 static int
-dest_room(HttpState *st, HttpDest *d, int per_request)
+dest_room(HttpState *st, HttpDest *d, int per_request, TimestampTz now)
 {
 	double		rounds;
 	double		room;
@@ -362,7 +362,7 @@ dest_room(HttpState *st, HttpDest *d, int per_request)
 	if (d->avg_ms <= 0)
 		return -1;
 	rounds = Max(floor(ROOM_WAIT_MS / d->avg_ms), 1);
-	room = rounds * dest_share(st, d, outbox_http_max_connections, GetCurrentTimestamp()) *
+	room = rounds * dest_share(st, d, outbox_http_max_connections, now) *
 		Max(per_request, 1) - d->unreported;
 	return (int) Max(Min(room, (double) PG_INT32_MAX), 0);
 }
@@ -373,7 +373,8 @@ http_room(void *state, const OutboxEvent *ev)
 	HttpState  *st = (HttpState *) state;
 	HttpDest   *d = lookup_dest(st, ev->dest.name);
 
-	return d != NULL ? dest_room(st, d, HTTP_OPTIONS(ev)->events_per_request) : -1;
+	return d != NULL ?
+		dest_room(st, d, HTTP_OPTIONS(ev)->events_per_request, GetCurrentTimestamp()) : -1;
 }
 
 /* Whether two events' own headers (jsonb, or NULL) are the same. */
@@ -673,22 +674,62 @@ http_busy(void *state)
  * a slow destination's backlog stays in the table, where other
  * destinations' events can overtake it.
  */
+static bool
+dest_full(HttpState *st, HttpDest *d, TimestampTz now)
+{
+	return d->unreported >= outbox_http_max_connections * Max(d->per_request, 1) ||
+		dest_room(st, d, d->per_request, now) == 0;
+}
+
 static List *
 http_full(void *state)
 {
 	HttpState  *st = (HttpState *) state;
 	List	   *full = NIL;
+	TimestampTz now = GetCurrentTimestamp();
 	ListCell   *lc;
 
 	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
 
-		if (d->unreported >= outbox_http_max_connections * Max(d->per_request, 1) ||
-			dest_room(st, d, d->per_request) == 0)
+		if (dest_full(st, d, now))
 			full = lappend(full, d->name);
 	}
 	return full;
+}
+
+/*
+ * saturated: the destinations that are not full hold, waiting, a round of
+ * requests for every connection, each no more than its share lets it run
+ * at once: a claim would only add events that wait here, their time
+ * limits running, and that every later claim walks past in the table,
+ * where they stay pending until their outcome. A thousand webhooks, each
+ * full only at outbox.http_max_connections requests of its own, held
+ * thousands (and drained at half the rate of one). A full destination (an
+ * endpoint that hangs) does not count, nor what a slow one cannot start
+ * for its share: the others must not wait for them.
+ */
+static bool
+http_saturated(void *state)
+{
+	HttpState  *st = (HttpState *) state;
+	int			limit = outbox_http_max_connections;
+	int			waiting = 0;
+	int			per_request = 1;
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	foreach(lc, st->dests)
+	{
+		HttpDest   *d = lfirst(lc);
+
+		if (d->queued == 0 || dest_full(st, d, now))
+			continue;
+		waiting += Min(d->queued, dest_share(st, d, limit, now) * Max(d->per_request, 1));
+		per_request = Max(per_request, d->per_request);
+	}
+	return waiting >= limit * per_request;
 }
 
 /*
@@ -786,6 +827,7 @@ const OutboxDestinationKind OutboxHttpKind = {
 	.room = http_room,
 	.busy = http_busy,
 	.full = http_full,
+	.saturated = http_saturated,
 	.sockets = OutboxHttpSockets,
 	.timeout_ms = OutboxHttpTimeoutMs,
 	.socket_ready = OutboxHttpSocketReady,
