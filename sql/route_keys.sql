@@ -181,10 +181,14 @@ ROLLBACK;
 -- with no destination, to be parked; a kind with no destination here
 -- changes nothing
 BEGIN;
+-- (the destinations of every type taken out, so that one has none)
+UPDATE outbox_destinations SET enabled = false WHERE event_types = '*';
+INSERT INTO outbox (event_type, payload) VALUES ('nobody.takes', '{}');
 CREATE TEMP TABLE claimed AS EXECUTE claim(100, '{}', '{}', '{}');
 CREATE TEMP TABLE notify_out AS EXECUTE claim(100, '{}', '{}', '{notify}');
 CREATE TEMP TABLE http_out AS EXECUTE claim(100, '{}', '{}', '{http,kafka}');
 SELECT (SELECT count(*) FROM notify_out) AS claimed_without_notify,
+       (SELECT count(*) FROM notify_out WHERE dest_name IS NULL) AS without_destination,
        (SELECT array_agg(id ORDER BY id) FROM notify_out) =
        (SELECT array_agg(id ORDER BY id) FROM claimed WHERE fan_out OR dest_name IS NULL) AS fanned_out_and_unroutable,
        (SELECT array_agg(id ORDER BY id) FROM http_out) =

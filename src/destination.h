@@ -254,8 +254,8 @@ typedef struct OutboxDestinationKind
 
 	/*
 	 * OUTBOX_SEND_AFTER_COMMIT, all called with no transaction needed, and
-	 * required for such a kind but room, and sockets with socket_ready
-	 * (a kind woken only by its latch has no sockets):
+	 * required for such a kind but saturated, room, and sockets with
+	 * socket_ready (a kind woken only by its latch has no sockets):
 	 *
 	 * enqueue: takes the event; it stays valid until collect returns it.
 	 *	 The kind notes each request it starts before it goes out
@@ -268,7 +268,9 @@ typedef struct OutboxDestinationKind
 	 * full: names of destinations the claim should leave out for now.
 	 * saturated: whether the claim should leave out every destination of
 	 *	 the kind for now, those it has not met yet too: it holds as many
-	 *	 events waiting as it can start before more could. Optional: never.
+	 *	 events waiting as it can start before more could. Asked before
+	 *	 each claim and as outcomes come back: it must be cheap. While it
+	 *	 says so, full is not asked. Optional: never.
 	 * room: how many more events of ev's destination (a claimed event, its
 	 *	 destination decoded) the kind can take now; -1: no limit. The claim
 	 *	 takes no more than that, so that nothing it hands over waits in the

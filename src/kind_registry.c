@@ -345,32 +345,25 @@ OutboxKindsBusy(void)
 	return false;
 }
 
-/* The destinations that any kind asks the claim to leave out for now. */
-List *
-OutboxKindsFull(void)
-{
-	List	   *full = NIL;
-
-	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i))
-			full = list_concat(full, kinds[i]->full(state_at(i)));
-	return full;
-}
-
 /*
- * The names of the kinds that ask the claim to leave out every one of
- * their destinations for now (saturated).
+ * What the kinds ask the claim to leave out for now: in *saturated the
+ * names of the kinds that are (every destination of theirs), in *full the
+ * destinations the other kinds are full for.
  */
-List *
-OutboxKindsSaturated(void)
+void
+OutboxKindsSkip(List **full, List **saturated)
 {
-	List	   *saturated = NIL;
-
+	*full = NIL;
+	*saturated = NIL;
 	for (int i = 0; i < NKINDS; i++)
-		if (after_commit(i) && kinds[i]->saturated != NULL &&
-			kinds[i]->saturated(state_at(i)))
-			saturated = lappend(saturated, unconstify(char *, kinds[i]->name));
-	return saturated;
+	{
+		if (!after_commit(i))
+			continue;
+		if (kinds[i]->saturated != NULL && kinds[i]->saturated(state_at(i)))
+			*saturated = lappend(*saturated, unconstify(char *, kinds[i]->name));
+		else
+			*full = list_concat(*full, kinds[i]->full(state_at(i)));
+	}
 }
 
 /*

@@ -52,8 +52,7 @@ extern void OutboxKindSocketReady(int i, pgsocket fd, uint32 events);
 extern List *OutboxKindsCollect(void);
 extern int	OutboxKindsPending(void);
 extern bool OutboxKindsBusy(void);
-extern List *OutboxKindsFull(void);
-extern List *OutboxKindsSaturated(void);
+extern void OutboxKindsSkip(List **full, List **saturated);
 extern void OutboxKindsAbandon(void);
 extern bool OutboxKindsCommitFull(int sqlerrcode);
 

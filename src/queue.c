@@ -197,11 +197,12 @@ static OutboxStatement next_due_stmt = {
 
 /*
  * Whether an enabled destination exists other than those named in $1 and
- * those of the kinds named in $2. A
- * claim that leaves out every enabled destination could only find events
- * that have none (to park), and would walk the whole due backlog of those
- * it leaves out to find them: it is not made; such events are parked by
- * the next claim that leaves nothing out.
+ * those of the kinds named in $2. A claim that leaves out every enabled
+ * destination could only find events that have none (to park) or go to
+ * several (to fan out), and would walk the whole due backlog of those it
+ * leaves out to find them: it is not made; such events wait for the next
+ * claim that leaves something in (their deliveries could not start
+ * before it anyway).
  */
 static const Oid others_argtypes[] = {TEXTARRAYOID, TEXTARRAYOID};
 static OutboxStatement others_stmt = {

@@ -108,11 +108,10 @@
 #define RECORD_BATCH 64
 #define RECORD_DELAY_MS 5
 /*
- * A claim that left out full destinations and still found less than a
- * batch found every due event of the others: repeating it before an
- * outcome frees one of those destinations can only find what was emitted
- * or became due since, and it walks the full destinations' due backlog
- * again to do so. Such a repeat waits this many times as long as that
+ * A claim that left out full destinations or saturated kinds and still
+ * found less than a batch found every due event of the others: repeating
+ * it before an outcome frees one of them can only find what was emitted
+ * or became due since, and it walks their due backlog again to do so. Such a repeat waits this many times as long as that
  * claim took, which keeps walking a large backlog under a tenth of the
  * relay's time.
  */
@@ -339,9 +338,16 @@ note_dry_claim(WorkerState *st, const OutboxSkip *skip, bool dry, TimestampTz st
 	TimestampTz now = GetCurrentTimestamp();
 	OutboxSkip	none = {NIL, NIL};
 
-	/* a claim that left nothing out says nothing about the others */
+	/*
+	 * a claim that left nothing out says nothing about the others, unless
+	 * it took a whole batch: more may be due
+	 */
 	if (OutboxSkipNone(skip))
+	{
+		if (!dry)
+			OutboxSkipKeep(&st->dry_skip, &none);
 		return;
+	}
 	OutboxSkipKeep(&st->dry_skip, dry ? skip : &none);
 	if (!dry)
 		return;

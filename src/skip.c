@@ -27,15 +27,16 @@
 
 /*
  * Fills *skip with what the kinds ask the claim to leave out now: the
- * destinations a kind is full for, and the kinds that are saturated.
- * The names are the kinds' own (valid until their next call), in lists
- * in the current memory context.
+ * kinds that are saturated, and the destinations the others are full for
+ * (those of a saturated kind are left out with it: named too, they would
+ * make a claim look different, and walk its backlog, as one of them
+ * stops being full). The names are the kinds' own (valid until their
+ * next call), in lists in the current memory context.
  */
 void
 OutboxSkipNow(OutboxSkip *skip)
 {
-	skip->dests = OutboxKindsFull();
-	skip->kinds = OutboxKindsSaturated();
+	OutboxKindsSkip(&skip->dests, &skip->kinds);
 }
 
 /* Whether skip leaves nothing out. */
@@ -78,8 +79,6 @@ names_within(List *sub, List *list)
 
 	if (na == 0)
 		return true;
-	if (na > nb)
-		return false;			/* names of one list are distinct */
 	a = sorted_names(sub);
 	b = sorted_names(list);
 	for (int i = 0; i < na && within; i++)

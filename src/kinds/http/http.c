@@ -667,12 +667,9 @@ http_busy(void *state)
 }
 
 /*
- * full: the destinations that hold outbox.http_max_connections requests'
- * worth of events or more in the transport (times events_per_request), or
- * have no room (dest_room):
- * the relay claims none of theirs for now, so that
- * a slow destination's backlog stays in the table, where other
- * destinations' events can overtake it.
+ * Whether destination d holds outbox.http_max_connections requests' worth
+ * of events or more in the transport (times events_per_request), or has
+ * no room (dest_room).
  */
 static bool
 dest_full(HttpState *st, HttpDest *d, TimestampTz now)
@@ -681,6 +678,11 @@ dest_full(HttpState *st, HttpDest *d, TimestampTz now)
 		dest_room(st, d, d->per_request, now) == 0;
 }
 
+/*
+ * full: the destinations that are full (dest_full): the relay claims none
+ * of theirs for now, so that a slow destination's backlog stays in the
+ * table, where other destinations' events can overtake it.
+ */
 static List *
 http_full(void *state)
 {
@@ -702,7 +704,8 @@ http_full(void *state)
 /*
  * saturated: the destinations that are not full hold, waiting, a round of
  * requests for every connection, each no more than its share lets it run
- * at once: a claim would only add events that wait here, their time
+ * at once (queued events are requests of one event; they are merged into
+ * requests of events_per_request as they start): a claim would only add events that wait here, their time
  * limits running, and that every later claim walks past in the table,
  * where they stay pending until their outcome. A thousand webhooks, each
  * full only at outbox.http_max_connections requests of its own, held
@@ -716,20 +719,22 @@ http_saturated(void *state)
 	HttpState  *st = (HttpState *) state;
 	int			limit = outbox_http_max_connections;
 	int			waiting = 0;
-	int			per_request = 1;
 	TimestampTz now = GetCurrentTimestamp();
 	ListCell   *lc;
 
 	foreach(lc, st->dests)
 	{
 		HttpDest   *d = lfirst(lc);
+		int			per_request = Max(d->per_request, 1);
 
 		if (d->queued == 0 || dest_full(st, d, now))
 			continue;
-		waiting += Min(d->queued, dest_share(st, d, limit, now) * Max(d->per_request, 1));
-		per_request = Max(per_request, d->per_request);
+		waiting += Min((d->queued + per_request - 1) / per_request,
+					   dest_share(st, d, limit, now));
+		if (waiting >= limit)
+			return true;
 	}
-	return waiting >= limit * per_request;
+	return false;
 }
 
 /*
