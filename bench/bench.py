@@ -26,7 +26,10 @@ nginx answering 200 on 127.0.0.1 for the webhook figures, and test/sink.py
   8. ordered delivery: the drain of events over 1,000 aggregates to an
      ordered and to an unordered destination, and a pass that finds
      nothing due with 1,000,000 delivered and 100,000 pending events over
-     10,000 aggregates, 1,000 of them held back by a dead event
+     10,000 aggregates, 1,000 of them held back by a dead event; then
+     100,000 events of one aggregate and 100 of others after them, at an
+     ordered NOTIFY destination: how soon the first and the last of the
+     others are delivered, with one relay and with four
   9. JetStream: draining 100,000 events into a single-node file-storage
      stream (nats-server on 127.0.0.1, sharing the cores), at a smaller
      and the default outbox.batch_size, beside the broker's own ceiling: a C
@@ -1039,6 +1042,65 @@ def bench_ordered(c, n, keys, nginx_port, batch, conns, delivered, pending, pkey
     c.set(batch_size=1000, http_max_connections=16, poll_interval="1s", databases="postgres")
 
 
+def bench_key_backlog(c, backlog, others, relays_list, runs):
+    """Section 8's last part: one aggregate with a long backlog at an ordered
+    NOTIFY destination, and events of other aggregates emitted after it:
+    how soon the relay delivers the first of those, which wait while the
+    claims walk and hold the backlog (docs/delivery.md, A long backlog of
+    one key)."""
+    print(f"parameters: {backlog} events of one aggregate, then {others} of {others} others, one ordered "
+          f"NOTIFY destination, outbox.batch_size = 1000, no listener; {runs} runs each")
+    for relays in relays_list:
+        firsts, lasts, helds = [], [], []
+        for _ in range(runs):
+            c.set(databases="")
+            c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+            c.sql("INSERT INTO outbox_destinations (name, event_types, channel, ordered) "
+                  "VALUES ('n', '*', 'bench_backlog', true)")
+            c.sql("""INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)
+                     SELECT 'bench.hot', jsonb_build_object('n', i), 'task', 'hot'
+                       FROM generate_series(1, %s) i""", (backlog,))
+            c.sql("""INSERT INTO outbox (event_type, payload, aggregate_type, aggregate_id)
+                     SELECT 'bench.other', jsonb_build_object('n', i), 'task', 'k' || i
+                       FROM generate_series(1, %s) i""", (others,))
+            c.sql("VACUUM ANALYZE outbox")
+            start = c.sql("SELECT clock_timestamp()")[0][0]
+            c.set(settle=False, databases="postgres", relays_per_database=relays)
+            conn = c.connect()
+            cur = conn.cursor()
+            t0 = time.time()
+            done = False
+            while time.time() - t0 < 300 and not done:
+                cur.execute("""SELECT count(*) = %s FROM outbox
+                                WHERE event_type = 'bench.other' AND delivered_at IS NOT NULL""", (others,))
+                done = cur.fetchone()[0]
+                time.sleep(0.02)
+            c.set(databases="")
+            # from the relays' first delivery (the head of the long backlog),
+            # so that their start is not counted
+            cur.execute("""SELECT extract(epoch FROM min(o.delivered_at) FILTER (WHERE o.event_type = 'bench.other')
+                                                 - min(o.delivered_at)),
+                                 extract(epoch FROM max(o.delivered_at) FILTER (WHERE o.event_type = 'bench.other')
+                                                 - min(o.delivered_at)),
+                                 count(*) FILTER (WHERE o.held_by IS NOT NULL)
+                            FROM outbox o WHERE o.delivered_at >= %s OR o.held_by IS NOT NULL""", (start,))
+            first, last, held = cur.fetchone()
+            conn.close()
+            if not done or first is None:
+                print(f"  {relays} relay(s): the other aggregates' events were not all delivered in 300 s")
+                continue
+            firsts.append(float(first))
+            lasts.append(float(last))
+            helds.append(held)
+        if firsts:
+            print(f"  {relays} relay(s): first of the others delivered after "
+                  f"{' / '.join(f'{x:.2f}' for x in firsts)} s, the last after "
+                  f"{' / '.join(f'{x:.2f}' for x in lasts)} s; held then "
+                  f"{' / '.join(str(h) for h in helds)} (target: at most 1 s)")
+    c.sql("TRUNCATE outbox; DELETE FROM outbox_destinations")
+    c.set(relays_per_database=1, databases="postgres")
+
+
 # 9 ------------------------------------------------------------------------
 def start_nats(tmp):
     port = free_port()
@@ -1447,6 +1509,7 @@ def main():
             bench_ordered(c, 5000 if q else 100000, 1000, nginx_port, 1000, 32,
                           20000 if q else 1000000, 2000 if q else 100000, 200 if q else 10000,
                           20 if q else 1000, 20 if q else 200)
+            bench_key_backlog(c, 5000 if q else 100000, 100, (1, 4), 1 if q else 3)
         if "9" in only:
             bench_jetstream(c, tmp, 5000 if q else 100000,
                             ((100, 1024, 1), (1000, 1024, 1), (1000, 4096, 1), (1000, 1024, 2)))
