@@ -329,8 +329,8 @@ claim_rows(int batch_size, const OutboxSkip *skip, const int64 *exclude, int nex
  * events outlive the claim's transaction) and each handed to prepare (in
  * cxt too), which builds what will be sent and returns the bytes that
  * costs. Events whose destination or kind lim->skip names are left for
- * later (an event to be fanned out is not), and so are the lim->nexclude events in lim->exclude
- * (those in flight); lim->only_id, if not 0, claims that one event. An
+ * later (an event to be fanned out is not), and so are the lim->nexclude
+ * events in lim->exclude (those in flight); lim->only_id, if not 0, claims that one event. An
  * event without a destination has dest.name NULL; one over a size limit
  * has a permanent error (see OutboxDecodeEvent). Returns the number of
  * events to process, each with its cost (what it takes in the relay's

@@ -111,9 +111,9 @@
  * A claim that left out full destinations or saturated kinds and still
  * found less than a batch found every due event of the others: repeating
  * it before an outcome frees one of them can only find what was emitted
- * or became due since, and it walks their due backlog again to do so. Such a repeat waits this many times as long as that
- * claim took, which keeps walking a large backlog under a tenth of the
- * relay's time.
+ * or became due since, and it walks their due backlog again to do so.
+ * Such a repeat waits this many times as long as that claim took, which
+ * keeps walking a large backlog under a tenth of the relay's time.
  */
 #define DRY_CLAIM_REPEAT_FACTOR 10
 /* The wait after a step failed, doubled while failures go on. */
@@ -338,19 +338,13 @@ note_dry_claim(WorkerState *st, const OutboxSkip *skip, bool dry, TimestampTz st
 	TimestampTz now = GetCurrentTimestamp();
 	OutboxSkip	none = {NIL, NIL};
 
-	/*
-	 * a claim that left nothing out says nothing about the others, unless
-	 * it took a whole batch: more may be due
-	 */
-	if (OutboxSkipNone(skip))
-	{
-		if (!dry)
-			OutboxSkipKeep(&st->dry_skip, &none);
-		return;
-	}
-	OutboxSkipKeep(&st->dry_skip, dry ? skip : &none);
+	/* a whole batch: more may be due, whatever was left out */
 	if (!dry)
+		OutboxSkipKeep(&st->dry_skip, &none);
+	/* a dry claim that left nothing out says nothing about the others */
+	if (!dry || OutboxSkipNone(skip))
 		return;
+	OutboxSkipKeep(&st->dry_skip, skip);
 	st->dry_until = now + (now - started) * DRY_CLAIM_REPEAT_FACTOR;
 }
 

@@ -46,61 +46,54 @@ OutboxSkipNone(const OutboxSkip *skip)
 	return skip->dests == NIL && skip->kinds == NIL;
 }
 
+/* list_sort's comparator for lists of names */
 static int
-name_cmp(const void *a, const void *b)
+name_cmp(const ListCell *a, const ListCell *b)
 {
-	return strcmp(*(char *const *) a, *(char *const *) b);
+	return strcmp(lfirst(a), lfirst(b));
 }
 
-/* The names of list, sorted, in a palloc'd array of list_length(list). */
-static char **
-sorted_names(List *list)
-{
-	char	  **names = palloc(sizeof(char *) * Max(list_length(list), 1));
-	int			n = 0;
-	ListCell   *lc;
-
-	foreach(lc, list)
-		names[n++] = lfirst(lc);
-	qsort(names, n, sizeof(char *), name_cmp);
-	return names;
-}
-
-/* Whether every name of sub is in list: O((m + n) log n), not O(m n). */
+/*
+ * Whether every name of sorted_sub (sorted with name_cmp) is in list:
+ * O((m + n) log n), not O(m n).
+ */
 static bool
-names_within(List *sub, List *list)
+names_within(List *sorted_sub, List *list)
 {
-	char	  **a;
-	char	  **b;
-	int			na = list_length(sub);
-	int			nb = list_length(list);
+	List	   *sorted;
 	int			j = 0;
 	bool		within = true;
+	ListCell   *lc;
 
-	if (na == 0)
+	if (sorted_sub == NIL)
 		return true;
-	a = sorted_names(sub);
-	b = sorted_names(list);
-	for (int i = 0; i < na && within; i++)
+	sorted = list_copy(list);
+	list_sort(sorted, name_cmp);
+	foreach(lc, sorted_sub)
 	{
 		int			c = 1;
 
-		while (j < nb && (c = strcmp(b[j], a[i])) < 0)
+		while (j < list_length(sorted) && (c = strcmp(list_nth(sorted, j), lfirst(lc))) < 0)
 			j++;
-		within = j < nb && c == 0;
+		within = j < list_length(sorted) && c == 0;
+		if (!within)
+			break;
 	}
-	pfree(a);
-	pfree(b);
+	list_free(sorted);
 	return within;
 }
 
-/* Whether skip leaves out everything sub does (and perhaps more). */
+/*
+ * Whether skip leaves out everything kept does (and perhaps more); kept
+ * was made by OutboxSkipKeep, whose lists are sorted once, as kept.
+ */
 bool
-OutboxSkipCovers(const OutboxSkip *skip, const OutboxSkip *sub)
+OutboxSkipCovers(const OutboxSkip *skip, const OutboxSkip *kept)
 {
-	return names_within(sub->kinds, skip->kinds) && names_within(sub->dests, skip->dests);
+	return names_within(kept->kinds, skip->kinds) && names_within(kept->dests, skip->dests);
 }
 
+/* A sorted copy of a list of names, in the current memory context. */
 static List *
 copy_names(List *names)
 {
@@ -109,12 +102,14 @@ copy_names(List *names)
 
 	foreach(lc, names)
 		copy = lappend(copy, pstrdup(lfirst(lc)));
+	list_sort(copy, name_cmp);
 	return copy;
 }
 
 /*
  * Replaces *kept (NIL lists, or a copy this made) by a copy of skip in
- * TopMemoryContext, to be compared with later ones.
+ * TopMemoryContext, its names sorted, to be compared with later ones
+ * (OutboxSkipCovers).
  */
 void
 OutboxSkipKeep(OutboxSkip *kept, const OutboxSkip *skip)

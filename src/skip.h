@@ -23,7 +23,7 @@ typedef struct OutboxSkip
 
 extern void OutboxSkipNow(OutboxSkip *skip);
 extern bool OutboxSkipNone(const OutboxSkip *skip);
-extern bool OutboxSkipCovers(const OutboxSkip *skip, const OutboxSkip *sub);
+extern bool OutboxSkipCovers(const OutboxSkip *skip, const OutboxSkip *kept);
 extern void OutboxSkipKeep(OutboxSkip *kept, const OutboxSkip *skip);
 extern Datum OutboxSkipArray(List *names);
 

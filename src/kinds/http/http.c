@@ -705,13 +705,14 @@ http_full(void *state)
  * saturated: the destinations that are not full hold, waiting, a round of
  * requests for every connection, each no more than its share lets it run
  * at once (queued events are requests of one event; they are merged into
- * requests of events_per_request as they start): a claim would only add events that wait here, their time
- * limits running, and that every later claim walks past in the table,
- * where they stay pending until their outcome. A thousand webhooks, each
- * full only at outbox.http_max_connections requests of its own, held
- * thousands (and drained at half the rate of one). A full destination (an
- * endpoint that hangs) does not count, nor what a slow one cannot start
- * for its share: the others must not wait for them.
+ * requests of events_per_request as they start): a claim would only add
+ * events that wait here, their time limits running, and that every later
+ * claim walks past in the table, where they stay pending until their
+ * outcome. A thousand webhooks, each full only at
+ * outbox.http_max_connections requests of its own, held thousands (and
+ * drained at half the rate of one). A full destination (an endpoint that
+ * hangs) does not count, nor what a slow one cannot start for its share:
+ * the others must not wait for them.
  */
 static bool
 http_saturated(void *state)
