@@ -155,4 +155,13 @@ OutboxGucVariables(int *n)
 #define OutboxCreateWaitEventSet(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
 #endif
 
+/* PostgreSQL 18 gives index_beginscan an instrumentation argument */
+#if PG_VERSION_NUM >= 180000
+#define OutboxIndexBeginScan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define OutboxIndexBeginScan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
 #endif							/* OUTBOX_COMPAT_H */

@@ -204,6 +204,9 @@ typedef struct RouteCache
 static RouteCache *route_cache = NULL;
 static bool callback_registered = false;
 
+/* the cache is taken as checked for the whole transaction (OutboxRouteWithinTransaction) */
+static bool within_transaction = false;
+
 static const char *const envelope_fields[3] = {"type", "aggregate_type", "aggregate_id"};
 
 static void
@@ -678,7 +681,10 @@ valid_cache(FunctionCallInfo fcinfo)
 	bool		all = true;
 
 	if (cache != NULL && !cache->stale && cache->checked &&
-		cache->fn_oid == fcinfo->flinfo->fn_oid && checked_with(cache, snap))
+		cache->fn_oid == fcinfo->flinfo->fn_oid &&
+		(checked_with(cache, snap) ||
+		 (within_transaction && cache->userid == GetUserId() &&
+		  cache->lxid == OUTBOX_MY_LXID)))
 		return cache;
 
 	nspoid = get_func_namespace(fcinfo->flinfo->fn_oid);
@@ -828,6 +834,23 @@ filter_takes(RouteCache *cache, Datum doc, Datum filter)
 	fc->args[3].isnull = false;
 	res = jsonb_path_match(fc);
 	return !fc->isnull && DatumGetBool(res);
+}
+
+/*
+ * OutboxRouteWithinTransaction(on): while on, _outbox_route_first takes
+ * its destinations as checked for the rest of the transaction once they
+ * have been in it, by the same role, whatever the snapshot: for a writer's
+ * hold at emit (emit_hold.c), a shortcut that the claim tests again,
+ * which would otherwise scan outbox_destinations' row versions at each
+ * emit, every statement of a function having a snapshot of its own. A
+ * change of destinations is still seen once a relcache invalidation
+ * names the table (its trigger sends one at each write). The caller turns
+ * it off again, on error too. Any backend, in a transaction.
+ */
+void
+OutboxRouteWithinTransaction(bool on)
+{
+	within_transaction = on;
 }
 
 /*

@@ -20,6 +20,7 @@
 /* one key: a top-level field's name (len bytes, not terminated), a scalar */
 typedef void (*OutboxRouteKeyFn) (void *arg, const char *field, int len, JsonbValue *value);
 
+extern void OutboxRouteWithinTransaction(bool on);
 extern bool OutboxTypeMatches(const char *type, int tlen, const char *pattern, int plen);
 extern bool OutboxPayloadKeys(Jsonb *payload, Datum *fields, int nfields,
 							  OutboxRouteKeyFn emit, void *arg);

@@ -48,6 +48,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
@@ -56,6 +57,7 @@
 #include "cloudevents.h"
 #include "compat.h"
 #include "destination.h"
+#include "emit_hold.h"
 #include "kind_registry.h"
 #include "event.h"
 #include "headers.h"
@@ -234,6 +236,8 @@ _outbox_check_event(PG_FUNCTION_ARGS)
 	d = column(rel, tuple, "payload", &isnull);
 	if (!OutboxEnvelopeCheck(OutboxEnvelopeBound(&sizes, d), &p))
 		OutboxRaiseProblem(&p);
+	if (TRIGGER_FIRED_BY_INSERT(((TriggerData *) fcinfo->context)->tg_event))
+		tuple = OutboxEmitHold(rel, tuple);
 	return PointerGetDatum(tuple);
 }
 
@@ -595,6 +599,9 @@ _outbox_check_destination(PG_FUNCTION_ARGS)
 	const OutboxDestinationKind *kind;
 	OutboxProblem p;
 	bool		isnull;
+
+	/* what writers' backends know of destinations is read again (emit_hold.c) */
+	CacheInvalidateRelcache(rel);
 
 	tuple = fill_kind(rel, tuple);
 	(void) column(rel, tuple, "kind", &isnull);
