@@ -159,10 +159,9 @@ SELECT n, delivered FROM regress.events ORDER BY n::int;
 -- the first held already, for the one before it, when both go to the
 -- same ordered destination and to no other: claims never walk them
 -- (src/emit_hold.c). A writer cannot read destinations: routing runs as
--- their owner. 71-74: a chain; 76 goes to the unordered destination, and
--- 77 is not held either (the event before it in the transaction goes
--- elsewhere: the claim holds it for 75); 78 and 79, NULL and empty type,
--- are one key; 80 has no aggregate
+-- their owner. 71-74: a chain; 76 goes to the unordered destination and
+-- is not held, 77 is held for 75 across it; 78 and 79, NULL and empty
+-- type, are one key; 80 has no aggregate
 RESET ROLE;
 DELETE FROM outbox;
 UPDATE outbox_destinations SET ordered = true WHERE name = 'orders';
@@ -180,8 +179,9 @@ SELECT count(*) FROM (
     UNION ALL SELECT outbox_emit('order.step', '{"n": "80"}')) e;
 -- the next transaction starts no chain from the last one's events (81);
 -- a subtransaction rolled back takes its events out of the chain (84 is
--- not held for 83, gone), and a hold for an event that this transaction
--- no longer has pending is not made (86 after 85 is cancelled)
+-- held for 82, not for 83, gone), and a hold for an event that this
+-- transaction no longer has pending is not made (86 after 85 is
+-- cancelled)
 SELECT outbox_emit('order.step', '{"n": "81"}', 'order', 'f') IS NOT NULL AS emitted;
 BEGIN;
 SELECT outbox_emit('order.step', '{"n": "82"}', 'order', 'i') IS NOT NULL AS emitted;
@@ -209,6 +209,18 @@ COMMIT;
 SELECT e.n, e.id, e.held_for, o.next_attempt_at > now() + interval '50 seconds' AS later
   FROM regress.events e JOIN outbox o ON o.payload ->> 'n' = e.n
  ORDER BY n::int;
+-- a change of destinations in the transaction routes its earlier events
+-- again: 101 goes to 'orders', 102 (held for 101) goes nowhere once
+-- 'orders' takes 'order.b' only (the change releases it), and 103 is held
+-- for 101, not 102
+BEGIN;
+SELECT count(*) FROM (
+    SELECT outbox_emit('order.b', '{"n": "101"}', 'order', 'u')
+    UNION ALL SELECT outbox_emit('order.a', '{"n": "102"}', 'order', 'u')) e;
+UPDATE outbox_destinations SET event_types = 'order.b' WHERE name = 'orders';
+SELECT outbox_emit('order.b', '{"n": "103"}', 'order', 'u') IS NOT NULL AS emitted;
+SELECT n, held_for FROM regress.events WHERE n::int > 100 ORDER BY n::int;
+ROLLBACK;
 -- fanned out (89 and 90 go to 'orders' and 'audit'), or with no ordered
 -- destination at all (91, 92): never held at emit
 INSERT INTO outbox_destinations (name, event_types, channel) VALUES ('audit', 'order.audit', 'regress_audit');

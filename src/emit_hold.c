@@ -16,11 +16,17 @@
  * the same ordered destination, and only to it, the event is written held
  * already: held_by is the earlier event, and it is not due before that
  * one's delivery (or cancel, skip, fan-out, a change of destinations)
- * releases it, exactly as a claim would have held it. No race is
- * possible: both become visible at one COMMIT, so the release, which
- * runs after the earlier one is seen, sees the later one too. Should a
- * release still be missed (the earlier event deleted by hand), it is due
- * after HOLD_AT_EMIT_MS, and then tested by the claim as usual.
+ * releases it, exactly as a claim would have held it. A release on
+ * delivery cannot miss it: both become visible at one COMMIT, so the
+ * release, which runs after the earlier one is seen, sees the later one
+ * too. What can miss it is the release of every held event by a change
+ * of destinations that commits while the writer's transaction runs (the
+ * trigger's release runs in the changing transaction, which does not see
+ * the writer's rows; the claim, which holds a SHARE lock on the
+ * destinations for its long holds, has no such gap): such an event waits
+ * for the event before it as routed before the change, or at most
+ * HOLD_AT_EMIT_MS, as it does should a release be missed otherwise (the
+ * earlier event deleted by hand); then the claim tests it as usual.
  *
  * Holding is a shortcut, as the claim's is: correctness rests on the
  * claim's test of every event it takes. So everything here may give up
@@ -38,9 +44,14 @@
  * router.c), only when a key comes back in a transaction: a writer pays a
  * copy of its transaction's first key, a hash lookup for each other
  * event, and nothing at all without an ordered destination. Routing reads
- * outbox_destinations, which writers may not SELECT: it runs as the
- * table's owner, in a restricted security context, and its answer never
- * reaches the writer (it decides two columns the writer cannot read).
+ * outbox_destinations and outbox_config, which writers may not SELECT: it
+ * runs as the owner of outbox_destinations, in a restricted security
+ * context, only if that role may read both (none is assumed ordered
+ * otherwise, so that no error of routing fails the writer's INSERT) and
+ * both can be locked at once (AccessShareLock, held to the end of the
+ * transaction as a SELECT's: a writer never waits here), and its answer
+ * never reaches the writer (it decides two columns the writer cannot
+ * read).
  *
  * Runs in the trigger on outbox (validate.c), in any backend, inside the
  * writer's transaction.
@@ -68,6 +79,8 @@
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
 #include "storage/proc.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
@@ -76,6 +89,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -98,6 +112,7 @@ typedef enum
 
 static OrderedState ordered = ORDERED_UNKNOWN;
 static Oid	dest_relid = InvalidOid;
+static Oid	config_relid = InvalidOid;
 static Oid	dest_owner = InvalidOid;
 static FmgrInfo route_fn;
 static bool callback_registered = false;
@@ -142,13 +157,25 @@ typedef struct HoldKey
 	int			len;
 } HoldKey;
 
-/* the last event of a key this transaction wrote */
+/* an event of this transaction, and where it goes */
+#define DEST_UNKNOWN (-1)		/* not routed yet */
+typedef struct Written
+{
+	int64		id;				/* 0: none, or no longer pending */
+	int64		dest;			/* its one ordered destination, 0, or DEST_UNKNOWN */
+	uint32		epoch;			/* routing_epoch when dest was known */
+} Written;
+
+/*
+ * A key's events in this transaction: the last, and the latest before it
+ * that may go to an ordered destination (a run at an ordered destination
+ * goes on across an event of the key that goes elsewhere).
+ */
 typedef struct HoldEntry
 {
 	HoldKey		key;
-	int64		id;
-	bool		routed;			/* dest is known */
-	int64		dest;			/* its one ordered destination, or 0 */
+	Written		last;
+	Written		ordered;
 } HoldEntry;
 
 /*
@@ -157,11 +184,13 @@ typedef struct HoldEntry
  * transaction's memory: a new transaction finds their lxid changed.
  */
 static HoldEntry first;
-static LocalTransactionId first_lxid = InvalidLocalTransactionId;
+static bool first_set = false;
 static HTAB *keys = NULL;
 static MemoryContext keys_cxt = NULL;
 static Size keys_bytes = 0;
-static LocalTransactionId keys_lxid = InvalidLocalTransactionId;
+
+/* destinations changed (a relcache invalidation): what was routed is not known */
+static uint32 routing_epoch = 0;
 
 static uint32
 key_hash(const void *key, Size keysize pg_attribute_unused())
@@ -183,8 +212,11 @@ key_match(const void *key1, const void *key2, Size keysize pg_attribute_unused()
 static void
 relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
-	if (relid == InvalidOid || relid == dest_relid)
+	if (relid == InvalidOid || relid == dest_relid || relid == config_relid)
+	{
 		ordered = ORDERED_UNKNOWN;
+		routing_epoch++;
+	}
 	if (relid == InvalidOid || relid == outbox_relid)
 		outbox_relid = InvalidOid;
 }
@@ -211,10 +243,33 @@ outbox_columns(Relation rel)
 }
 
 /*
+ * Whether routing can read outbox_destinations and outbox_config now,
+ * without waiting: both are locked (AccessShareLock, to the end of the
+ * transaction, as a SELECT would) if they can be at once. A writer never
+ * waits for a lock here; the event is then not held.
+ */
+static bool
+routing_readable(void)
+{
+	return ConditionalLockRelationOid(dest_relid, AccessShareLock) &&
+		ConditionalLockRelationOid(config_relid, AccessShareLock);
+}
+
+/* Whether role may read relid as a SELECT would, row level security aside. */
+static bool
+readable_by(Oid relid, Oid role)
+{
+	return pg_class_aclcheck(relid, role, ACL_SELECT) == ACLCHECK_OK &&
+		check_enable_rls(relid, role, true) != RLS_ENABLED;
+}
+
+/*
  * Whether an enabled ordered destination exists, read again after a
- * relcache invalidation of outbox_destinations (the trigger on it sends
- * one at each write; DDL does too). With row level security on the
- * table, routing would refuse to read it: none is assumed.
+ * relcache invalidation of outbox_destinations or outbox_config (the
+ * trigger on outbox_destinations sends one at each insert or update; DDL
+ * and GRANT do too). None is assumed when routing could not read the
+ * tables as their owner (a privilege revoked, row level security): its
+ * errors would fail the writer's INSERT.
  */
 static bool
 ordered_destinations(Oid nspoid)
@@ -223,7 +278,6 @@ ordered_destinations(Oid nspoid)
 	TableScanDesc scan;
 	TupleTableSlot *slot;
 	Snapshot	snap;
-	Oid			config_relid;
 	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT8OID};
 	Oid			fn_oid;
 
@@ -235,16 +289,22 @@ ordered_destinations(Oid nspoid)
 									   makeString("_outbox_route_first")),
 							5, argtypes, true);
 	if (!OidIsValid(dest_relid) || !OidIsValid(config_relid) || !OidIsValid(fn_oid))
-		return false;			/* an older version's schema: asked again */
+	{
+		/* an older version's schema: its update alters outbox_destinations */
+		ordered = ORDERED_NONE;
+		return false;
+	}
+	if (!routing_readable())
+		return false;			/* asked again at the next event */
 	fmgr_info_cxt(fn_oid, &route_fn, TopMemoryContext);
 
-	rel = table_open(dest_relid, AccessShareLock);
+	rel = table_open(dest_relid, NoLock);
 	dest_owner = rel->rd_rel->relowner;
 	dest_att_id = SPI_fnumber(RelationGetDescr(rel), "id");
 	dest_att_enabled = SPI_fnumber(RelationGetDescr(rel), "enabled");
 	dest_att_ordered = SPI_fnumber(RelationGetDescr(rel), "ordered");
 	ordered = ORDERED_NONE;
-	if (!rel->rd_rel->relrowsecurity &&
+	if (readable_by(dest_relid, dest_owner) && readable_by(config_relid, dest_owner) &&
 		dest_att_id > 0 && dest_att_enabled > 0 && dest_att_ordered > 0)
 	{
 		snap = RegisterSnapshot(GetLatestSnapshot());
@@ -265,7 +325,7 @@ ordered_destinations(Oid nspoid)
 		table_endscan(scan);
 		UnregisterSnapshot(snap);
 	}
-	table_close(rel, AccessShareLock);
+	table_close(rel, NoLock);
 	return ordered == ORDERED_SOME;
 }
 
@@ -287,6 +347,8 @@ ordered_route(Datum type, Datum agg_type, bool agg_type_null, Datum agg_id, Json
 	bool		isnull;
 	int64		dest;
 
+	if (!routing_readable())
+		return 0;
 	InitFunctionCallInfoData(*fc, &route_fn, 5, InvalidOid, NULL, NULL);
 	fc->args[0].value = type;
 	fc->args[0].isnull = false;
@@ -310,9 +372,9 @@ ordered_route(Datum type, Datum agg_type, bool agg_type_null, Datum agg_id, Json
 	PG_FINALLY();
 	{
 		OutboxRouteWithinTransaction(false);
+		SetUserIdAndSecContext(saved_uid, saved_sec);
 	}
 	PG_END_TRY();
-	SetUserIdAndSecContext(saved_uid, saved_sec);
 	if (fc->isnull)
 		return 0;
 
@@ -365,6 +427,41 @@ pending_event(Relation rel, int64 id)
 	return found;
 }
 
+/*
+ * The transaction's memory is gone: so are its first key and its table
+ * (a callback of TopTransactionContext, reset or deleted at its end).
+ */
+static void
+forget_transaction(void *arg pg_attribute_unused())
+{
+	first_set = false;
+	keys = NULL;
+	keys_cxt = NULL;
+}
+
+/* Remembers the transaction's first key, k, and event id. */
+static void
+remember_first(const HoldKey *k, int64 id)
+{
+	MemoryContextCallback *cb = MemoryContextAlloc(TopTransactionContext,
+												   sizeof(MemoryContextCallback));
+	char	   *copy = MemoryContextAlloc(TopTransactionContext, k->len);
+
+	memcpy(copy, k->data, k->len);
+	first.key.data = copy;
+	first.key.len = k->len;
+	first.last.id = id;
+	first.last.dest = DEST_UNKNOWN;
+	first.last.epoch = routing_epoch;
+	first.ordered.id = 0;
+	first.ordered.dest = 0;
+	first.ordered.epoch = routing_epoch;
+	cb->func = forget_transaction;
+	cb->arg = NULL;
+	MemoryContextRegisterResetCallback(TopTransactionContext, cb);
+	first_set = true;
+}
+
 /* The transaction's keys, made at its second event, with its first in. */
 static HTAB *
 transaction_keys(void)
@@ -373,9 +470,8 @@ transaction_keys(void)
 	HoldEntry  *e;
 	bool		found;
 
-	if (keys != NULL && keys_lxid == OUTBOX_MY_LXID)
+	if (keys != NULL)
 		return keys;
-	/* the last transaction's went with its memory */
 	keys_cxt = AllocSetContextCreate(TopTransactionContext, "outbox keys of the transaction",
 									 ALLOCSET_DEFAULT_SIZES);
 	ctl.keysize = sizeof(HoldKey);
@@ -386,22 +482,22 @@ transaction_keys(void)
 	keys = hash_create("outbox keys of the transaction", 256, &ctl,
 					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 	keys_bytes = first.key.len + 2 * sizeof(HoldEntry);
-	keys_lxid = OUTBOX_MY_LXID;
 	e = hash_search(keys, &first.key, HASH_ENTER, &found);
 	*e = first;
 	return keys;
 }
 
 /*
- * Whether the event before, earlier in this transaction (e->id), goes to
- * the same one ordered destination as this one (dest), and still waits:
- * its row is read again (pending_event) and routed with its own fields.
+ * Whether w, an earlier event of this transaction, goes to dest, the one
+ * ordered destination of the event being written, and still waits: its
+ * row is read again (pending_event), and routed with its own fields the
+ * first time. w->id becomes 0 if it no longer waits.
  */
 static bool
-waits_before(Relation rel, HoldEntry *e, int64 dest)
+goes_to(Relation rel, Written *w, int64 dest)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
-	HeapTuple	before = pending_event(rel, e->id);
+	HeapTuple	before;
 	Datum		type;
 	Datum		agg_type;
 	Datum		agg_id;
@@ -411,23 +507,26 @@ waits_before(Relation rel, HoldEntry *e, int64 dest)
 	bool		agg_id_null;
 	bool		payload_null;
 
-	if (before == NULL)
+	if (w->id == 0 || (w->dest == 0 && w->epoch == routing_epoch))
 		return false;
-	if (!e->routed)
+	if ((before = pending_event(rel, w->id)) == NULL)
 	{
-		if (!heap_attisnull(before, att[C_DESTINATION_ID], desc))
-			return false;
+		w->id = 0;
+		return false;
+	}
+	if (w->dest == DEST_UNKNOWN || w->epoch != routing_epoch)
+	{
 		type = heap_getattr(before, att[C_EVENT_TYPE], desc, &type_null);
 		agg_type = heap_getattr(before, att[C_AGGREGATE_TYPE], desc, &agg_type_null);
 		agg_id = heap_getattr(before, att[C_AGGREGATE_ID], desc, &agg_id_null);
 		payload = heap_getattr(before, att[C_PAYLOAD], desc, &payload_null);
-		if (type_null || agg_id_null)
-			return false;
-		e->dest = ordered_route(type, agg_type, agg_type_null, agg_id,
-								payload_null ? NULL : DatumGetJsonbP(payload));
-		e->routed = true;
+		w->dest = type_null || agg_id_null ||
+			!heap_attisnull(before, att[C_DESTINATION_ID], desc) ? 0 :
+			ordered_route(type, agg_type, agg_type_null, agg_id,
+						  payload_null ? NULL : DatumGetJsonbP(payload));
+		w->epoch = routing_epoch;
 	}
-	return e->dest == dest;
+	return w->dest == dest;
 }
 
 /*
@@ -451,48 +550,40 @@ make_key(Datum agg_type, bool agg_type_null, Datum agg_id, char *stack, int size
 	k->len = tlen + 1 + ilen;
 }
 
-/* e, a key's entry, remembering event id (not routed yet), its key copied */
-static void
-remember(HoldEntry *e, const HoldKey *k, int64 id, MemoryContext cxt)
-{
-	char	   *copy = MemoryContextAlloc(cxt, k->len);
-
-	memcpy(copy, k->data, k->len);
-	e->key.data = copy;
-	e->key.len = k->len;
-	e->id = id;
-	e->routed = false;
-	e->dest = 0;
-}
-
 /*
  * The entry of the transaction's last event of key k, or NULL if k is met
- * for the first time: then event id is remembered as its last, while
- * there is room.
+ * for the first time: then event id is remembered as its last (not routed
+ * yet), while there is room.
  */
 static HoldEntry *
 last_of_key(const HoldKey *k, int64 id)
 {
 	HoldEntry  *e;
+	HoldKey		copy;
 	bool		found;
 
-	if (first_lxid != OUTBOX_MY_LXID)
+	if (!first_set)
 	{
-		remember(&first, k, id, TopTransactionContext);
-		first_lxid = OUTBOX_MY_LXID;
+		remember_first(k, id);
 		return NULL;
 	}
-	/* one lookup: a key not met yet is entered while there is room */
-	e = hash_search(transaction_keys(), k,
-					keys_bytes + k->len + 2 * sizeof(HoldEntry) <= KEYS_MAX_BYTES
-					? HASH_ENTER : HASH_FIND, &found);
+	e = hash_search(transaction_keys(), k, HASH_FIND, &found);
 	if (found)
 		return e;
-	if (e != NULL)
-	{
-		remember(e, k, id, keys_cxt);
-		keys_bytes += k->len + 2 * sizeof(HoldEntry);
-	}
+	if (keys_bytes + k->len + 2 * sizeof(HoldEntry) > KEYS_MAX_BYTES)
+		return NULL;
+	/* the key copied first: an entry never points at the caller's buffer */
+	copy.data = MemoryContextAlloc(keys_cxt, k->len);
+	memcpy((char *) copy.data, k->data, k->len);
+	copy.len = k->len;
+	e = hash_search(keys, &copy, HASH_ENTER, &found);
+	e->last.id = id;
+	e->last.dest = DEST_UNKNOWN;
+	e->last.epoch = routing_epoch;
+	e->ordered.id = 0;
+	e->ordered.dest = 0;
+	e->ordered.epoch = routing_epoch;
+	keys_bytes += k->len + 2 * sizeof(HoldEntry);
 	return NULL;
 }
 
@@ -500,11 +591,13 @@ last_of_key(const HoldKey *k, int64 id)
  * OutboxEmitHold(rel, tuple) RETURNS HeapTuple
  *
  * rel is outbox, tuple an event being inserted, its rules checked. Returns
- * tuple, or a copy with held_by set to the transaction's previous event of
- * the same aggregate (aggregate_type, NULL the same as '', and
- * aggregate_id) and next_attempt_at HOLD_AT_EMIT_MS from now, when both
- * go to the same enabled ordered destination and to no other, and that
- * one is still pending, unless the transaction is SERIALIZABLE (see the
+ * tuple, or a copy with held_by set to an earlier event of the same
+ * aggregate (aggregate_type, NULL the same as '', and aggregate_id) in
+ * this transaction, and next_attempt_at HOLD_AT_EMIT_MS from now, when
+ * both go to the same enabled ordered destination and to no other, and
+ * that one is still pending: the transaction's last event of the
+ * aggregate, or the one before events of it that went elsewhere (see
+ * HoldEntry), unless the transaction is SERIALIZABLE (see the
  * banner). Remembers the event as its key's last. Raises no error of its
  * own; routing raises what _outbox_route_first raises for a destination
  * it reads (filters are evaluated silently). Called from the BEFORE
@@ -527,6 +620,7 @@ OutboxEmitHold(Relation rel, HeapTuple tuple)
 	HoldKey		k;
 	HoldEntry  *e;
 	int64		dest;
+	int64		blocker;
 
 	if (!callback_registered)
 	{
@@ -562,19 +656,26 @@ OutboxEmitHold(Relation rel, HeapTuple tuple)
 	payload = heap_getattr(tuple, att[C_PAYLOAD], desc, &isnull);
 	dest = ordered_route(type, agg_type, agg_type_null, agg_id,
 						 isnull ? NULL : DatumGetJsonbP(payload));
-	if (dest != 0 && e->id < id && waits_before(rel, e, dest))
+	blocker = 0;
+	if (dest != 0 && e->last.id < id && goes_to(rel, &e->last, dest))
+		blocker = e->last.id;
+	else if (dest != 0 && e->ordered.id < id && goes_to(rel, &e->ordered, dest))
+		blocker = e->ordered.id;
+	if (blocker != 0)
 	{
 		int			cols[2] = {att[C_HELD_BY], att[C_NEXT_ATTEMPT_AT]};
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 
-		values[0] = Int64GetDatum(e->id);
+		values[0] = Int64GetDatum(blocker);
 		values[1] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 																	HOLD_AT_EMIT_MS));
 		tuple = heap_modify_tuple_by_cols(tuple, desc, 2, cols, values, nulls);
 	}
-	e->id = id;
-	e->routed = true;
-	e->dest = dest;
+	if (e->last.id != 0 && e->last.dest != 0)
+		e->ordered = e->last;
+	e->last.id = id;
+	e->last.dest = dest;
+	e->last.epoch = routing_epoch;
 	return tuple;
 }

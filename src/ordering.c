@@ -6,7 +6,9 @@
  *	  delivered, and the SHARE lock on outbox_destinations that keeps
  *	  routing fixed until a claim's COMMIT.
  *
- * Holds are a shortcut, never what ordering rests on: the view
+ * Holds are a shortcut, never what ordering rests on (those made as an
+ * event is written, for an earlier one of its transaction, are
+ * emit_hold.c's; the rest of this banner is about a claim's): the view
  * _outbox_pending gives each event the one before it on its key
  * (blocked_by, through outbox_key_idx), the claim tests every event it
  * meets again, and a held event is due again on its own if a release is

@@ -684,7 +684,8 @@ valid_cache(FunctionCallInfo fcinfo)
 		cache->fn_oid == fcinfo->flinfo->fn_oid &&
 		(checked_with(cache, snap) ||
 		 (within_transaction && cache->userid == GetUserId() &&
-		  cache->lxid == OUTBOX_MY_LXID)))
+		  cache->lxid == OUTBOX_MY_LXID &&
+		  cache->subxid == GetCurrentSubTransactionId())))
 		return cache;
 
 	nspoid = get_func_namespace(fcinfo->flinfo->fn_oid);
@@ -838,14 +839,15 @@ filter_takes(RouteCache *cache, Datum doc, Datum filter)
 
 /*
  * OutboxRouteWithinTransaction(on): while on, _outbox_route_first takes
- * its destinations as checked for the rest of the transaction once they
- * have been in it, by the same role, whatever the snapshot: for a writer's
- * hold at emit (emit_hold.c), a shortcut that the claim tests again,
- * which would otherwise scan outbox_destinations' row versions at each
- * emit, every statement of a function having a snapshot of its own. A
- * change of destinations is still seen once a relcache invalidation
- * names the table (its trigger sends one at each write). The caller turns
- * it off again, on error too. Any backend, in a transaction.
+ * its destinations as checked for the rest of the (sub)transaction once
+ * they have been in it, by the same role, whatever the snapshot: for a
+ * writer's hold at emit (emit_hold.c), a shortcut that the claim tests
+ * again, which would otherwise scan outbox_destinations' row versions at
+ * each emit, every statement of a function having a snapshot of its own.
+ * An insert or update of a destination is still seen once its relcache
+ * invalidation is processed (the table's trigger sends one); a delete is
+ * not, until the next subtransaction. The caller turns it off again, on
+ * error too. Any backend, in a transaction.
  */
 void
 OutboxRouteWithinTransaction(bool on)

@@ -8,7 +8,8 @@
 #      before the first of the others, as 1.1 did);
 #   2. runs of two keys, interleaved, written over two transactions (the
 #      second's first event of a key is held by the claim, not at emit),
-#      reach the endpoint one at a time, in id order.
+#      reach the endpoint one at a time, in id order;
+#   3. a writer never waits for a lock on the destinations to hold.
 # A run through a crash restart: 082_ordered_blockers.pl; through random
 # failures and a dead-lettered head: 080_ordered_delivery.pl.
 use strict;
@@ -75,5 +76,25 @@ is(check_order($node, $sink, '/ord', 'ord.pair', 'two runs'), 300, 'all 300 arri
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM outbox WHERE event_type = 'ord.pair' AND held_by IS NOT NULL}),
 	'0', 'nothing is left held');
+
+# 3. a writer never waits for a lock on the destinations: while another
+# session holds ACCESS EXCLUSIVE on them (the relays wait), a run is
+# written at once (lock_timeout would fail it) and not held
+my $locker = $node->background_psql('postgres');
+$locker->query_safe('BEGIN; LOCK TABLE outbox_destinations IN ACCESS EXCLUSIVE MODE;');
+is( $node->safe_psql('postgres', q{
+		SET lock_timeout = '2s';
+		SELECT count(outbox_emit('ord.locked', jsonb_build_object('i', i), 'order', 'lk'))
+		  FROM generate_series(1, 3) i}),
+	'3', 'a run is written while another session holds the destinations');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FILTER (WHERE held_by IS NOT NULL) || '/' || count(*)
+		  FROM outbox WHERE event_type = 'ord.locked'}),
+	'0/3', 'none of it is held as written');
+$locker->query_safe('ROLLBACK');
+$locker->quit;
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) = 3 FROM outbox WHERE event_type = 'ord.locked' AND delivered_at IS NOT NULL}),
+	'the run is delivered once the lock is gone');
 
 done_testing();
