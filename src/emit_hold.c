@@ -78,7 +78,6 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
-#include "storage/proc.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -181,7 +180,7 @@ typedef struct HoldEntry
 /*
  * The transaction's first key is kept alone (most transactions write one
  * event), the table made at its second event. Both live in the
- * transaction's memory: a new transaction finds their lxid changed.
+ * transaction's memory, and are forgotten with it (forget_transaction).
  */
 static HoldEntry first;
 static bool first_set = false;
@@ -255,7 +254,7 @@ routing_readable(void)
 		ConditionalLockRelationOid(config_relid, AccessShareLock);
 }
 
-/* Whether role may read relid as a SELECT would, row level security aside. */
+/* Whether role may read relid as a SELECT would, with no row level security applying. */
 static bool
 readable_by(Oid relid, Oid role)
 {
