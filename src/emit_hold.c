@@ -394,6 +394,29 @@ ordered_route(Datum type, Datum agg_type, bool agg_type_null, Datum agg_id, Json
 }
 
 /*
+ * The one enabled ordered destination of the event row tuple of outbox
+ * (desc), or 0 (ordered_route); 0 for a fan-out copy or a row without a
+ * type or aggregate id.
+ */
+static int64
+route_row(TupleDesc desc, HeapTuple tuple)
+{
+	bool		type_null;
+	bool		agg_type_null;
+	bool		agg_id_null;
+	bool		payload_null;
+	Datum		type = heap_getattr(tuple, att[C_EVENT_TYPE], desc, &type_null);
+	Datum		agg_type = heap_getattr(tuple, att[C_AGGREGATE_TYPE], desc, &agg_type_null);
+	Datum		agg_id = heap_getattr(tuple, att[C_AGGREGATE_ID], desc, &agg_id_null);
+	Datum		payload = heap_getattr(tuple, att[C_PAYLOAD], desc, &payload_null);
+
+	if (type_null || agg_id_null || !heap_attisnull(tuple, att[C_DESTINATION_ID], desc))
+		return 0;
+	return ordered_route(type, agg_type, agg_type_null, agg_id,
+						 payload_null ? NULL : DatumGetJsonbP(payload));
+}
+
+/*
  * The event with id in rel, as this transaction sees it now, its own
  * changes of the current command included (SnapshotSelf): NULL if it is
  * gone (rolled back with a subtransaction, deleted) or no longer pending
@@ -438,6 +461,20 @@ forget_transaction(void *arg pg_attribute_unused())
 	keys_cxt = NULL;
 }
 
+/* e, a key's entry: its key (data kept as is) and event id, not routed yet */
+static void
+init_entry(HoldEntry *e, const char *data, int len, int64 id)
+{
+	e->key.data = data;
+	e->key.len = len;
+	e->last.id = id;
+	e->last.dest = DEST_UNKNOWN;
+	e->last.epoch = routing_epoch;
+	e->ordered.id = 0;
+	e->ordered.dest = 0;
+	e->ordered.epoch = routing_epoch;
+}
+
 /* Remembers the transaction's first key, k, and event id. */
 static void
 remember_first(const HoldKey *k, int64 id)
@@ -447,14 +484,7 @@ remember_first(const HoldKey *k, int64 id)
 	char	   *copy = MemoryContextAlloc(TopTransactionContext, k->len);
 
 	memcpy(copy, k->data, k->len);
-	first.key.data = copy;
-	first.key.len = k->len;
-	first.last.id = id;
-	first.last.dest = DEST_UNKNOWN;
-	first.last.epoch = routing_epoch;
-	first.ordered.id = 0;
-	first.ordered.dest = 0;
-	first.ordered.epoch = routing_epoch;
+	init_entry(&first, copy, k->len, id);
 	cb->func = forget_transaction;
 	cb->arg = NULL;
 	MemoryContextRegisterResetCallback(TopTransactionContext, cb);
@@ -495,16 +525,7 @@ transaction_keys(void)
 static bool
 goes_to(Relation rel, Written *w, int64 dest)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
 	HeapTuple	before;
-	Datum		type;
-	Datum		agg_type;
-	Datum		agg_id;
-	Datum		payload;
-	bool		type_null;
-	bool		agg_type_null;
-	bool		agg_id_null;
-	bool		payload_null;
 
 	if (w->id == 0 || (w->dest == 0 && w->epoch == routing_epoch))
 		return false;
@@ -515,14 +536,7 @@ goes_to(Relation rel, Written *w, int64 dest)
 	}
 	if (w->dest == DEST_UNKNOWN || w->epoch != routing_epoch)
 	{
-		type = heap_getattr(before, att[C_EVENT_TYPE], desc, &type_null);
-		agg_type = heap_getattr(before, att[C_AGGREGATE_TYPE], desc, &agg_type_null);
-		agg_id = heap_getattr(before, att[C_AGGREGATE_ID], desc, &agg_id_null);
-		payload = heap_getattr(before, att[C_PAYLOAD], desc, &payload_null);
-		w->dest = type_null || agg_id_null ||
-			!heap_attisnull(before, att[C_DESTINATION_ID], desc) ? 0 :
-			ordered_route(type, agg_type, agg_type_null, agg_id,
-						  payload_null ? NULL : DatumGetJsonbP(payload));
+		w->dest = route_row(RelationGetDescr(rel), before);
 		w->epoch = routing_epoch;
 	}
 	return w->dest == dest;
@@ -576,12 +590,7 @@ last_of_key(const HoldKey *k, int64 id)
 	memcpy((char *) copy.data, k->data, k->len);
 	copy.len = k->len;
 	e = hash_search(keys, &copy, HASH_ENTER, &found);
-	e->last.id = id;
-	e->last.dest = DEST_UNKNOWN;
-	e->last.epoch = routing_epoch;
-	e->ordered.id = 0;
-	e->ordered.dest = 0;
-	e->ordered.epoch = routing_epoch;
+	init_entry(e, copy.data, copy.len, id);
 	keys_bytes += k->len + 2 * sizeof(HoldEntry);
 	return NULL;
 }
@@ -611,9 +620,7 @@ OutboxEmitHold(Relation rel, HeapTuple tuple)
 	bool		agg_type_null;
 	Datum		agg_id;
 	Datum		agg_type;
-	Datum		type;
 	Datum		next_at;
-	Datum		payload;
 	int64		id;
 	char		stack[256];
 	HoldKey		k;
@@ -643,18 +650,13 @@ OutboxEmitHold(Relation rel, HeapTuple tuple)
 	id = DatumGetInt64(heap_getattr(tuple, att[C_ID], desc, &isnull));
 	if (isnull)
 		return tuple;
-	type = heap_getattr(tuple, att[C_EVENT_TYPE], desc, &isnull);
-	if (isnull)
-		return tuple;
 	agg_type = heap_getattr(tuple, att[C_AGGREGATE_TYPE], desc, &agg_type_null);
 	make_key(agg_type, agg_type_null, agg_id, stack, sizeof(stack), &k);
 	if ((e = last_of_key(&k, id)) == NULL)
 		return tuple;
 
 	/* the key came back: where this event goes, and the one before */
-	payload = heap_getattr(tuple, att[C_PAYLOAD], desc, &isnull);
-	dest = ordered_route(type, agg_type, agg_type_null, agg_id,
-						 isnull ? NULL : DatumGetJsonbP(payload));
+	dest = route_row(desc, tuple);
 	blocker = 0;
 	if (dest != 0 && e->last.id < id && goes_to(rel, &e->last, dest))
 		blocker = e->last.id;
